@@ -1,0 +1,174 @@
+#pragma once
+// A distributed sampler whose per-rank indices equal PyTorch's
+// torch.utils.data.DistributedSampler and MONAI's monai.data.DistributedSampler.
+// Standard library only.
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace volshard {
+
+/// How the epoch's permutation is cut into W equal (or not) shards.
+enum class PartitionMode {
+  kPad,       ///< PyTorch drop_last=False, MONAI even_divisible=True: wrap to ceil(n/W)*W
+  kDropLast,  ///< PyTorch drop_last=True: drop the tail down to floor(n/W)*W
+  kUneven,    ///< MONAI even_divisible=False: every index once, ranks r < n%W get one more
+};
+
+/// "pad" | "drop_last" | "uneven".
+std::string to_string(PartitionMode mode);
+/// Inverse of to_string; throws std::invalid_argument naming the value.
+PartitionMode parse_partition_mode(const std::string& text);
+
+/// Which PyTorch's randperm to reproduce. They agree for n < 214,748,364
+/// (2^32 / 20); at and above it PyTorch 2.x switched to an inside-out shuffle
+/// with 64-bit draws while PyTorch <= 1.13 keeps the forward Fisher-Yates.
+enum class RandpermCompat {
+  kTorch2,  ///< current PyTorch (default)
+  kTorch1,  ///< PyTorch 1.x, e.g. Debian 12's python3-torch 1.13
+};
+
+/// "torch2" | "torch1".
+std::string to_string(RandpermCompat compat);
+/// Accepts "torch2", "2", "torch1", "1", "1.13"; throws std::invalid_argument naming the value.
+RandpermCompat parse_randperm_compat(const std::string& text);
+
+struct DistributedSamplerOptions {
+  int64_t dataset_size = 0;  ///< samples, in [0, kMaxDatasetSize]
+  int64_t num_replicas = 1;  ///< world size, >= 1
+  int64_t rank = 0;          ///< in [0, num_replicas)
+  bool shuffle = true;
+  uint64_t seed = 0;  ///< epoch e is shuffled with (seed + e) mod 2^32, as PyTorch
+  PartitionMode mode = PartitionMode::kPad;
+  RandpermCompat randperm = RandpermCompat::kTorch2;  ///< matters only for n >= 214,748,364
+};
+
+/// Indices are stored as uint32: a dataset may hold at most 2^32 - 1 samples.
+constexpr int64_t kMaxDatasetSize = 0xFFFFFFFFLL;
+
+/// Sizes of one epoch's cut, a pure function of (n, W, mode); validates them.
+struct ShardLayout {
+  int64_t dataset_size = 0;
+  int64_t num_replicas = 1;
+  PartitionMode mode = PartitionMode::kPad;
+  int64_t total_size = 0;  ///< positions of the padded/truncated global order
+
+  /// Throws std::invalid_argument naming the bad value and its valid range.
+  static ShardLayout make(int64_t dataset_size, int64_t num_replicas, PartitionMode mode);
+  /// Samples rank r reads per epoch; r in [0, num_replicas).
+  int64_t num_samples(int64_t rank) const;
+  /// The largest num_samples over all ranks (equal to every rank's except in kUneven).
+  int64_t max_num_samples() const;
+};
+
+/// Read-only view of one rank's indices for one epoch. Cheap to copy; valid
+/// until the owning sampler's epoch changes or it is destroyed.
+class IndexSpan {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::random_access_iterator_tag;
+    using value_type = int64_t;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = int64_t;
+
+    iterator() = default;
+    explicit iterator(const uint32_t* p) : p_(p) {}
+    int64_t operator*() const { return static_cast<int64_t>(*p_); }
+    int64_t operator[](difference_type k) const { return static_cast<int64_t>(p_[k]); }
+    iterator& operator++() { ++p_; return *this; }
+    iterator operator++(int) { iterator t = *this; ++p_; return t; }
+    iterator& operator--() { --p_; return *this; }
+    iterator operator--(int) { iterator t = *this; --p_; return t; }
+    iterator& operator+=(difference_type k) { p_ += k; return *this; }
+    iterator& operator-=(difference_type k) { p_ -= k; return *this; }
+    friend iterator operator+(iterator it, difference_type k) { return it += k; }
+    friend iterator operator+(difference_type k, iterator it) { return it += k; }
+    friend iterator operator-(iterator it, difference_type k) { return it -= k; }
+    friend difference_type operator-(iterator a, iterator b) { return a.p_ - b.p_; }
+    friend bool operator==(iterator a, iterator b) { return a.p_ == b.p_; }
+    friend bool operator!=(iterator a, iterator b) { return a.p_ != b.p_; }
+    friend bool operator<(iterator a, iterator b) { return a.p_ < b.p_; }
+    friend bool operator>(iterator a, iterator b) { return a.p_ > b.p_; }
+    friend bool operator<=(iterator a, iterator b) { return a.p_ <= b.p_; }
+    friend bool operator>=(iterator a, iterator b) { return a.p_ >= b.p_; }
+
+   private:
+    const uint32_t* p_ = nullptr;
+  };
+
+  IndexSpan() = default;
+  IndexSpan(const uint32_t* data, int64_t size) : data_(data), size_(size) {}
+  int64_t size() const { return size_; }
+  const uint32_t* data() const { return data_; }
+  bool empty() const { return size_ == 0; }
+  int64_t operator[](int64_t i) const { return static_cast<int64_t>(data_[i]); }
+  /// Bounds-checked; throws std::out_of_range naming i and size.
+  int64_t at(int64_t i) const;
+  iterator begin() const { return iterator(data_); }
+  iterator end() const { return iterator(data_ + size_); }
+  std::vector<int64_t> to_vector() const { return {begin(), end()}; }
+
+ private:
+  const uint32_t* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+/// One rank's view of a dataset shuffled and sharded as PyTorch does:
+/// rank r reads positions r, r+W, r+2W, ... of the epoch's global order.
+/// Not thread-safe: indices() computes the epoch lazily.
+class DistributedSampler {
+ public:
+  /// Validates here, once: throws std::invalid_argument naming the value.
+  explicit DistributedSampler(const DistributedSamplerOptions& options);
+  ~DistributedSampler();
+  DistributedSampler(DistributedSampler&&) noexcept;
+  DistributedSampler& operator=(DistributedSampler&&) noexcept;
+
+  /// Stores the epoch, like PyTorch's set_epoch: call it before every epoch or
+  /// every epoch reads the same order.
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
+  /// This rank's sample count per epoch.
+  int64_t num_samples() const { return num_samples_; }
+  /// Length of the padded/truncated global order (n in kUneven).
+  int64_t total_size() const { return layout_.total_size; }
+  const DistributedSamplerOptions& options() const { return options_; }
+  const ShardLayout& layout() const { return layout_; }
+
+  /// This rank's indices for the current epoch. Computed on first call per
+  /// epoch in O(n) time and n*4 bytes peak, then kept (num_samples*4 bytes).
+  IndexSpan indices() const;
+
+ private:
+  struct Buffer;
+  DistributedSamplerOptions options_;
+  ShardLayout layout_;
+  int64_t num_samples_ = 0;
+  int64_t epoch_ = 0;
+  mutable std::unique_ptr<Buffer> buffer_;
+};
+
+/// torch.randperm(n, generator seeded with seed) on CPU, as uint32 values.
+/// Forward Fisher-Yates on std::mt19937(uint32(seed)) with z = mt() % (n - i);
+/// with kTorch2 and n >= 214,748,364, PyTorch 2's inside-out variant with
+/// 64-bit draws. Throws std::invalid_argument if n is outside [0, kMaxDatasetSize].
+std::vector<uint32_t> randperm(int64_t n, uint64_t seed,
+                               RandpermCompat compat = RandpermCompat::kTorch2);
+
+/// The epoch's whole global order of total_size positions (padded by wrapping,
+/// or truncated), exactly the `indices` list PyTorch strides over. A plain,
+/// unoptimised reference: O(total_size) memory.
+std::vector<int64_t> global_order(const ShardLayout& layout, bool shuffle, uint64_t seed,
+                                  int64_t epoch,
+                                  RandpermCompat compat = RandpermCompat::kTorch2);
+
+/// The seed PyTorch hands to the generator for an epoch: (seed + epoch) mod 2^32.
+uint32_t epoch_seed(uint64_t seed, int64_t epoch);
+
+}  // namespace volshard
