@@ -1,5 +1,7 @@
 #include "volshard/sampler/distributed_sampler.h"
 
+#include "volshard/sampler/mt19937.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -28,17 +30,24 @@ bool uses_inside_out(int64_t n, RandpermCompat compat) {
   throw std::invalid_argument("DistributedSampler: " + message);
 }
 
-uint32_t draw32(std::mt19937& eng) { return static_cast<uint32_t>(eng()); }
+// Works with std::mt19937 (the plain reference path) and Mt19937 (the fast
+// path); both give the same draws.
+template <typename Engine>
+uint32_t draw32(Engine& eng) {
+  return static_cast<uint32_t>(eng());
+}
 
 // CPUGeneratorImpl::random64: the first 32-bit draw is the high half.
-uint64_t draw64(std::mt19937& eng) {
+template <typename Engine>
+uint64_t draw64(Engine& eng) {
   const uint64_t hi = draw32(eng);
   const uint64_t lo = draw32(eng);
   return (hi << 32) | lo;
 }
 
 // Inside-out Fisher-Yates over p[0, n), exactly torch's branch for large n:
-// r[i] = r[z]; r[z] = i. Needs no initialised buffer (z == i reads nothing).
+// r[i] = r[z]; r[z] = i with z = random64 % (i + 1). The plain reference.
+// Needs no initialised buffer (z == i reads nothing).
 void shuffle_inside_out(uint32_t* p, int64_t n, std::mt19937& eng) {
   for (int64_t i = 0; i < n; ++i) {
     const auto z = static_cast<int64_t>(draw64(eng) % static_cast<uint64_t>(i + 1));
@@ -102,40 +111,129 @@ int64_t append_padding(uint32_t* out, int64_t k, RankCursor& cur, int64_t n,
   return k;
 }
 
+constexpr int64_t kBlock = 512;
+constexpr int64_t kRingMask = 2 * kBlock - 1;  // targets of two blocks in flight
+constexpr int64_t kAhead = 32;                 // prefetch distance, in steps
+
+// Runs `steps` shuffle steps over p, step i getting its target index. Every
+// step is a random access into the n-sized buffer, latency-bound once it
+// outgrows the caches; but the targets depend only on the generator, so they
+// are drawn a block ahead (bulk draws, independent divisions that pipeline)
+// and the target kAhead steps ahead is prefetched, keeping many misses in
+// flight. draw(begin, count, out) writes the targets of steps [begin, +count).
+template <typename Draw, typename Step>
+void prefetched_steps(const uint32_t* p, int64_t steps, Draw draw, Step step) {
+  uint32_t target[2 * kBlock];
+  const auto draw_block = [&](int64_t begin) {
+    const int64_t count = std::min(kBlock, steps - begin);
+    if (count > 0) draw(begin, count, target + (begin & kRingMask));
+  };
+  draw_block(0);
+  for (int64_t i = 0; i < std::min(kAhead, steps); ++i) __builtin_prefetch(p + target[i], 1, 3);
+  for (int64_t begin = 0; begin < steps; begin += kBlock) {
+    draw_block(begin + kBlock);
+    const int64_t end = std::min(begin + kBlock, steps);
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + kAhead < steps) __builtin_prefetch(p + target[(i + kAhead) & kRingMask], 1, 3);
+      step(i, target[i & kRingMask]);
+    }
+  }
+}
+
 // One rank's shard of a shuffled epoch in one pass of the forward Fisher-Yates.
 // After step i, p[i] is final and never read again, so the rank's entries are
 // compacted into the front of the same buffer as they become final.
-// Each step is a random access into the n-sized buffer (latency-bound once it
-// outgrows the caches); the swap targets depend only on the generator, so they
-// are drawn kAhead steps early and prefetched to keep many misses in flight.
-int64_t shard_forward_fisher_yates(uint32_t* p, int64_t n, std::mt19937& eng, RankCursor& cur,
+int64_t shard_forward_fisher_yates(uint32_t* p, int64_t n, Mt19937& eng, RankCursor& cur,
                                    std::vector<uint32_t>& head) {
-  constexpr int64_t kAhead = 32;
-  constexpr int64_t kRing = 64;  // power of two > kAhead
-  uint32_t target[kRing];
-  const int64_t steps = n - 1;  // the last position needs no draw
-  const auto draw_target = [&](int64_t i) {
-    const uint32_t z = draw32(eng) % static_cast<uint32_t>(n - i);
-    target[i & (kRing - 1)] = static_cast<uint32_t>(i) + z;
-    __builtin_prefetch(p + static_cast<int64_t>(i) + z, 1, 3);
-  };
-  for (int64_t i = 0; i < std::min(kAhead, steps); ++i) draw_target(i);
-
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint32_t>(i);
   const auto head_len = static_cast<int64_t>(head.size());
   int64_t k = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i < steps) {
-      if (i + kAhead < steps) draw_target(i + kAhead);
-      const uint32_t j = target[i & (kRing - 1)];
-      std::swap(p[i], p[j]);
-    }
+  const auto settle = [&](int64_t i) {  // p[i] is final
     if (i < head_len) head[static_cast<size_t>(i)] = p[i];
     if (cur.takes(i)) {
       p[k++] = p[i];
       cur.next += cur.step;
     }
+  };
+  const auto n32 = static_cast<uint32_t>(n);
+  uint32_t draws[kBlock];
+  prefetched_steps(
+      p, n - 1,  // the last position needs no draw
+      [&](int64_t begin, int64_t count, uint32_t* out) {
+        eng.fill(draws, static_cast<size_t>(count));
+        for (int64_t j = 0; j < count; ++j) {
+          const auto i = static_cast<uint32_t>(begin + j);
+          out[j] = i + draws[j] % (n32 - i);
+        }
+      },
+      [&](int64_t i, uint32_t target) {
+        std::swap(p[i], p[target]);
+        settle(i);
+      });
+  if (n > 0) settle(n - 1);
+  return k;
+}
+
+// PyTorch 2's inside-out shuffle of all of p (no rank's entry is final before
+// the end), then the rank's positions compacted to the front.
+int64_t shard_inside_out(uint32_t* p, int64_t n, Mt19937& eng, RankCursor& cur,
+                         std::vector<uint32_t>& head) {
+  uint32_t draws[2 * kBlock];
+  prefetched_steps(
+      p, n,
+      [&](int64_t begin, int64_t count, uint32_t* out) {
+        eng.fill(draws, static_cast<size_t>(2 * count));
+        for (int64_t j = 0; j < count; ++j) {
+          const uint64_t r64 = (static_cast<uint64_t>(draws[2 * j]) << 32) | draws[2 * j + 1];
+          out[j] = static_cast<uint32_t>(r64 % static_cast<uint64_t>(begin + j + 1));
+        }
+      },
+      [&](int64_t i, uint32_t z) {
+        p[i] = z == i ? static_cast<uint32_t>(i) : p[z];
+        p[z] = static_cast<uint32_t>(i);
+      });
+  std::copy(p, p + head.size(), head.begin());
+  int64_t k = 0;
+  for (; cur.next < cur.end && cur.next < static_cast<uint64_t>(n); cur.next += cur.step) {
+    p[k++] = p[static_cast<int64_t>(cur.next)];
   }
   return k;
+}
+
+struct ComputedShard {
+  OwnedIndices data;
+  int64_t size = 0;
+};
+
+ComputedShard compute_shard(const ShardLayout& layout, const DistributedSamplerOptions& options,
+                            int64_t epoch, bool inside_out) {
+  const int64_t n = layout.dataset_size;
+  const int64_t total = layout.total_size;
+  RankCursor cur{static_cast<uint64_t>(options.rank), static_cast<uint64_t>(layout.num_replicas),
+                 static_cast<uint64_t>(total)};
+  // Padding repeats the permutation from its start: keep its first entries.
+  const int64_t pad = std::max<int64_t>(total - n, 0);
+  std::vector<uint32_t> head(static_cast<size_t>(std::min(pad, n)));
+
+  ComputedShard shard;
+  int64_t k = 0;
+  if (!options.shuffle) {
+    shard.data = allocate_indices(layout.num_samples(options.rank));
+    uint32_t* out = shard.data.get();
+    for (; cur.next < cur.end && cur.next < static_cast<uint64_t>(n); cur.next += cur.step) {
+      out[k++] = static_cast<uint32_t>(cur.next);
+    }
+    for (size_t i = 0; i < head.size(); ++i) head[i] = static_cast<uint32_t>(i);
+  } else {
+    shard.data = allocate_indices(n);
+    Mt19937 eng(epoch_seed(options.seed, epoch));
+    k = inside_out ? shard_inside_out(shard.data.get(), n, eng, cur, head)
+                   : shard_forward_fisher_yates(shard.data.get(), n, eng, cur, head);
+  }
+  if (n > 0) k = append_padding(shard.data.get(), k, cur, n, head);
+  shrink(shard.data, k);
+  shard.size = k;
+  return shard;
 }
 
 void put_field(std::ostringstream& os, const char* name, int64_t value) { os << name << '=' << value; }
@@ -259,56 +357,36 @@ DistributedSampler& DistributedSampler::operator=(DistributedSampler&&) noexcept
 void DistributedSampler::set_epoch(int64_t epoch) { epoch_ = epoch; }
 
 IndexSpan DistributedSampler::indices() const {
-  if (buffer_ && buffer_->epoch == epoch_) return {buffer_->data.get(), buffer_->size};
-
-  const int64_t n = layout_.dataset_size;
-  const int64_t total = layout_.total_size;
-  RankCursor cur{static_cast<uint64_t>(options_.rank), static_cast<uint64_t>(layout_.num_replicas),
-                 static_cast<uint64_t>(total)};
-  // Padding repeats the permutation from its start: keep its first entries.
-  const int64_t pad = std::max<int64_t>(total - n, 0);
-  std::vector<uint32_t> head(static_cast<size_t>(std::min(pad, n)));
-
-  OwnedIndices data;
-  int64_t k = 0;
-  if (!options_.shuffle) {
-    data = allocate_indices(num_samples_);
-    uint32_t* out = data.get();
-    for (; cur.next < cur.end && cur.next < static_cast<uint64_t>(n); cur.next += cur.step) {
-      out[k++] = static_cast<uint32_t>(cur.next);
-    }
-    for (size_t i = 0; i < head.size(); ++i) head[i] = static_cast<uint32_t>(i);
-  } else {
-    data = allocate_indices(n);
-    uint32_t* p = data.get();
-    std::mt19937 eng(epoch_seed(options_.seed, epoch_));
-    if (!uses_inside_out(n, options_.randperm)) {
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint32_t>(i);
-      k = shard_forward_fisher_yates(p, n, eng, cur, head);
-    } else {
-      shuffle_inside_out(p, n, eng);
-      std::copy(p, p + head.size(), head.begin());
-      for (; cur.next < cur.end && cur.next < static_cast<uint64_t>(n); cur.next += cur.step) {
-        p[k++] = p[static_cast<int64_t>(cur.next)];
-      }
-    }
+  if (!buffer_ || buffer_->epoch != epoch_) {
+    ComputedShard shard =
+        compute_shard(layout_, options_, epoch_, uses_inside_out(layout_.dataset_size, options_.randperm));
+    if (!buffer_) buffer_ = std::make_unique<Buffer>();
+    buffer_->epoch = epoch_;
+    buffer_->size = shard.size;
+    buffer_->data = std::move(shard.data);
   }
-  if (n > 0) k = append_padding(data.get(), k, cur, n, head);
-  shrink(data, k);
-
-  if (!buffer_) buffer_ = std::make_unique<Buffer>();
-  buffer_->epoch = epoch_;
-  buffer_->size = k;
-  buffer_->data = std::move(data);
   return {buffer_->data.get(), buffer_->size};
 }
 
 std::vector<uint32_t> randperm(int64_t n, uint64_t seed, RandpermCompat compat) {
+  return detail::reference_randperm(n, seed, uses_inside_out(n, compat));
+}
+
+namespace detail {
+
+std::vector<int64_t> shard_indices(const DistributedSamplerOptions& options, int64_t epoch,
+                                   bool inside_out) {
+  DistributedSampler validated(options);
+  const ComputedShard shard = compute_shard(validated.layout(), options, epoch, inside_out);
+  return {shard.data.get(), shard.data.get() + shard.size};
+}
+
+std::vector<uint32_t> reference_randperm(int64_t n, uint64_t seed, bool inside_out) {
   ShardLayout::make(n, 1, PartitionMode::kPad);  // validates n
   std::vector<uint32_t> p(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
   std::mt19937 eng(static_cast<uint32_t>(seed));
-  if (!uses_inside_out(n, compat)) {
+  if (!inside_out) {
     for (int64_t i = 0; i + 1 < n; ++i) {
       const int64_t z = draw32(eng) % static_cast<uint32_t>(n - i);
       std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(i + z)]);
@@ -318,6 +396,8 @@ std::vector<uint32_t> randperm(int64_t n, uint64_t seed, RandpermCompat compat) 
   }
   return p;
 }
+
+}  // namespace detail
 
 std::vector<int64_t> global_order(const ShardLayout& layout, bool shuffle, uint64_t seed,
                                   int64_t epoch, RandpermCompat compat) {

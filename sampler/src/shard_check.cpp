@@ -128,7 +128,7 @@ EpochCheck check_epoch(const DistributedSamplerOptions& options, int64_t epoch,
   if (previous != nullptr && previous->size() == shards.size()) {
     check.changed_rank = count_changed_owner(n, *previous, shards);
     if (options.shuffle && n >= 8 && *previous == shards) {
-      fail("order did not change since the previous epoch (set_epoch forgotten?)");
+      fail("order identical to the previous epoch's");
     }
   }
   return check;

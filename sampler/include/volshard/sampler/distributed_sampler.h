@@ -168,6 +168,14 @@ std::vector<int64_t> global_order(const ShardLayout& layout, bool shuffle, uint6
                                   int64_t epoch,
                                   RandpermCompat compat = RandpermCompat::kTorch2);
 
+namespace detail {
+/// Either shuffle algorithm at any n, for tests: the fast per-rank path and
+/// the plain reference (std::mt19937, whole permutation).
+std::vector<int64_t> shard_indices(const DistributedSamplerOptions& options, int64_t epoch,
+                                   bool inside_out);
+std::vector<uint32_t> reference_randperm(int64_t n, uint64_t seed, bool inside_out);
+}  // namespace detail
+
 /// The seed PyTorch hands to the generator for an epoch: (seed + epoch) mod 2^32.
 uint32_t epoch_seed(uint64_t seed, int64_t epoch);
 
