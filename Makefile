@@ -1,0 +1,31 @@
+# volshard: `make demo` and `make test` work on a fresh Debian 12 machine.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+.PHONY: all deps configure build test demo bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DVOLSHARD_WERROR=ON $(CMAKE_ARGS)
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 900
+
+# The main job, small and on CPU. For now: how the sampler shards 21 samples
+# over 2 ranks for 3 epochs with batch 5, verified.
+demo: build
+	@$(BUILD)/bin/sampler-inspect --size 21 --world-size 2 --epochs 0:2 --batch-size 5 --verify
+
+bench: build
+	@$(BUILD)/bin/bench_sampler bench/torch_sampler_baseline.py
+
+clean:
+	rm -rf $(BUILD)
