@@ -1,5 +1,6 @@
 #include "volshard/sampler/distributed_sampler.h"
 
+#include "volshard/sampler/log.h"
 #include "volshard/sampler/mt19937.h"
 
 #include <algorithm>
@@ -208,11 +209,12 @@ struct ComputedShard {
 ComputedShard compute_shard(const ShardLayout& layout, const DistributedSamplerOptions& options,
                             int64_t epoch, bool inside_out) {
   const int64_t n = layout.dataset_size;
-  const int64_t total = layout.total_size;
-  RankCursor cur{static_cast<uint64_t>(options.rank), static_cast<uint64_t>(layout.num_replicas),
-                 static_cast<uint64_t>(total)};
-  // Padding repeats the permutation from its start: keep its first entries.
-  const int64_t pad = std::max<int64_t>(total - n, 0);
+  // Positions of the (remaining) order are permutation positions start + k;
+  // those past n are padding, which repeats the permutation from its start.
+  const int64_t end = layout.start + layout.total_size;
+  RankCursor cur{static_cast<uint64_t>(layout.start + options.rank),
+                 static_cast<uint64_t>(layout.num_replicas), static_cast<uint64_t>(end)};
+  const int64_t pad = std::max<int64_t>(end - n, 0);
   std::vector<uint32_t> head(static_cast<size_t>(std::min(pad, n)));
 
   ComputedShard shard;
@@ -272,7 +274,8 @@ uint32_t epoch_seed(uint64_t seed, int64_t epoch) {
   return static_cast<uint32_t>(seed + static_cast<uint64_t>(epoch));
 }
 
-ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, PartitionMode mode) {
+ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, PartitionMode mode,
+                              int64_t start) {
   std::ostringstream os;
   if (dataset_size < 0) {
     put_field(os, "dataset_size", dataset_size);
@@ -287,7 +290,10 @@ ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, Partit
     put_field(os, "num_replicas", num_replicas);
     fail(os.str() + " must be >= 1");
   }
-  if (mode == PartitionMode::kUneven && dataset_size < num_replicas) {
+  if (start < 0 || start > dataset_size) {
+    fail("start=" + std::to_string(start) + " must be in [0, dataset_size=" + std::to_string(dataset_size) + "]");
+  }
+  if (mode == PartitionMode::kUneven && start == 0 && dataset_size < num_replicas) {
     fail("mode=uneven needs dataset_size=" + std::to_string(dataset_size) +
          " >= num_replicas=" + std::to_string(num_replicas) +
          " (MONAI's even_divisible=False refuses fewer samples than ranks)");
@@ -296,13 +302,15 @@ ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, Partit
   layout.dataset_size = dataset_size;
   layout.num_replicas = num_replicas;
   layout.mode = mode;
-  const int64_t floor_q = dataset_size / num_replicas;
-  const bool exact = dataset_size % num_replicas == 0;
+  layout.start = start;
+  const int64_t m = dataset_size - start;
+  const int64_t floor_q = m / num_replicas;
+  const bool exact = m % num_replicas == 0;
   switch (mode) {
     case PartitionMode::kPad: {
       const int64_t ceil_q = floor_q + (exact ? 0 : 1);
       if (__builtin_mul_overflow(ceil_q, num_replicas, &layout.total_size)) {
-        fail("arithmetic overflow: ceil(dataset_size=" + std::to_string(dataset_size) +
+        fail("arithmetic overflow: ceil(remaining samples=" + std::to_string(m) +
              " / num_replicas=" + std::to_string(num_replicas) + ") * num_replicas exceeds int64");
       }
       break;
@@ -312,7 +320,7 @@ ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, Partit
       layout.total_size = floor_q * num_replicas;
       break;
     case PartitionMode::kUneven:
-      layout.total_size = dataset_size;
+      layout.total_size = m;
       break;
   }
   return layout;
@@ -320,8 +328,8 @@ ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, Partit
 
 int64_t ShardLayout::num_samples(int64_t rank) const {
   if (mode != PartitionMode::kUneven) return total_size / num_replicas;
-  const int64_t base = dataset_size / num_replicas;
-  return base + (rank < dataset_size % num_replicas ? 1 : 0);
+  const int64_t m = remaining();
+  return m / num_replicas + (rank < m % num_replicas ? 1 : 0);
 }
 
 int64_t ShardLayout::max_num_samples() const { return num_samples(0); }
@@ -354,9 +362,94 @@ DistributedSampler::~DistributedSampler() = default;
 DistributedSampler::DistributedSampler(DistributedSampler&&) noexcept = default;
 DistributedSampler& DistributedSampler::operator=(DistributedSampler&&) noexcept = default;
 
-void DistributedSampler::set_epoch(int64_t epoch) { epoch_ = epoch; }
+DistributedSampler DistributedSampler::restore(const SamplerState& state, int64_t rank,
+                                               int64_t num_replicas) {
+  DistributedSamplerOptions o;
+  o.dataset_size = state.dataset_size;
+  o.num_replicas = num_replicas;
+  o.rank = rank;
+  o.shuffle = state.shuffle;
+  o.seed = state.seed;
+  o.mode = state.mode;
+  o.randperm = state.randperm;
+  if (state.consumed < 0 || state.consumed > state.dataset_size) {
+    fail("state consumed=" + std::to_string(state.consumed) + " must be in [0, dataset_size=" +
+         std::to_string(state.dataset_size) + "]");
+  }
+  // A whole epoch is validated as such (uneven refuses n < W); a remainder
+  // shorter than the world just leaves ranks empty.
+  DistributedSamplerOptions whole = o;
+  if (state.consumed > 0) whole.mode = PartitionMode::kPad;
+  DistributedSampler sampler(whole);
+  sampler.options_ = o;
+  sampler.epoch_ = state.epoch;
+  sampler.set_start(state.consumed);
+  return sampler;
+}
 
-IndexSpan DistributedSampler::indices() const {
+void DistributedSampler::set_start(int64_t start) {
+  layout_ = ShardLayout::make(options_.dataset_size, options_.num_replicas, options_.mode, start);
+  num_samples_ = layout_.num_samples(options_.rank);
+  position_ = 0;
+  buffer_.reset();
+}
+
+void DistributedSampler::set_epoch(int64_t epoch) {
+  passed_this_epoch_ = false;
+  if (epoch == epoch_) return;  // keeps a restored mid-epoch start
+  epoch_ = epoch;
+  if (layout_.start != 0) {
+    set_start(0);
+  } else {
+    position_ = 0;
+  }
+}
+
+IndexSpan DistributedSampler::iterate() {
+  if (passed_this_epoch_) {
+    if (options_.auto_advance_epoch) {
+      set_epoch(epoch_ + 1);
+    } else if (!warned_repeat_) {
+      warned_repeat_ = true;
+      warn("DistributedSampler: a second pass over epoch " + std::to_string(epoch_) +
+           " without set_epoch() reads the same order again; call set_epoch(e) before each epoch, or set "
+           "auto_advance_epoch");
+    }
+  }
+  passed_this_epoch_ = true;
+  position_ = 0;
+  return indices();
+}
+
+void DistributedSampler::set_position(int64_t rank_samples) {
+  if (rank_samples < 0 || rank_samples > num_samples_) {
+    throw std::out_of_range("DistributedSampler: position=" + std::to_string(rank_samples) +
+                            " out of range [0, num_samples=" + std::to_string(num_samples_) + "]");
+  }
+  position_ = rank_samples;
+}
+
+SamplerState DistributedSampler::state() const {
+  SamplerState s;
+  s.seed = options_.seed;
+  s.epoch = epoch_;
+  s.mode = options_.mode;
+  s.shuffle = options_.shuffle;
+  s.randperm = options_.randperm;
+  s.dataset_size = options_.dataset_size;
+  s.world_size = options_.num_replicas;
+  // Every rank read its first position_ entries: the first position_ * W
+  // positions of the remaining order, which are permutation positions from
+  // start on; positions past n are padding, so the epoch is then done.
+  int64_t read = 0;
+  if (__builtin_mul_overflow(position_, options_.num_replicas, &read)) read = options_.dataset_size;
+  s.consumed = layout_.start + std::min(read, layout_.remaining());
+  return s;
+}
+
+std::vector<int64_t> DistributedSampler::indices() && { return static_cast<const DistributedSampler&>(*this).indices().to_vector(); }
+
+IndexSpan DistributedSampler::indices() const& {
   if (!buffer_ || buffer_->epoch != epoch_) {
     ComputedShard shard =
         compute_shard(layout_, options_, epoch_, uses_inside_out(layout_.dataset_size, options_.randperm));
@@ -402,20 +495,19 @@ std::vector<uint32_t> reference_randperm(int64_t n, uint64_t seed, bool inside_o
 std::vector<int64_t> global_order(const ShardLayout& layout, bool shuffle, uint64_t seed,
                                   int64_t epoch, RandpermCompat compat) {
   const int64_t n = layout.dataset_size;
-  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::vector<int64_t> perm(static_cast<size_t>(n));
   if (shuffle) {
-    const auto perm = randperm(n, epoch_seed(seed, epoch), compat);
-    std::copy(perm.begin(), perm.end(), order.begin());
+    const auto p = randperm(n, epoch_seed(seed, epoch), compat);
+    std::copy(p.begin(), p.end(), perm.begin());
   } else {
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = i;
   }
-  if (layout.total_size <= n) {
-    order.resize(static_cast<size_t>(layout.total_size));
-  } else {
-    // torch: indices += indices[:pad], or (indices * ceil(pad / n))[:pad].
-    for (int64_t pos = n; pos < layout.total_size; ++pos) {
-      order.push_back(order[static_cast<size_t>((pos - n) % n)]);
-    }
+  // torch: indices += indices[:pad], or (indices * ceil(pad / n))[:pad]; a
+  // resumed remainder perm[start:] is padded the same way.
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(layout.total_size));
+  for (int64_t pos = layout.start; pos < layout.start + layout.total_size; ++pos) {
+    order.push_back(perm[static_cast<size_t>(pos < n ? pos : (pos - n) % n)]);
   }
   return order;
 }

@@ -27,25 +27,39 @@ int64_t count_changed_owner(int64_t n, const std::vector<std::vector<int64_t>>& 
 }
 
 std::vector<std::vector<int64_t>> all_shards(const DistributedSamplerOptions& options,
-                                             int64_t epoch) {
+                                             int64_t epoch, int64_t start) {
   std::vector<std::vector<int64_t>> shards;
-  DistributedSamplerOptions o = options;
-  for (o.rank = 0; o.rank < o.num_replicas; ++o.rank) {
-    DistributedSampler sampler(o);
-    sampler.set_epoch(epoch);
-    shards.push_back(sampler.indices().to_vector());
+  SamplerState state;
+  state.seed = options.seed;
+  state.epoch = epoch;
+  state.mode = options.mode;
+  state.shuffle = options.shuffle;
+  state.randperm = options.randperm;
+  state.dataset_size = options.dataset_size;
+  state.world_size = options.num_replicas;
+  state.consumed = start;
+  for (int64_t r = 0; r < options.num_replicas; ++r) {
+    if (start == 0) {
+      DistributedSamplerOptions o = options;
+      o.rank = r;
+      DistributedSampler sampler(o);
+      sampler.set_epoch(epoch);
+      shards.push_back(sampler.indices().to_vector());
+    } else {
+      shards.push_back(DistributedSampler::restore(state, r, options.num_replicas).indices());
+    }
   }
   return shards;
 }
 
 EpochCheck check_epoch(const DistributedSamplerOptions& options, int64_t epoch,
                        const std::vector<std::vector<int64_t>>& shards,
-                       const std::vector<std::vector<int64_t>>* previous) {
+                       const std::vector<std::vector<int64_t>>* previous, int64_t start) {
   EpochCheck check;
   check.epoch = epoch;
   const auto fail = [&](const std::string& what) { check.failures.push_back(what); };
   const ShardLayout layout =
-      ShardLayout::make(options.dataset_size, options.num_replicas, options.mode);
+      ShardLayout::make(options.dataset_size, options.num_replicas, options.mode, start);
   const int64_t n = layout.dataset_size;
   const int64_t w = layout.num_replicas;
   if (static_cast<int64_t>(shards.size()) != w) {
@@ -79,8 +93,13 @@ EpochCheck check_epoch(const DistributedSamplerOptions& options, int64_t epoch,
                     " break the mode's rule");
   }
 
-  // The multiset union follows the mode.
+  // The multiset union, with what was consumed before a resume, follows the mode.
   std::vector<int64_t> count(static_cast<size_t>(n), 0);
+  if (start > 0) {
+    const auto perm = global_order(ShardLayout::make(n, 1, PartitionMode::kPad), options.shuffle, options.seed,
+                                   epoch, options.randperm);
+    for (int64_t p = 0; p < start; ++p) ++count[static_cast<size_t>(perm[static_cast<size_t>(p)])];
+  }
   int64_t seen = 0;
   for (const auto& shard : shards) {
     for (const int64_t i : shard) {
@@ -110,12 +129,12 @@ EpochCheck check_epoch(const DistributedSamplerOptions& options, int64_t epoch,
     }
     case PartitionMode::kPad:
       if (missing > 0) fail(std::to_string(missing) + " samples on no rank");
-      check.padded = layout.total_size - n;
+      check.padded = layout.total_size - layout.remaining();
       break;
   }
 
   // set_epoch(e) again reproduces epoch e, after another epoch was computed.
-  {
+  if (start == 0) {
     DistributedSamplerOptions o = options;
     o.rank = w - 1;
     DistributedSampler again(o);

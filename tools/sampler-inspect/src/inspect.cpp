@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "volshard/inspect/png.h"
 #include "volshard/sampler/batching.h"
+#include "volshard/sampler/seed_streams.h"
 #include "volshard/sampler/shard_check.h"
 
 namespace volshard::inspect {
@@ -29,21 +31,37 @@ std::vector<int64_t> shown_ranks(const InspectOptions& o) {
   return ranks;
 }
 
+int64_t start_of(const InspectOptions& o) { return o.resume ? o.resume->consumed : 0; }
+
 EpochShards compute_epoch(const InspectOptions& o, int64_t epoch) {
   EpochShards e;
   e.epoch = epoch;
-  e.complete = !o.rank || o.verify;
+  e.complete = !o.rank || o.verify || !o.png_path.empty();
   if (e.complete) {
-    e.by_rank = all_shards(o.sampler, epoch);
+    e.by_rank = all_shards(o.sampler, epoch, start_of(o));
   } else {
     e.by_rank.resize(static_cast<size_t>(o.sampler.num_replicas));
-    DistributedSamplerOptions one = o.sampler;
-    one.rank = *o.rank;
-    DistributedSampler sampler(one);
-    sampler.set_epoch(epoch);
-    e.by_rank[static_cast<size_t>(one.rank)] = sampler.indices().to_vector();
+    const auto r = static_cast<size_t>(*o.rank);
+    if (o.resume) {
+      e.by_rank[r] = DistributedSampler::restore(*o.resume, *o.rank, o.sampler.num_replicas).indices();
+    } else {
+      DistributedSamplerOptions one = o.sampler;
+      one.rank = *o.rank;
+      DistributedSampler sampler(one);
+      sampler.set_epoch(epoch);
+      e.by_rank[r] = sampler.indices().to_vector();
+    }
   }
   return e;
+}
+
+std::string hex64(uint64_t v);
+
+void print_seed_list(std::ostream& out, const SeedStreams& streams, const std::vector<int64_t>& shard,
+                     int64_t epoch) {
+  const size_t shown = std::min<size_t>(shard.size(), 4);
+  for (size_t k = 0; k < shown; ++k) out << ' ' << shard[k] << ':' << hex64(streams.sample_seed(shard[k], epoch));
+  if (shown < shard.size()) out << " ... (" << shard.size() - shown << " more)";
 }
 
 void print_list(std::ostream& out, const std::vector<int64_t>& v, size_t begin, size_t end) {
@@ -85,9 +103,11 @@ std::string verdict_line(const InspectOptions& o, const EpochCheck& c) {
     for (const auto& f : c.failures) os << ' ' << f << ';';
     return os.str();
   }
-  const ShardLayout layout = ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas, o.sampler.mode);
-  os << "OK  " << to_string(o.sampler.mode) << ": " << layout.total_size << " positions over "
-     << layout.num_replicas << " ranks";
+  const ShardLayout layout =
+      ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas, o.sampler.mode, start_of(o));
+  os << "OK  " << to_string(o.sampler.mode) << ": ";
+  if (layout.start > 0) os << layout.start << " consumed before + ";
+  os << layout.total_size << " positions over " << layout.num_replicas << " ranks";
   switch (o.sampler.mode) {
     case PartitionMode::kPad:
       os << ", every sample present, " << c.padded << " padded by repetition";
@@ -108,13 +128,20 @@ std::string verdict_line(const InspectOptions& o, const EpochCheck& c) {
 }
 
 int verify(const InspectOptions& o, const EpochShards& e, const EpochShards* previous, std::ostream& out) {
-  const EpochCheck c = check_epoch(o.sampler, e.epoch, e.by_rank, previous ? &previous->by_rank : nullptr);
+  const EpochCheck c =
+      check_epoch(o.sampler, e.epoch, e.by_rank, previous ? &previous->by_rank : nullptr, start_of(o));
   out << verdict_line(o, c) << '\n';
   return c.ok() ? 0 : 1;
 }
 
 void print_table_header(const InspectOptions& o, std::ostream& out) {
-  const ShardLayout layout = ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas, o.sampler.mode);
+  if (o.resume) {
+    out << "resuming epoch " << o.resume->epoch << ": " << o.resume->consumed << " of " << o.resume->dataset_size
+        << " samples consumed at world_size=" << o.resume->world_size << "; the rest split over "
+        << o.sampler.num_replicas << " ranks\n";
+  }
+  const ShardLayout layout =
+      ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas, o.sampler.mode, start_of(o));
   out << "size=" << layout.dataset_size << " world_size=" << layout.num_replicas << " seed=" << o.sampler.seed
       << " shuffle=" << (o.sampler.shuffle ? "true" : "false") << " mode=" << to_string(o.sampler.mode)
       << "  total_size=" << layout.total_size << " samples/rank=" << layout.num_samples(0);
@@ -154,6 +181,16 @@ void print_table_epoch(const InspectOptions& o, const EpochShards& e, const Epoc
       out << '\n';
     }
   }
+  if (o.seeds) {
+    const SeedStreams streams(o.sampler.seed);
+    out << "  seeds: permutation " << streams.permutation_seed(e.epoch) << "\n";
+    for (int64_t r : ranks) {
+      out << "  rank " << std::setw(2) << r << "  rank seed " << hex64(streams.rank_seed(r, e.epoch))
+          << "  sample seeds:";
+      print_seed_list(out, streams, e.by_rank[static_cast<size_t>(r)], e.epoch);
+      out << '\n';
+    }
+  }
   if (previous != nullptr && e.complete && previous->complete) {
     out << "  " << count_changed_owner(o.sampler.dataset_size, previous->by_rank, e.by_rank) << " of " << o.sampler.dataset_size
         << " samples changed rank since epoch " << previous->epoch << '\n';
@@ -170,14 +207,21 @@ void print_summary_epoch(const InspectOptions& o, const EpochShards& e, std::ost
     print_list(out, shard, 0, k);
     out << "]  last=[";
     print_list(out, shard, shard.size() - k, shard.size());
-    out << "]  fingerprint=" << hex64(fingerprint(shard)) << '\n';
+    out << "]  fingerprint=" << hex64(fingerprint(shard));
+    if (o.seeds) out << "  rank_seed=" << hex64(SeedStreams(o.sampler.seed).rank_seed(r, e.epoch));
+    out << '\n';
   }
 }
 
 void print_csv_epoch(const InspectOptions& o, const EpochShards& e, std::ostream& out) {
+  const SeedStreams streams(o.sampler.seed);
   for (int64_t r : shown_ranks(o)) {
     const auto& shard = e.by_rank[static_cast<size_t>(r)];
-    for (size_t p = 0; p < shard.size(); ++p) out << e.epoch << ',' << r << ',' << p << ',' << shard[p] << '\n';
+    for (size_t p = 0; p < shard.size(); ++p) {
+      out << e.epoch << ',' << r << ',' << p << ',' << shard[p];
+      if (o.seeds) out << ',' << streams.sample_seed(shard[p], e.epoch);
+      out << '\n';
+    }
   }
 }
 
@@ -187,9 +231,20 @@ nlohmann::ordered_json json_epoch(const InspectOptions& o, const EpochShards& e)
     const auto& shard = e.by_rank[static_cast<size_t>(r)];
     nlohmann::ordered_json rank = {{"rank", r}, {"num_samples", shard.size()}, {"indices", shard}};
     if (o.batch_size > 0) rank["batches"] = batches_of(shard, o);
+    if (o.seeds) {
+      const SeedStreams streams(o.sampler.seed);
+      rank["rank_seed"] = streams.rank_seed(r, e.epoch);
+      std::vector<uint64_t> sample_seeds;
+      for (int64_t i : shard) sample_seeds.push_back(streams.sample_seed(i, e.epoch));
+      rank["sample_seeds"] = std::move(sample_seeds);
+    }
     ranks.push_back(std::move(rank));
   }
-  return {{"epoch", e.epoch}, {"ranks", std::move(ranks)}};
+  nlohmann::ordered_json epoch = {{"epoch", e.epoch}};
+  if (o.resume) epoch["consumed_before"] = o.resume->consumed;
+  if (o.seeds) epoch["permutation_seed"] = epoch_seed(o.sampler.seed, e.epoch);
+  epoch["ranks"] = std::move(ranks);
+  return epoch;
 }
 
 }  // namespace
@@ -222,6 +277,19 @@ EpochRange parse_epoch_range(const std::string& text) {
   return range;
 }
 
+InspectOptions options_from_state(const SamplerState& state, int64_t world_size) {
+  InspectOptions o;
+  o.sampler.dataset_size = state.dataset_size;
+  o.sampler.num_replicas = world_size > 0 ? world_size : state.world_size;
+  o.sampler.shuffle = state.shuffle;
+  o.sampler.seed = state.seed;
+  o.sampler.mode = state.mode;
+  o.sampler.randperm = state.randperm;
+  o.epochs = {state.epoch, state.epoch};
+  o.resume = state;
+  return o;
+}
+
 uint64_t fingerprint(const std::vector<int64_t>& indices) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (const int64_t v : indices) {
@@ -235,7 +303,9 @@ uint64_t fingerprint(const std::vector<int64_t>& indices) {
 }
 
 int run(const InspectOptions& o, std::ostream& out, std::ostream& verdicts) {
-  {
+  if (o.resume) {
+    (void)DistributedSampler::restore(*o.resume, o.rank.value_or(0), o.sampler.num_replicas);  // validates
+  } else {
     DistributedSamplerOptions check = o.sampler;
     check.rank = o.rank.value_or(0);
     DistributedSampler validate(check);  // throws with the bad value named
@@ -248,7 +318,8 @@ int run(const InspectOptions& o, std::ostream& out, std::ostream& verdicts) {
 
   nlohmann::ordered_json json_epochs = nlohmann::ordered_json::array();
   if (o.format == Format::kTable) print_table_header(o, out);
-  if (o.format == Format::kCsv) out << "epoch,rank,position,index\n";
+  if (o.format == Format::kCsv) out << (o.seeds ? "epoch,rank,position,index,sample_seed\n" : "epoch,rank,position,index\n");
+  std::vector<PngRow> png_rows;
 
   int status = 0;
   EpochShards previous;
@@ -266,8 +337,19 @@ int run(const InspectOptions& o, std::ostream& out, std::ostream& verdicts) {
       if (o.format == Format::kTable) verdict_out << "  ";
       status |= verify(o, e, prev, verdict_out);
     }
+    if (!o.png_path.empty()) png_rows.push_back({e.epoch, e.by_rank});
     previous = std::move(e);
     have_previous = true;
+  }
+  if (!o.png_path.empty()) {
+    std::vector<int64_t> before;
+    if (o.resume && o.resume->consumed > 0) {
+      const auto perm = global_order(ShardLayout::make(o.sampler.dataset_size, 1, PartitionMode::kPad),
+                                     o.sampler.shuffle, o.sampler.seed, o.resume->epoch, o.sampler.randperm);
+      before.assign(perm.begin(), perm.begin() + o.resume->consumed);
+    }
+    write_assignment_png(o.png_path, o.sampler.dataset_size, o.sampler.num_replicas, png_rows, before);
+    verdict_out << "wrote " << o.png_path << '\n';
   }
   if (o.format == Format::kJson) {
     nlohmann::ordered_json doc = {{"size", o.sampler.dataset_size},   {"world_size", o.sampler.num_replicas},

@@ -11,10 +11,11 @@
 
 namespace volshard {
 
-/// Every rank's indices for one epoch, each computed by its own sampler.
-/// options.rank is ignored.
+/// Every rank's indices for one epoch, each computed by its own sampler;
+/// with start > 0, what is left of the epoch after start permutation
+/// positions were consumed (see ShardLayout). options.rank is ignored.
 std::vector<std::vector<int64_t>> all_shards(const DistributedSamplerOptions& options,
-                                             int64_t epoch);
+                                             int64_t epoch, int64_t start = 0);
 
 /// Samples of [0, n) whose owner (the lowest rank holding it, or none)
 /// differs between two epochs' shards.
@@ -36,8 +37,11 @@ struct EpochCheck {
 /// reference global order and the mode's partition rule, that recomputing the
 /// epoch reproduces them, and, when `previous` is given, that a shuffled
 /// dataset of n >= 8 changed order and how many samples changed rank.
+/// With start > 0 the shards are a resumed remainder: the rule then holds for
+/// the consumed permutation positions [0, start) and the shards together
+/// (no sample skipped; none repeated except by padding).
 EpochCheck check_epoch(const DistributedSamplerOptions& options, int64_t epoch,
                        const std::vector<std::vector<int64_t>>& shards,
-                       const std::vector<std::vector<int64_t>>* previous);
+                       const std::vector<std::vector<int64_t>>* previous, int64_t start = 0);
 
 }  // namespace volshard

@@ -32,7 +32,16 @@ struct InspectOptions {
   bool drop_last_batch = false;
   Format format = Format::kTable;
   bool verify = false;
+  /// Show what each rank reads next from this saved state (its epoch only),
+  /// at sampler.num_replicas ranks (the saved world size, or another one).
+  std::optional<SamplerState> resume;
+  bool seeds = false;    ///< print derived per-rank and per-sample seeds
+  std::string png_path;  ///< non-empty: also draw the assignment as a PNG
 };
+
+/// Options that show a saved state: the state's sampler settings and epoch,
+/// at `world_size` ranks (0: the saved world size).
+InspectOptions options_from_state(const SamplerState& state, int64_t world_size);
 
 /// FNV-1a 64 over each index written as 8 little-endian bytes (int64), the
 /// fingerprint `--format summary` prints. Empty list: 0xcbf29ce484222325.
