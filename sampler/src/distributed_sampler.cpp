@@ -364,14 +364,7 @@ DistributedSampler& DistributedSampler::operator=(DistributedSampler&&) noexcept
 
 DistributedSampler DistributedSampler::restore(const SamplerState& state, int64_t rank,
                                                int64_t num_replicas) {
-  DistributedSamplerOptions o;
-  o.dataset_size = state.dataset_size;
-  o.num_replicas = num_replicas;
-  o.rank = rank;
-  o.shuffle = state.shuffle;
-  o.seed = state.seed;
-  o.mode = state.mode;
-  o.randperm = state.randperm;
+  const DistributedSamplerOptions o = state.sampler_options(rank, num_replicas);
   if (state.consumed < 0 || state.consumed > state.dataset_size) {
     fail("state consumed=" + std::to_string(state.consumed) + " must be in [0, dataset_size=" +
          std::to_string(state.dataset_size) + "]");
@@ -430,21 +423,12 @@ void DistributedSampler::set_position(int64_t rank_samples) {
 }
 
 SamplerState DistributedSampler::state() const {
-  SamplerState s;
-  s.seed = options_.seed;
-  s.epoch = epoch_;
-  s.mode = options_.mode;
-  s.shuffle = options_.shuffle;
-  s.randperm = options_.randperm;
-  s.dataset_size = options_.dataset_size;
-  s.world_size = options_.num_replicas;
   // Every rank read its first position_ entries: the first position_ * W
   // positions of the remaining order, which are permutation positions from
   // start on; positions past n are padding, so the epoch is then done.
   int64_t read = 0;
   if (__builtin_mul_overflow(position_, options_.num_replicas, &read)) read = options_.dataset_size;
-  s.consumed = layout_.start + std::min(read, layout_.remaining());
-  return s;
+  return SamplerState::at(options_, epoch_, layout_.start + std::min(read, layout_.remaining()));
 }
 
 std::vector<int64_t> DistributedSampler::indices() && { return static_cast<const DistributedSampler&>(*this).indices().to_vector(); }

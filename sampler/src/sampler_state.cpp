@@ -40,6 +40,31 @@ std::string string_field(const nlohmann::json& doc, const char* name) {
 
 }  // namespace
 
+SamplerState SamplerState::at(const DistributedSamplerOptions& options, int64_t epoch, int64_t consumed) {
+  SamplerState s;
+  s.seed = options.seed;
+  s.epoch = epoch;
+  s.mode = options.mode;
+  s.shuffle = options.shuffle;
+  s.randperm = options.randperm;
+  s.dataset_size = options.dataset_size;
+  s.world_size = options.num_replicas;
+  s.consumed = consumed;
+  return s;
+}
+
+DistributedSamplerOptions SamplerState::sampler_options(int64_t rank, int64_t world) const {
+  DistributedSamplerOptions o;
+  o.dataset_size = dataset_size;
+  o.num_replicas = world;
+  o.rank = rank;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.mode = mode;
+  o.randperm = randperm;
+  return o;
+}
+
 std::string SamplerState::to_json() const {
   nlohmann::ordered_json doc = {{"version", kStateVersion},
                                 {"seed", seed},

@@ -29,25 +29,9 @@ int64_t count_changed_owner(int64_t n, const std::vector<std::vector<int64_t>>& 
 std::vector<std::vector<int64_t>> all_shards(const DistributedSamplerOptions& options,
                                              int64_t epoch, int64_t start) {
   std::vector<std::vector<int64_t>> shards;
-  SamplerState state;
-  state.seed = options.seed;
-  state.epoch = epoch;
-  state.mode = options.mode;
-  state.shuffle = options.shuffle;
-  state.randperm = options.randperm;
-  state.dataset_size = options.dataset_size;
-  state.world_size = options.num_replicas;
-  state.consumed = start;
+  const SamplerState state = SamplerState::at(options, epoch, start);
   for (int64_t r = 0; r < options.num_replicas; ++r) {
-    if (start == 0) {
-      DistributedSamplerOptions o = options;
-      o.rank = r;
-      DistributedSampler sampler(o);
-      sampler.set_epoch(epoch);
-      shards.push_back(sampler.indices().to_vector());
-    } else {
-      shards.push_back(DistributedSampler::restore(state, r, options.num_replicas).indices());
-    }
+    shards.push_back(DistributedSampler::restore(state, r, options.num_replicas).indices());
   }
   return shards;
 }

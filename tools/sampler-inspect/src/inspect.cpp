@@ -279,12 +279,7 @@ EpochRange parse_epoch_range(const std::string& text) {
 
 InspectOptions options_from_state(const SamplerState& state, int64_t world_size) {
   InspectOptions o;
-  o.sampler.dataset_size = state.dataset_size;
-  o.sampler.num_replicas = world_size > 0 ? world_size : state.world_size;
-  o.sampler.shuffle = state.shuffle;
-  o.sampler.seed = state.seed;
-  o.sampler.mode = state.mode;
-  o.sampler.randperm = state.randperm;
+  o.sampler = state.sampler_options(0, world_size > 0 ? world_size : state.world_size);
   o.epochs = {state.epoch, state.epoch};
   o.resume = state;
   return o;

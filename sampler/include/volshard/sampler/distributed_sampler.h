@@ -219,6 +219,12 @@ struct SamplerState {
   int64_t world_size = 1;  ///< when saved; restore() may use another
   int64_t consumed = 0;    ///< permutation positions of this epoch read by all ranks, in [0, n]
 
+  /// The state of samplers with these options at `epoch`, `consumed` positions in.
+  static SamplerState at(const DistributedSamplerOptions& options, int64_t epoch, int64_t consumed);
+  /// Options for `rank` of `world_size` ranks with this state's settings
+  /// (auto_advance_epoch off).
+  DistributedSamplerOptions sampler_options(int64_t rank, int64_t world_size) const;
+
   std::string to_json() const;
   /// Throws std::invalid_argument naming a missing, mistyped or out-of-range field.
   static SamplerState from_json(const std::string& text);
