@@ -10,12 +10,13 @@ packages=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   # tensors, volumes, pictures
-  libtorch-dev libniftiio-dev zlib1g-dev libdeflate-dev libisal-dev libopencv-dev
+  libtorch-dev libniftiio-dev libnifti2-dev libznz-dev zlib1g-dev libdeflate-dev libisal-dev libopencv-dev
+  clang libclang-rt-14-dev
   # LibTorch's libblas.so.3 is the single-threaded reference BLAS unless this
   # takes over the alternative (see docs/platform notes in README)
   libopenblas0-openmp
   # oracles for golden and differential tests
-  python3 python3-torch python3-nibabel
+  python3 python3-numpy python3-torch python3-nibabel
 )
 
 missing=()

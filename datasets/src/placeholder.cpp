@@ -1,0 +1,1 @@
+// Replaced by the NIfTI reader (issue #4).

@@ -1,0 +1,279 @@
+#include "volshard/transforms/transforms.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "volshard/sampler/log.h"
+
+namespace volshard {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A label with a foreground box [lo, hi) in each axis.
+Sample box_sample(std::array<int64_t, 3> shape, std::array<int64_t, 3> lo, std::array<int64_t, 3> hi) {
+  Sample s;
+  s.image = at::arange(shape[0] * shape[1] * shape[2], at::kFloat).reshape({1, shape[0], shape[1], shape[2]});
+  s.label = at::zeros({1, shape[0], shape[1], shape[2]}, at::kFloat);
+  s.label.slice(1, lo[0], hi[0]).slice(2, lo[1], hi[1]).slice(3, lo[2], hi[2]).fill_(1.0);
+  return s;
+}
+
+double chi_square_quantile_999(double dof) {  // Wilson-Hilferty, z = 3.0902
+  const double z = 3.0902, t = 2.0 / (9.0 * dof);
+  return dof * std::pow(1.0 - t + z * std::sqrt(t), 3.0);
+}
+
+TEST(ScaleIntensityTest, RescalesGloballyToZeroOne) {
+  const at::Tensor x = at::tensor({2.0f, 4.0f, 6.0f, 10.0f}).reshape({2, 1, 1, 2});
+  const at::Tensor y = scale_intensity(x);
+  EXPECT_TRUE(at::equal(y, at::tensor({0.0f, 0.25f, 0.5f, 1.0f}).reshape({2, 1, 1, 2})));
+  EXPECT_TRUE(at::allclose(scale_intensity(x, {-1.0, 1.0}), y * 2 - 1));
+}
+
+TEST(ScaleIntensityTest, ConstantImageBecomesZerosAndNanPropagates) {
+  EXPECT_TRUE(at::equal(scale_intensity(at::full({1, 2, 2, 2}, 7.0f)), at::zeros({1, 2, 2, 2})));
+  at::Tensor x = at::rand({1, 2, 2, 2});
+  x.view(-1)[3] = NAN;
+  EXPECT_TRUE(at::isnan(scale_intensity(x)).all().item<bool>());
+}
+
+TEST(LabelIndicesTest, AreCOrderFlatIndicesOfForegroundAndBackground) {
+  const Sample s = box_sample({4, 5, 6}, {1, 2, 3}, {3, 4, 5});
+  const LabelIndices idx = label_indices(s.label);
+  const at::Tensor fg = at::nonzero(s.label[0].reshape(-1) != 0).reshape(-1);
+  const at::Tensor bg = at::nonzero(s.label[0].reshape(-1) == 0).reshape(-1);
+  ASSERT_EQ(static_cast<int64_t>(idx.foreground.size()), fg.numel());
+  ASSERT_EQ(static_cast<int64_t>(idx.background.size()), bg.numel());
+  for (int64_t k = 0; k < fg.numel(); ++k) EXPECT_EQ(idx.foreground[static_cast<size_t>(k)], fg[k].item<int64_t>());
+  for (int64_t k = 0; k < bg.numel(); ++k) EXPECT_EQ(idx.background[static_cast<size_t>(k)], bg[k].item<int64_t>());
+  EXPECT_EQ(idx.foreground.front(), (1 * 5 + 2) * 6 + 3);
+}
+
+TEST(LabelIndicesTest, DropsChannelZeroOfOneHotLabelsAndCanThresholdTheImage) {
+  at::Tensor onehot = at::zeros({2, 2, 2, 2});
+  onehot[0].fill_(1.0);  // background channel: not foreground
+  onehot[1][1][1][1] = 1.0;
+  const auto idx = label_indices(onehot);
+  EXPECT_EQ(idx.foreground, std::vector<int32_t>{7});
+  at::Tensor image = at::zeros({1, 2, 2, 2});
+  image.view(-1)[2] = 5.0;
+  const auto thresholded = label_indices(onehot, &image, 1.0);
+  EXPECT_EQ(thresholded.background, std::vector<int32_t>{2});
+}
+
+TEST(RandCropByPosNegLabelTest, ClampsCentresAsMonai) {
+  // L = 128, s = 96: centre in [48, 80], start in [0, 32].
+  EXPECT_EQ(clamp_crop_centre(0, 96, 128), 48);
+  EXPECT_EQ(clamp_crop_centre(127, 96, 128), 80);
+  EXPECT_EQ(clamp_crop_centre(60, 96, 128), 60);
+  // odd size: lo = 2, hi = trunc(10 + 1 - 2.5) = 8
+  EXPECT_EQ(clamp_crop_centre(9, 5, 10), 7);
+  // crop as large as the image: lo = hi = 5 -> hi = 6, centre 5
+  EXPECT_EQ(clamp_crop_centre(0, 10, 10), 5);
+}
+
+TEST(RandCropByPosNegLabelTest, CropsAreInsideOfTheRequestedSizeAndCopyTheRightVoxels) {
+  const Sample s = box_sample({20, 18, 16}, {2, 3, 4}, {6, 7, 8});
+  const LabelIndices idx = label_indices(s.label);
+  PosNegCropOptions o;
+  o.spatial_size = {8, 6, 5};
+  o.num_samples = 4;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    StreamRng rng(seed);
+    for (const CropParams& c : sample_pos_neg_crops({20, 18, 16}, idx, o, rng)) {
+      const std::array<int64_t, 3> shape{20, 18, 16};
+      for (size_t a = 0; a < 3; ++a) {
+        ASSERT_GE(c.start[a], 0);
+        ASSERT_LE(c.start[a] + c.size[a], shape[a]);
+        ASSERT_EQ(c.size[a], o.spatial_size[a]);
+      }
+      const Sample patch = apply_crop(s, c, 1);
+      ASSERT_EQ(patch.image.sizes(), (std::vector<int64_t>{1, 8, 6, 5}));
+      // the image holds its own flat index: the crop's first voxel names its start
+      EXPECT_EQ(patch.image[0][0][0][0].item<float>(),
+                static_cast<float>((c.start[0] * 18 + c.start[1]) * 16 + c.start[2]));
+      EXPECT_EQ(patch.meta.crop_start, c.start);
+      EXPECT_EQ(patch.meta.patch_index, 1);
+      if (c.foreground) {  // the drawn voxel (before clamping) is foreground
+        EXPECT_EQ(s.label[0][c.voxel[0]][c.voxel[1]][c.voxel[2]].item<float>(), 1.0f);
+      } else {
+        EXPECT_EQ(s.label[0][c.voxel[0]][c.voxel[1]][c.voxel[2]].item<float>(), 0.0f);
+      }
+    }
+  }
+}
+
+TEST(RandCropByPosNegLabelTest, ForegroundFrequencyFollowsPosOverPosPlusNeg) {
+  const Sample s = box_sample({12, 12, 12}, {3, 3, 3}, {6, 6, 6});
+  const LabelIndices idx = label_indices(s.label);
+  for (const auto& [pos, neg] : std::vector<std::pair<double, double>>{{1, 1}, {3, 1}, {1, 4}}) {
+    PosNegCropOptions o;
+    o.spatial_size = {4, 4, 4};
+    o.pos = pos;
+    o.neg = neg;
+    o.num_samples = 20000;
+    StreamRng rng(42);
+    int64_t fg = 0;
+    for (const auto& c : sample_pos_neg_crops({12, 12, 12}, idx, o, rng)) fg += c.foreground ? 1 : 0;
+    const double p = pos / (pos + neg), n = 20000;
+    const double z = (static_cast<double>(fg) - n * p) / std::sqrt(n * p * (1 - p));
+    EXPECT_LT(std::abs(z), 4.0) << "pos=" << pos << " neg=" << neg << " fg=" << fg;  // binomial test
+  }
+}
+
+TEST(RandCropByPosNegLabelTest, ClampedStartsFollowTheDistributionTheLabelImplies) {
+  // Expected: each class with probability 1/2, a uniform voxel of it, clamped.
+  const std::array<int64_t, 3> shape{9, 8, 7};
+  Sample s = box_sample(shape, {0, 1, 4}, {3, 4, 7});  // a corner box: clamping matters
+  const LabelIndices idx = label_indices(s.label);
+  const std::array<int64_t, 3> size{4, 3, 5};
+  std::map<std::array<int64_t, 3>, double> expected;
+  const auto add_class = [&](const std::vector<int32_t>& pool) {
+    for (int32_t flat : pool) {
+      const std::array<int64_t, 3> v{flat / (shape[1] * shape[2]), (flat / shape[2]) % shape[1], flat % shape[2]};
+      std::array<int64_t, 3> start{};
+      for (size_t a = 0; a < 3; ++a) start[a] = clamp_crop_centre(v[a], size[a], shape[a]) - size[a] / 2;
+      expected[start] += 0.5 / static_cast<double>(pool.size());
+    }
+  };
+  add_class(idx.foreground);
+  add_class(idx.background);
+  PosNegCropOptions o;
+  o.spatial_size = size;
+  o.num_samples = 100000;
+  StreamRng rng(7);
+  std::map<std::array<int64_t, 3>, double> observed;
+  for (const auto& c : sample_pos_neg_crops(shape, idx, o, rng)) observed[c.start] += 1;
+  double chi2 = 0;
+  for (const auto& [start, p] : expected) {
+    const double e = p * static_cast<double>(o.num_samples);
+    chi2 += (observed[start] - e) * (observed[start] - e) / e;
+  }
+  for (const auto& [start, count] : observed) ASSERT_TRUE(expected.count(start)) << "impossible start";
+  const double dof = static_cast<double>(expected.size()) - 1;
+  EXPECT_LT(chi2, chi_square_quantile_999(dof)) << "cells=" << expected.size();
+}
+
+TEST(RandCropByPosNegLabelTest, SameSeedSameCropsAndDifferentSeedsDiffer) {
+  const Sample s = box_sample({30, 30, 30}, {5, 5, 5}, {20, 20, 20});
+  const Compose pipeline = tutorial_augmentation({16, 16, 16}, 4);
+  const auto a = pipeline(s, 1234), b = pipeline(s, 1234), c = pipeline(s, 1235);
+  ASSERT_EQ(a.size(), 4u);
+  bool differs = false;
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_TRUE(at::equal(a[k].image, b[k].image));
+    EXPECT_TRUE(at::equal(a[k].label, b[k].label));
+    EXPECT_EQ(a[k].meta.crop_start, b[k].meta.crop_start);
+    differs |= a[k].meta.crop_start != c[k].meta.crop_start;
+  }
+  EXPECT_TRUE(differs);
+}
+
+TEST(RandCropByPosNegLabelTest, WarnsOnceWithoutForegroundAndFailsWithoutAnyVoxel) {
+  std::vector<std::string> warnings;
+  const auto previous = set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
+  Sample s = box_sample({10, 10, 10}, {0, 0, 0}, {0, 0, 0});  // no foreground
+  PosNegCropOptions o;
+  o.spatial_size = {4, 4, 4};
+  o.num_samples = 3;
+  const auto crop = make_rand_crop_by_pos_neg_label(o);
+  StreamRng rng(1);
+  for (int k = 0; k < 3; ++k) {
+    for (const auto& patch : (*crop)(s, rng)) EXPECT_FALSE(patch.meta.foreground_centre);
+  }
+  set_warning_handler(previous);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("0 foreground and 1000 background"));
+  EXPECT_THAT(warnings[0], HasSubstr("pos_ratio to 0"));
+  StreamRng again(1);
+  EXPECT_THROW(sample_pos_neg_crops({10, 10, 10}, LabelIndices{}, o, again), std::invalid_argument);
+}
+
+TEST(RandCropByPosNegLabelTest, RejectsACropLargerThanTheImageUnlessAllowSmaller) {
+  const Sample s = box_sample({10, 12, 14}, {1, 1, 1}, {5, 5, 5});
+  PosNegCropOptions o;
+  o.spatial_size = {16, 8, 8};
+  StreamRng rng(0);
+  try {
+    sample_pos_neg_crops({10, 12, 14}, label_indices(s.label), o, rng);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("(16, 8, 8) is larger than the image (10, 12, 14)"));
+  }
+  o.allow_smaller = true;
+  const auto crops = sample_pos_neg_crops({10, 12, 14}, label_indices(s.label), o, rng);
+  EXPECT_EQ(crops[0].size, (std::array<int64_t, 3>{10, 8, 8}));
+  o.pos = -1;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+TEST(RandRotate90Test, FourQuarterTurnsAreIdentityAndOneIsFlipThenTranspose) {
+  Sample s = box_sample({5, 6, 7}, {1, 1, 1}, {3, 3, 3});
+  s.image = s.image.reshape({1, 5, 6, 7}).expand({1, 5, 6, 7}).contiguous();
+  Rotate90Options o;
+  o.spatial_axes = {0, 2};
+  Sample r = s;
+  for (int k = 0; k < 4; ++k) r = apply_rotate90(r, {1, true}, o);
+  EXPECT_TRUE(at::equal(r.image, s.image));
+  // semantics.md: k=1 over dims (1,3) == flip(3) then transpose(1,3)
+  const Sample one = apply_rotate90(s, {1, true}, o);
+  EXPECT_TRUE(at::equal(one.image, s.image.flip({3}).transpose(1, 3)));
+  EXPECT_TRUE(at::equal(apply_rotate90(s, {3, true}, o).image, s.image.transpose(1, 3).flip({3})));
+  EXPECT_TRUE(at::equal(apply_rotate90(s, {2, true}, o).image, s.image.flip({1}).flip({3})));
+  EXPECT_EQ(one.meta.rot90_k, 1);
+  EXPECT_TRUE(at::equal(apply_rotate90(s, {2, false}, o).image, s.image));
+}
+
+TEST(RandRotate90Test, DrawsKUniformlyAndAppliesWithProbability) {
+  Rotate90Options o;
+  o.prob = 0.5;
+  StreamRng rng(9);
+  std::map<std::pair<int64_t, bool>, int> counts;
+  const int n = 60000;
+  for (int i = 0; i < n; ++i) {
+    const auto p = sample_rotate90(o, rng);
+    ++counts[{p.k, p.apply}];
+  }
+  for (int64_t k = 1; k <= 3; ++k) {
+    for (bool apply : {false, true}) {
+      const double expected = n / 6.0;
+      const int observed = counts[std::make_pair(k, apply)];
+      EXPECT_NEAR(observed, expected, 5 * std::sqrt(expected)) << k << apply;
+    }
+  }
+}
+
+TEST(RandFlipTest, FlipsTheChosenAxesOfImageAndLabel) {
+  const Sample s = box_sample({3, 4, 5}, {0, 0, 0}, {1, 2, 3});
+  FlipOptions o;
+  o.prob = 1.0;
+  o.spatial_axes = {1};
+  const Sample f = apply_flip(s, true, o);
+  EXPECT_TRUE(at::equal(f.image, s.image.flip({2})));
+  EXPECT_TRUE(at::equal(f.label, s.label.flip({2})));
+  EXPECT_EQ(f.meta.flipped, (std::array<bool, 3>{false, true, false}));
+  o.spatial_axes = {3};
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+TEST(ComposeTest, EachStepHasItsOwnStreamSoLaterStepsDoNotChangeEarlierDraws) {
+  const Sample s = box_sample({30, 30, 30}, {5, 5, 5}, {20, 20, 20});
+  PosNegCropOptions c;
+  c.spatial_size = {8, 8, 8};
+  c.num_samples = 2;
+  const Compose crop_only({make_rand_crop_by_pos_neg_label(c)});
+  FlipOptions f;
+  f.prob = 0.5;
+  const Compose crop_then_flip({make_rand_crop_by_pos_neg_label(c), make_rand_flip(f)});
+  const auto a = crop_only(s, 77), b = crop_then_flip(s, 77);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].meta.crop_start, b[k].meta.crop_start);
+}
+
+}  // namespace
+}  // namespace volshard

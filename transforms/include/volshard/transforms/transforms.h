@@ -1,0 +1,150 @@
+#pragma once
+// MONAI's tutorial augmentations, each a pure function of a per-sample seed:
+// random transforms first sample their parameters, then apply them.
+//
+//   StreamRng rng = SeedStreams(seed).sample(index, epoch);
+//   auto crops = sample_pos_neg_crops(shape, indices, options, rng);  // parameters
+//   Sample patch = apply_crop(sample, crops[0], 0);                   // pixels
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "volshard/sampler/seed_streams.h"
+#include "volshard/transforms/sample.h"
+
+namespace volshard {
+
+// ---- ScaleIntensity -------------------------------------------------------
+
+struct ScaleIntensityOptions {
+  double minv = 0.0;
+  double maxv = 1.0;
+};
+
+/// Min-max rescale of the image to [minv, maxv], global over channels, in
+/// float32 (MONAI ScaleIntensity). A constant image becomes image * minv
+/// (zeros by default); NaN anywhere gives NaN everywhere, as MONAI.
+at::Tensor scale_intensity(const at::Tensor& image, const ScaleIntensityOptions& options = {});
+
+// ---- RandCropByPosNegLabel ------------------------------------------------
+
+struct PosNegCropOptions {
+  std::array<int64_t, 3> spatial_size{96, 96, 96};  ///< <= 0: the image's size
+  double pos = 1.0;                                 ///< >= 0
+  double neg = 1.0;                                 ///< >= 0, pos + neg > 0
+  int64_t num_samples = 1;                          ///< >= 1
+  double image_threshold = 0.0;  ///< background is image > threshold when use_image_threshold
+  bool use_image_threshold = false;  ///< MONAI's image_key: restrict background to image > threshold
+  bool allow_smaller = false;        ///< a crop larger than the image shrinks to it instead of failing
+  void validate() const;             ///< throws std::invalid_argument naming the value
+};
+
+struct CropParams {
+  bool foreground = false;            ///< the centre was drawn from the foreground
+  std::array<int64_t, 3> voxel{};     ///< the drawn voxel, before clamping
+  std::array<int64_t, 3> centre{};    ///< after clamping
+  std::array<int64_t, 3> start{};     ///< in [0, L - size]
+  std::array<int64_t, 3> size{};
+};
+
+/// MONAI's map_binary_to_indices over a C x X x Y x Z label (and optionally
+/// the image, for use_image_threshold). One pass over contiguous memory.
+LabelIndices label_indices(const at::Tensor& label, const at::Tensor* image = nullptr,
+                           double image_threshold = 0.0);
+
+/// The crop size after spatial_size <= 0 and allow_smaller are applied; throws
+/// std::invalid_argument naming both sizes if a crop exceeds the image.
+std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape, const PosNegCropOptions& options);
+
+/// MONAI's correct_crop_centers for one axis: lo = s // 2, hi = trunc(L + 1 - s / 2),
+/// hi += 1 if lo == hi, centre = min(max(c, lo), hi - 1).
+int64_t clamp_crop_centre(int64_t centre, int64_t size, int64_t length);
+
+/// Draws num_samples crops: each independently takes the foreground with
+/// probability pos / (pos + neg) (one uniform_double), then a uniform voxel of
+/// that class (one below(count)), unravels it C-order and clamps it. With no
+/// foreground (or no background) it warns once per `warned` flag and uses the
+/// other class; with neither it throws std::invalid_argument.
+std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape, const LabelIndices& indices,
+                                             const PosNegCropOptions& options, StreamRng& rng,
+                                             std::atomic<bool>* warned = nullptr);
+
+/// One strided copy of the crop from image and label; meta records it.
+Sample apply_crop(const Sample& sample, const CropParams& crop, int64_t patch_index);
+
+// ---- RandSpatialCrop ------------------------------------------------------
+
+/// A uniformly placed crop of `size` (each start uniform in [0, L - size]).
+CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape, const std::array<int64_t, 3>& size,
+                               StreamRng& rng);
+
+// ---- RandRotate90 ---------------------------------------------------------
+
+struct Rotate90Options {
+  double prob = 0.1;
+  int64_t max_k = 3;                        ///< k uniform in [1, max_k]
+  std::array<int64_t, 2> spatial_axes{0, 1};  ///< the tutorial uses {0, 2}
+  void validate() const;
+};
+
+struct Rotate90Params {
+  int64_t k = 0;  ///< drawn first, as MONAI, even when not applied
+  bool apply = false;
+};
+
+/// k = 1 + below(max_k) first, then apply = uniform_double() < prob.
+Rotate90Params sample_rotate90(const Rotate90Options& options, StreamRng& rng);
+/// torch.rot90(x, k, (1 + axes[0], 1 + axes[1])) on image and label, contiguous.
+Sample apply_rotate90(Sample sample, const Rotate90Params& params, const Rotate90Options& options);
+
+// ---- RandFlip -------------------------------------------------------------
+
+struct FlipOptions {
+  double prob = 0.1;
+  std::vector<int64_t> spatial_axes{0, 1, 2};  ///< flipped together when applied (MONAI: None = all)
+  void validate() const;
+};
+
+/// apply = uniform_double() < prob.
+bool sample_flip(const FlipOptions& options, StreamRng& rng);
+Sample apply_flip(Sample sample, bool apply, const FlipOptions& options);
+
+// ---- Compose --------------------------------------------------------------
+
+/// One step of a pipeline. A step may turn one sample into several (crops).
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  virtual std::vector<Sample> operator()(Sample sample, StreamRng& rng) const = 0;
+  virtual std::string name() const = 0;
+};
+
+std::shared_ptr<const Transform> make_scale_intensity(ScaleIntensityOptions options = {});
+std::shared_ptr<const Transform> make_rand_crop_by_pos_neg_label(PosNegCropOptions options);
+std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size);
+std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options options);
+std::shared_ptr<const Transform> make_rand_flip(FlipOptions options);
+
+/// Runs the steps in order; step t draws from its own stream
+/// StreamRng(mix64(sample_seed + (t + 1) * kGoldenGamma)), so changing a later
+/// step never changes an earlier one's draws. Output depends only on the
+/// sample and its seed: the same on any thread. Thread-safe (const).
+class Compose {
+ public:
+  explicit Compose(std::vector<std::shared_ptr<const Transform>> steps);
+  std::vector<Sample> operator()(Sample sample, uint64_t sample_seed) const;
+  size_t size() const { return steps_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<const Transform>> steps_;
+};
+
+/// The MONAI DDP tutorial's random part: RandCropByPosNegLabel(96^3, pos 1,
+/// neg 1, 4 samples) then RandRotate90(prob 0.5, axes (0, 2)).
+Compose tutorial_augmentation(std::array<int64_t, 3> crop = {96, 96, 96}, int64_t num_samples = 4);
+
+}  // namespace volshard
