@@ -1,0 +1,96 @@
+#pragma once
+// A data loader for one rank: the rank's indices for an epoch go through a
+// source (load or cache) and a Compose on K worker threads, with bounded
+// prefetch, and come out as collated batches. Batches do not depend on K.
+
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "volshard/transforms/sample.h"
+#include "volshard/transforms/transforms.h"
+
+namespace volshard {
+
+/// Returns dataset item `index`, ready for the random transforms (loaded and
+/// scaled, or a copy from a cache). Called from worker threads concurrently.
+using SampleSource = std::function<Sample(int64_t index)>;
+
+struct LoaderOptions {
+  int64_t batch_size = 2;        ///< volumes per batch, >= 1
+  bool drop_last_batch = false;  ///< drop a short last batch
+  int64_t workers = 2;           ///< 0: transforms run in next() on the caller's thread
+  int64_t prefetch_batches = 2;  ///< batches prepared ahead of the consumer, >= 1
+  uint64_t seed = 0;             ///< base seed; sample i of epoch e uses SeedStreams(seed).sample_seed(i, e)
+  void validate() const;         ///< throws std::invalid_argument naming the value
+};
+
+/// num_samples crops of each of batch_size volumes, flattened in order (volume
+/// by volume, then patch), as MONAI's list_data_collate: image and label are
+/// (volumes * crops) x C x X x Y x Z.
+struct Batch {
+  int64_t step = 0;
+  at::Tensor image;
+  at::Tensor label;
+  std::vector<SampleMeta> meta;  ///< one per row of image/label
+  double wait_seconds = 0;       ///< how long next() blocked for this batch
+};
+
+/// Stacks samples into a Batch; throws std::invalid_argument naming the first
+/// sample whose shape differs.
+Batch collate(std::vector<Sample> samples);
+
+class DataLoader {
+ public:
+  DataLoader(SampleSource source, Compose transforms, LoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// Starts an epoch over these indices (e.g. sampler.iterate()), dropping
+  /// whatever the previous epoch had in flight.
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch);
+  /// Batches of the current epoch in order; nullopt at its end. Rethrows,
+  /// for the batch that holds it, the exception a worker hit (naming the
+  /// dataset index).
+  std::optional<Batch> next();
+  /// Steps of the current epoch.
+  int64_t num_batches() const { return num_batches_; }
+  const LoaderOptions& options() const { return options_; }
+
+ private:
+  std::vector<Sample> produce(int64_t index, int64_t epoch) const;
+  void worker_loop();
+  void stop_workers();
+
+  SampleSource source_;
+  Compose transforms_;
+  LoaderOptions options_;
+  std::vector<int64_t> indices_;
+  int64_t epoch_ = 0;
+  int64_t num_batches_ = 0;
+  int64_t next_batch_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable result_ready_;
+  size_t next_position_ = 0;  ///< next position a worker takes
+  uint64_t generation_ = 0;   ///< bumped per epoch so stale results are dropped
+  struct Result {
+    std::vector<Sample> samples;
+    std::exception_ptr error;  ///< rethrown when the batch holding it is asked for
+  };
+  std::map<size_t, Result> results_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace volshard
