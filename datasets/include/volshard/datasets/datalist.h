@@ -1,0 +1,32 @@
+#pragma once
+// Which files make up a dataset: image/label pairs from a folder or from a
+// MONAI/Decathlon-style JSON datalist. Standard library only.
+
+#include <string>
+#include <vector>
+
+namespace volshard {
+
+struct ImageLabelPair {
+  std::string image;
+  std::string label;
+};
+
+/// "img9" < "img10": digit runs compare as numbers, the rest byte by byte.
+bool natural_less(const std::string& a, const std::string& b);
+
+/// Files of `folder` (not recursive) matching the shell globs, each list in
+/// natural order, paired by position. Throws std::runtime_error naming the
+/// folder, the globs and the counts if they differ or nothing matches, or if
+/// the folder cannot be read.
+std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder, const std::string& image_glob = "img*",
+                                              const std::string& label_glob = "seg*");
+
+/// {"training":[{"image":"...","label":"..."}],"validation":[...]}: the
+/// entries of `section`, paths relative to the datalist's folder unless
+/// absolute. Throws std::runtime_error naming the file and the entry for bad
+/// JSON, a missing section or key, and listing every file that does not exist.
+std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path,
+                                                const std::string& section = "training");
+
+}  // namespace volshard
