@@ -249,8 +249,8 @@ class RandCropByPosNegLabel final : public Transform {
                                   shape_text(spatial_shape(sample.label)) + " differ in spatial shape");
     }
     LabelIndices computed;
-    const LabelIndices* indices = &sample.indices;
-    if (sample.indices.empty()) {
+    const LabelIndices* indices = sample.indices.get();
+    if (indices == nullptr) {
       computed = label_indices(sample.label, options_.use_image_threshold ? &sample.image : nullptr,
                                options_.image_threshold);
       indices = &computed;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,9 @@ struct LabelIndices {
 struct Sample {
   at::Tensor image;  ///< C x X x Y x Z, float32, contiguous
   at::Tensor label;  ///< C x X x Y x Z, float32 (MONAI loads labels as float too), contiguous
-  /// Filled by the cache (or on demand by the crop): saves a scan per epoch.
-  LabelIndices indices;
+  /// Filled by the cache (else the crop scans the label): saves a scan per
+  /// epoch. Shared, so copying a cached sample copies no index list.
+  std::shared_ptr<const LabelIndices> indices;
   SampleMeta meta;
 };
 

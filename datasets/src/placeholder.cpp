@@ -1,1 +1,0 @@
-// Replaced by the NIfTI reader (issue #4).
