@@ -277,3 +277,52 @@ TEST(ComposeTest, EachStepHasItsOwnStreamSoLaterStepsDoNotChangeEarlierDraws) {
 
 }  // namespace
 }  // namespace volshard
+
+namespace volshard {
+namespace {
+
+// The fast strided kernels against ATen's own ops, for every k and axis pair.
+TEST(FastKernelsTest, Rot90EqualsTorchRot90ForEveryKAndAxisPair) {
+  const at::Tensor x = at::arange(2 * 5 * 6 * 7, at::kFloat).reshape({2, 5, 6, 7});
+  Sample s;
+  s.image = x;
+  s.label = x + 1000;
+  for (std::array<int64_t, 2> axes : {std::array<int64_t, 2>{0, 1}, {0, 2}, {1, 2}, {2, 0}, {1, 0}, {2, 1}}) {
+    Rotate90Options o;
+    o.spatial_axes = axes;
+    for (int64_t k = 1; k <= 3; ++k) {
+      const Sample r = apply_rotate90(s, {k, true}, o);
+      const at::Tensor expected = at::rot90(x, k, {1 + axes[0], 1 + axes[1]});
+      ASSERT_TRUE(at::equal(r.image, expected)) << "k=" << k << " axes=" << axes[0] << "," << axes[1];
+      ASSERT_TRUE(at::equal(r.label, expected + 1000));
+      ASSERT_TRUE(r.image.is_contiguous());
+    }
+  }
+}
+
+TEST(FastKernelsTest, CropAndFlipEqualSliceAndTorchFlip) {
+  const at::Tensor x = at::arange(3 * 9 * 8 * 7, at::kFloat).reshape({3, 9, 8, 7});
+  Sample s;
+  s.image = x;
+  s.label = x;
+  CropParams c;
+  c.start = {2, 1, 3};
+  c.size = {5, 6, 4};
+  const Sample cropped = apply_crop(s, c, 0);
+  EXPECT_TRUE(at::equal(cropped.image, x.slice(1, 2, 7).slice(2, 1, 7).slice(3, 3, 7)));
+  for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0}, {1}, {2}, {0, 2}, {0, 1, 2}}) {
+    FlipOptions f;
+    f.spatial_axes = axes;
+    std::vector<int64_t> dims;
+    for (int64_t a : axes) dims.push_back(a + 1);
+    EXPECT_TRUE(at::equal(apply_flip(s, true, f).image, at::flip(x, dims)));
+  }
+  // non-float tensors take ATen's path and agree
+  Sample ints;
+  ints.image = x.to(at::kInt);
+  ints.label = x.to(at::kInt);
+  EXPECT_TRUE(at::equal(apply_crop(ints, c, 0).image, cropped.image.to(at::kInt)));
+}
+
+}  // namespace
+}  // namespace volshard

@@ -2,12 +2,24 @@
 
 #include <ATen/ATen.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <chrono>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace volshard {
+
+bool tune_allocator_for_volumes() {
+#if defined(__GLIBC__)
+  return mallopt(M_MMAP_THRESHOLD, 256 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+#else
+  return false;
+#endif
+}
 
 void LoaderOptions::validate() const {
   if (batch_size < 1) throw std::invalid_argument("DataLoader: batch_size=" + std::to_string(batch_size) + " must be >= 1");

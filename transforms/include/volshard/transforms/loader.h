@@ -20,6 +20,14 @@
 
 namespace volshard {
 
+/// Keeps glibc malloc from returning multi-MB buffers to the kernel after
+/// every crop (mmap threshold 256 MiB, trim threshold 1 GiB): without it a
+/// quarter of a CPU step goes to page faults (see README, "Platform"). Call
+/// once at start-up of a program that runs a loader; returns false where
+/// mallopt is unavailable. Same effect as
+/// GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824.
+bool tune_allocator_for_volumes();
+
 /// Returns dataset item `index`, ready for the random transforms (loaded and
 /// scaled, or a copy from a cache). Called from worker threads concurrently.
 using SampleSource = std::function<Sample(int64_t index)>;
