@@ -1,0 +1,290 @@
+#include "volshard/datasets/voxel_copy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace volshard {
+namespace {
+
+enum Mode { kConvert, kScaleMul, kScaleMulAdd };
+
+template <size_t N>
+struct UintOf;
+template <> struct UintOf<1> { using type = uint8_t; };
+template <> struct UintOf<2> { using type = uint16_t; };
+template <> struct UintOf<4> { using type = uint32_t; };
+template <> struct UintOf<8> { using type = uint64_t; };
+
+template <class U>
+U bswap(U v) {
+  if constexpr (sizeof(U) == 1) {
+    return v;
+  } else if constexpr (sizeof(U) == 2) {
+    return static_cast<U>(__builtin_bswap16(v));
+  } else if constexpr (sizeof(U) == 4) {
+    return __builtin_bswap32(v);
+  } else {
+    return __builtin_bswap64(v);
+  }
+}
+
+template <class S, bool Swap>
+inline S load(const uint8_t* p) {
+  using U = typename UintOf<sizeof(S)>::type;
+  U u;
+  std::memcpy(&u, p, sizeof(S));
+  if constexpr (Swap) u = bswap(u);
+  S s;
+  std::memcpy(&s, &u, sizeof(S));
+  return s;
+}
+
+// nibabel's apply_read_scaling: arr * slope (always when scaling; x * 1.0 is
+// x exactly), then + inter only when inter != 0 (so -0.0 survives as numpy
+// leaves it), in float64.
+template <class S, class D, int M>
+inline D convert(S v, double slope, double inter) {
+  if constexpr (M == kConvert) {
+    return static_cast<D>(v);
+  } else if constexpr (M == kScaleMul) {
+    return static_cast<D>(static_cast<double>(v) * slope);
+  } else {
+    return static_cast<D>(static_cast<double>(v) * slope + inter);
+  }
+}
+
+template <class D>
+inline int64_t nonfinite(D v) {
+  if constexpr (std::is_floating_point_v<D>) {
+    return !std::isfinite(v);
+  } else {
+    (void)v;
+    return 0;
+  }
+}
+
+// Tiles of TK x TI voxels (k by i) at one j: each source row segment and
+// each destination row segment is touched once, in one burst; 16 x 16 keeps
+// the tile in L1 and, for 4-byte outputs, writes whole 64-byte lines.
+constexpr int64_t kTile = 16;
+
+template <class S, class D, bool Swap, int M>
+struct Kernel {
+  static int64_t to_c_order(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+    const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
+    const double slope = spec.slope, inter = spec.inter;
+    constexpr auto es = static_cast<int64_t>(sizeof(S));
+    alignas(64) D tile[kTile][kTile];
+    int64_t bad = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const uint8_t* sc = src + c * X * Y * Z * es;
+      D* dc = dst + c * X * Y * Z;
+      for (int64_t j = jb; j < je; ++j) {
+        for (int64_t i0 = 0; i0 < X; i0 += kTile) {
+          const int64_t ni = std::min(kTile, X - i0);
+          for (int64_t k0 = 0; k0 < Z; k0 += kTile) {
+            const int64_t nk = std::min(kTile, Z - k0);
+            if (ni == kTile && nk == kTile) {
+              for (int64_t kk = 0; kk < kTile; ++kk) {
+                const uint8_t* row = sc + (((k0 + kk) * Y + j) * X + i0) * es;
+                for (int64_t ii = 0; ii < kTile; ++ii) {
+                  tile[kk][ii] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
+                }
+              }
+              if constexpr (std::is_floating_point_v<D>) {
+                for (int64_t kk = 0; kk < kTile; ++kk)
+                  for (int64_t ii = 0; ii < kTile; ++ii) bad += nonfinite(tile[kk][ii]);
+              }
+              for (int64_t ii = 0; ii < kTile; ++ii) {
+                D* out = dc + ((i0 + ii) * Y + j) * Z + k0;
+                for (int64_t kk = 0; kk < kTile; ++kk) out[kk] = tile[kk][ii];
+              }
+            } else {
+              for (int64_t kk = 0; kk < nk; ++kk) {
+                const uint8_t* row = sc + (((k0 + kk) * Y + j) * X + i0) * es;
+                for (int64_t ii = 0; ii < ni; ++ii) {
+                  tile[kk][ii] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
+                  bad += nonfinite(tile[kk][ii]);
+                }
+              }
+              for (int64_t ii = 0; ii < ni; ++ii) {
+                D* out = dc + ((i0 + ii) * Y + j) * Z + k0;
+                for (int64_t kk = 0; kk < nk; ++kk) out[kk] = tile[kk][ii];
+              }
+            }
+          }
+        }
+      }
+    }
+    return bad;
+  }
+
+  static int64_t keep_file_order(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+    const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
+    constexpr auto es = static_cast<int64_t>(sizeof(S));
+    int64_t bad = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t k = 0; k < Z; ++k) {
+        for (int64_t j = jb; j < je; ++j) {
+          const int64_t offset = ((c * Z + k) * Y + j) * X;
+          const uint8_t* row = src + offset * es;
+          D* out = dst + offset;
+          if constexpr (std::is_same_v<S, D> && !Swap && M == kConvert) {
+            std::memcpy(out, row, static_cast<size_t>(X * es));
+            if constexpr (std::is_floating_point_v<D>) {
+              for (int64_t i = 0; i < X; ++i) bad += nonfinite(out[i]);
+            }
+          } else {
+            for (int64_t i = 0; i < X; ++i) {
+              out[i] = convert<S, D, M>(load<S, Swap>(row + i * es), spec.slope, spec.inter);
+              bad += nonfinite(out[i]);
+            }
+          }
+        }
+      }
+    }
+    return bad;
+  }
+
+  static int64_t run(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+    D* d = static_cast<D*>(dst);
+    return spec.to_c_order ? to_c_order(src, d, spec, jb, je) : keep_file_order(src, d, spec, jb, je);
+  }
+};
+
+template <class S, class D, bool Swap>
+int64_t dispatch_mode(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+  if (!spec.scale) return Kernel<S, D, Swap, kConvert>::run(src, dst, spec, jb, je);
+  if constexpr (std::is_floating_point_v<D>) {
+    if (spec.inter != 0) return Kernel<S, D, Swap, kScaleMulAdd>::run(src, dst, spec, jb, je);
+    return Kernel<S, D, Swap, kScaleMul>::run(src, dst, spec, jb, je);
+  }
+  throw std::invalid_argument("copy_voxels: scaling needs a float32 or float64 output");
+}
+
+// The value-preserving output for each source type, as ATen has them.
+template <class S>
+struct Natural {
+  using type = S;
+};
+template <> struct Natural<uint16_t> { using type = int32_t; };
+template <> struct Natural<uint32_t> { using type = int64_t; };
+
+template <class S, bool Swap>
+int64_t dispatch_dst(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+  using N = typename Natural<S>::type;
+  switch (spec.dst_type) {
+    case NiftiDatatype::kFloat32:
+      return dispatch_mode<S, float, Swap>(src, dst, spec, jb, je);
+    case NiftiDatatype::kFloat64:
+      return dispatch_mode<S, double, Swap>(src, dst, spec, jb, je);
+    default:
+      break;
+  }
+  const bool natural =
+      (spec.dst_type == NiftiDatatype::kUint8 && std::is_same_v<N, uint8_t>) ||
+      (spec.dst_type == NiftiDatatype::kInt8 && std::is_same_v<N, int8_t>) ||
+      (spec.dst_type == NiftiDatatype::kInt16 && std::is_same_v<N, int16_t>) ||
+      (spec.dst_type == NiftiDatatype::kInt32 && std::is_same_v<N, int32_t>) ||
+      (spec.dst_type == NiftiDatatype::kInt64 && std::is_same_v<N, int64_t>);
+  if (!natural) {
+    throw std::invalid_argument("copy_voxels: " + to_string(spec.src_type) + " -> " + to_string(spec.dst_type) +
+                                " is not supported (outputs: the value-preserving type, float32, float64)");
+  }
+  if constexpr (!std::is_floating_point_v<N>) {
+    return dispatch_mode<S, N, Swap>(src, dst, spec, jb, je);
+  }
+  return 0;  // unreachable: floating N is handled by the switch
+}
+
+template <class S>
+int64_t dispatch_swap(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+  const uint16_t one = 1;
+  uint8_t first;
+  std::memcpy(&first, &one, 1);
+  const bool host_big = first == 0;
+  if (spec.src_big_endian != host_big && sizeof(S) > 1) return dispatch_dst<S, true>(src, dst, spec, jb, je);
+  return dispatch_dst<S, false>(src, dst, spec, jb, je);
+}
+
+template <class U>
+void reverse_kernel(const U* src, U* dst, const std::array<int64_t, 4>& cxyz, int64_t jb, int64_t je) {
+  const int64_t C = cxyz[0], X = cxyz[1], Y = cxyz[2], Z = cxyz[3];
+  alignas(64) U tile[kTile][kTile];  // [ii][kk]
+  for (int64_t c = 0; c < C; ++c) {
+    const U* sc = src + c * X * Y * Z;
+    U* dc = dst + c * X * Y * Z;
+    for (int64_t j = jb; j < je; ++j) {
+      for (int64_t k0 = 0; k0 < Z; k0 += kTile) {
+        const int64_t nk = std::min(kTile, Z - k0);
+        for (int64_t i0 = 0; i0 < X; i0 += kTile) {
+          const int64_t ni = std::min(kTile, X - i0);
+          for (int64_t ii = 0; ii < ni; ++ii) {
+            const U* row = sc + ((i0 + ii) * Y + j) * Z + k0;
+            for (int64_t kk = 0; kk < nk; ++kk) tile[ii][kk] = row[kk];
+          }
+          for (int64_t kk = 0; kk < nk; ++kk) {
+            U* out = dc + ((k0 + kk) * Y + j) * X + i0;
+            for (int64_t ii = 0; ii < ni; ++ii) out[ii] = tile[ii][kk];
+          }
+        }
+      }
+    }
+  }
+}
+
+void check_spec(const std::array<int64_t, 4>& cxyz, int64_t jb, int64_t je) {
+  for (int i = 0; i < 4; ++i) {
+    if (cxyz[static_cast<size_t>(i)] < 1) {
+      throw std::invalid_argument("copy_voxels: cxyz[" + std::to_string(i) + "]=" +
+                                  std::to_string(cxyz[static_cast<size_t>(i)]) + " must be >= 1");
+    }
+  }
+  if (jb < 0 || je > cxyz[2] || jb > je) {
+    throw std::invalid_argument("copy_voxels: rows [" + std::to_string(jb) + ", " + std::to_string(je) +
+                                ") must lie in [0, " + std::to_string(cxyz[2]) + ")");
+  }
+}
+
+}  // namespace
+
+int64_t copy_voxels(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t j_begin, int64_t j_end) {
+  check_spec(spec.cxyz, j_begin, j_end);
+  switch (spec.src_type) {
+    case NiftiDatatype::kUint8: return dispatch_swap<uint8_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt8: return dispatch_swap<int8_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt16: return dispatch_swap<int16_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kUint16: return dispatch_swap<uint16_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt32: return dispatch_swap<int32_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kUint32: return dispatch_swap<uint32_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt64: return dispatch_swap<int64_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kFloat32: return dispatch_swap<float>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kFloat64: return dispatch_swap<double>(src, dst, spec, j_begin, j_end);
+  }
+  throw std::invalid_argument("copy_voxels: unknown source datatype");
+}
+
+void c_order_to_file_order(const void* src, uint8_t* dst, NiftiDatatype type, const std::array<int64_t, 4>& cxyz,
+                           int64_t j_begin, int64_t j_end) {
+  check_spec(cxyz, j_begin, j_end);
+  switch (element_size(type)) {
+    case 1:
+      reverse_kernel(static_cast<const uint8_t*>(src), dst, cxyz, j_begin, j_end);
+      return;
+    case 2:
+      reverse_kernel(static_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(dst), cxyz, j_begin, j_end);
+      return;
+    case 4:
+      reverse_kernel(static_cast<const uint32_t*>(src), reinterpret_cast<uint32_t*>(dst), cxyz, j_begin, j_end);
+      return;
+    default:
+      reverse_kernel(static_cast<const uint64_t*>(src), reinterpret_cast<uint64_t*>(dst), cxyz, j_begin, j_end);
+      return;
+  }
+}
+
+}  // namespace volshard

@@ -1,0 +1,81 @@
+#pragma once
+// Tiny NIfTI fixtures for the tests: voxels hold their own file-order index.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "volshard/datasets/nifti_header.h"
+
+namespace volshard::testing {
+
+/// A fresh directory per test under gtest's TempDir.
+inline std::string test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("volshard_" + std::to_string(::getpid()) + "_" +
+                                     info->test_suite_name() + "_" + info->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// File-order voxel index for shape (X, Y, Z[, C]).
+inline int64_t file_index(const std::vector<int64_t>& shape, int64_t i, int64_t j, int64_t k, int64_t c = 0) {
+  const int64_t X = shape[0], Y = shape.size() > 1 ? shape[1] : 1, Z = shape.size() > 2 ? shape[2] : 1;
+  return i + X * (j + Y * (k + Z * c));
+}
+
+/// Voxel bytes (little-endian, file order) whose value is the voxel's index,
+/// cast to T (wrapping for narrow types).
+template <class T>
+std::vector<uint8_t> own_index_voxels(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  std::vector<uint8_t> out(static_cast<size_t>(n) * sizeof(T));
+  for (int64_t v = 0; v < n; ++v) {
+    const T value = static_cast<T>(v);
+    std::memcpy(out.data() + static_cast<size_t>(v) * sizeof(T), &value, sizeof(T));
+  }
+  return out;
+}
+
+/// Header + voxels of a valid single-file NIfTI (version 1 or 2).
+inline std::vector<uint8_t> make_nifti(const std::vector<int64_t>& shape, NiftiDatatype type,
+                                       const std::vector<uint8_t>& voxels, int version = 1) {
+  NiftiWriteSpec spec;
+  spec.shape = shape;
+  spec.datatype = type;
+  spec.version = version;
+  spec.affine = {{{2, 0, 0, -10}, {0, 3, 0, 5}, {0, 0, 4, 7}, {0, 0, 0, 1}}};
+  std::vector<uint8_t> bytes = encode_nifti_header(spec);
+  bytes.insert(bytes.end(), voxels.begin(), voxels.end());
+  return bytes;
+}
+
+inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& bytes, int level = 1) {
+  return gzip_compress(bytes.data(), bytes.size(), level);
+}
+
+template <class T>
+void put_le(std::vector<uint8_t>& bytes, size_t offset, T value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof(T));
+}
+
+}  // namespace volshard::testing

@@ -1,0 +1,225 @@
+#include "volshard/datasets/volume.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "nifti_test_util.h"
+
+namespace volshard {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace volshard::testing;
+
+// Writes a NIfTI whose voxels hold their own file-order index.
+template <class T>
+std::string own_index_file(const std::string& path, const std::vector<int64_t>& shape, NiftiDatatype type) {
+  auto bytes = make_nifti(shape, type, own_index_voxels<T>(shape));
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  write_bytes(path, gz ? gzip(bytes) : bytes);
+  return path;
+}
+
+TEST(ReadVolumeTest, IndexesAsNibabelChannelFirst) {
+  const std::string dir = test_dir();
+  const std::vector<int64_t> shape{5, 4, 3, 2};
+  const std::string path = own_index_file<int16_t>(dir + "/v.nii.gz", shape, NiftiDatatype::kInt16);
+  const Volume v = read_volume(path);
+  ASSERT_EQ(v.data.sizes().vec(), (std::vector<int64_t>{2, 5, 4, 3}));
+  EXPECT_EQ(v.data.scalar_type(), at::kShort);
+  EXPECT_TRUE(v.data.is_contiguous());
+  const auto a = v.data.accessor<int16_t, 4>();
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t j = 0; j < 4; ++j)
+        for (int64_t k = 0; k < 3; ++k) ASSERT_EQ(a[c][i][j][k], file_index(shape, i, j, k, c));
+  EXPECT_EQ(v.spacing_mm, (std::array<double, 3>{2, 3, 4}));
+  EXPECT_EQ(v.affine[0][3], -10);
+  EXPECT_EQ(v.disk_dtype, NiftiDatatype::kInt16);
+  EXPECT_EQ(v.path, path);
+  EXPECT_EQ(v.nonfinite_voxels, 0);
+}
+
+TEST(ReadVolumeTest, ThreeDimensionalFilesHaveOneChannel) {
+  const std::string dir = test_dir();
+  const Volume v = read_volume(own_index_file<float>(dir + "/v.nii", {17, 5, 33}, NiftiDatatype::kFloat32));
+  ASSERT_EQ(v.data.sizes().vec(), (std::vector<int64_t>{1, 17, 5, 33}));
+  EXPECT_EQ(v.data[0][16][4][32].item<float>(), static_cast<float>(17 * 5 * 33 - 1));
+  EXPECT_EQ(v.data[0][1][2][3].item<float>(), static_cast<float>(1 + 17 * (2 + 5 * 3)));
+}
+
+TEST(ReadVolumeTest, WidensUnsignedTypesThatAtenLacks) {
+  const std::string dir = test_dir();
+  const std::vector<int64_t> shape{2, 2, 2};
+  std::vector<uint8_t> u16(16);
+  for (int v = 0; v < 8; ++v) put_le<uint16_t>(u16, static_cast<size_t>(2 * v), static_cast<uint16_t>(65535 - v));
+  write_bytes(dir + "/u16.nii", make_nifti(shape, NiftiDatatype::kUint16, u16));
+  const Volume a = read_volume(dir + "/u16.nii");
+  EXPECT_EQ(a.data.scalar_type(), at::kInt);
+  EXPECT_EQ(a.data[0][0][0][0].item<int32_t>(), 65535);
+  EXPECT_EQ(a.data[0][1][1][1].item<int32_t>(), 65528);
+  std::vector<uint8_t> u32(32);
+  for (int v = 0; v < 8; ++v) put_le<uint32_t>(u32, static_cast<size_t>(4 * v), 4294967295u - static_cast<uint32_t>(v));
+  write_bytes(dir + "/u32.nii.gz", gzip(make_nifti(shape, NiftiDatatype::kUint32, u32)));
+  const Volume b = read_volume(dir + "/u32.nii.gz");
+  EXPECT_EQ(b.data.scalar_type(), at::kLong);
+  EXPECT_EQ(b.data[0][0][0][0].item<int64_t>(), 4294967295LL);
+}
+
+TEST(ReadVolumeTest, ScalesToFloat64AsNibabelUnlessSlopeIsIdentity) {
+  const std::string dir = test_dir();
+  const std::vector<int64_t> shape{3, 2, 2};
+  auto bytes = make_nifti(shape, NiftiDatatype::kInt16, own_index_voxels<int16_t>(shape));
+  put_le<float>(bytes, 112, 2.5f);
+  put_le<float>(bytes, 116, -3.0f);
+  write_bytes(dir + "/scaled.nii", bytes);
+  const Volume v = read_volume(dir + "/scaled.nii");
+  EXPECT_EQ(v.data.scalar_type(), at::kDouble);
+  EXPECT_EQ(v.data[0][2][1][1].item<double>(), 11 * 2.5 - 3.0);
+  ReadOptions unscaled;
+  unscaled.apply_scaling = false;
+  const Volume raw = read_volume(dir + "/scaled.nii", unscaled);
+  EXPECT_EQ(raw.data.scalar_type(), at::kShort);
+  EXPECT_EQ(raw.data[0][2][1][1].item<int16_t>(), 11);
+  const Volume f = read_volume_as_float(dir + "/scaled.nii");
+  EXPECT_EQ(f.data.scalar_type(), at::kFloat);
+  EXPECT_EQ(f.data[0][2][1][1].item<float>(), 24.5f);
+  put_le<float>(bytes, 112, 1.0f);
+  put_le<float>(bytes, 116, 0.0f);
+  write_bytes(dir + "/identity.nii", bytes);
+  EXPECT_EQ(read_volume(dir + "/identity.nii").data.scalar_type(), at::kShort);
+}
+
+TEST(ReadVolumeTest, FileOrderViewHasTheSameValuesWithoutTheTranspose) {
+  const std::string dir = test_dir();
+  const std::string path = own_index_file<float>(dir + "/v.nii.gz", {7, 6, 5, 3}, NiftiDatatype::kFloat32);
+  const Volume a = read_volume(path);
+  ReadOptions options;
+  options.layout = VolumeLayout::kFileOrderView;
+  const Volume b = read_volume(path, options);
+  EXPECT_FALSE(b.data.is_contiguous());
+  EXPECT_EQ(b.data.strides().vec(), (std::vector<int64_t>{7 * 6 * 5, 1, 7, 42}));
+  EXPECT_TRUE(at::equal(a.data, b.data));
+  options.as_float = false;
+  const std::string path16 = own_index_file<int16_t>(dir + "/v16.nii", {7, 6, 5}, NiftiDatatype::kInt16);
+  options.as_float = true;  // converting path
+  EXPECT_TRUE(at::equal(read_volume(path16, options).data, read_volume_as_float(path16).data));
+}
+
+TEST(ReadVolumeTest, CountsNanAndInfVoxelsWithoutFailing) {
+  const std::string dir = test_dir();
+  const std::vector<int64_t> shape{2, 2, 2};
+  std::vector<uint8_t> vox(32);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  put_le<float>(vox, 0, nan);
+  put_le<float>(vox, 4, inf);
+  put_le<float>(vox, 8, -inf);
+  put_le<float>(vox, 12, 1.0f);
+  write_bytes(dir + "/nan.nii.gz", gzip(make_nifti(shape, NiftiDatatype::kFloat32, vox)));
+  EXPECT_EQ(read_volume(dir + "/nan.nii.gz").nonfinite_voxels, 3);
+  ReadOptions view;
+  view.layout = VolumeLayout::kFileOrderView;
+  EXPECT_EQ(read_volume(dir + "/nan.nii.gz", view).nonfinite_voxels, 3);
+}
+
+TEST(ReadVolumeTest, BadFilesThrowNamingThePath) {
+  const std::string dir = test_dir();
+  try {
+    read_volume(dir + "/nope.nii.gz");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(dir + "/nope.nii.gz"));
+  }
+  ReadOptions small;
+  small.max_voxels = 100;
+  const std::string big = own_index_file<uint8_t>(dir + "/big.nii", {10, 10, 10}, NiftiDatatype::kUint8);
+  try {
+    read_volume(big, small);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("max_voxels=100"));
+    EXPECT_THAT(e.what(), HasSubstr(big));
+  }
+}
+
+TEST(WriteVolumeTest, RoundTripsEveryDtypeShapeAndAffine) {
+  const std::string dir = test_dir();
+  const Affine affine{{{0, -2, 0, 10.25}, {1.5, 0, 0, -3}, {0, 0, 3, 7}, {0, 0, 0, 1}}};
+  for (const auto dtype : {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kFloat, at::kDouble}) {
+    for (const std::string suffix : {".nii", ".nii.gz"}) {
+      for (const int version : {1, 2}) {
+        const at::Tensor data = at::arange(3 * 17 * 5 * 4, at::TensorOptions().dtype(at::kLong)).reshape({3, 17, 5, 4}).to(dtype);
+        const std::string path = dir + "/w" + std::to_string(version) + suffix;
+        WriteOptions options;
+        options.nifti_version = version;
+        write_volume(path, data, affine, options);
+        const Volume v = read_volume(path);
+        EXPECT_EQ(v.data.scalar_type(), dtype);
+        EXPECT_TRUE(at::equal(v.data, data)) << path << " " << c10::toString(dtype);
+        EXPECT_EQ(v.affine, affine);
+        EXPECT_EQ(v.header.version, version);
+      }
+    }
+  }
+}
+
+TEST(WriteVolumeTest, OneChannelWritesAThreeDimensionalFile) {
+  const std::string dir = test_dir();
+  const at::Tensor data = at::rand({1, 4, 5, 6});
+  write_volume(dir + "/one.nii.gz", data, Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}});
+  const NiftiHeader h = read_nifti_header(dir + "/one.nii.gz");
+  EXPECT_EQ(h.dim[0], 3);
+  write_volume(dir + "/xyz.nii", data[0], Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}});
+  EXPECT_TRUE(at::equal(read_volume(dir + "/xyz.nii").data, data));
+}
+
+TEST(WriteVolumeTest, RefusesUnsupportedDtypesAndShapes) {
+  const std::string dir = test_dir();
+  const Affine eye{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}};
+  try {
+    write_volume(dir + "/b.nii", at::zeros({2, 2, 2}, at::TensorOptions().dtype(at::kBool)), eye);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("dtype Bool"));
+    EXPECT_THAT(e.what(), HasSubstr(dir + "/b.nii"));
+  }
+  EXPECT_THROW(write_volume(dir + "/c.nii", at::zeros({2, 2}), eye), std::invalid_argument);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+TEST(WriteVolumeTest, DiskFullLeavesTheOldFileAndNoTemporary) {
+  const std::string dir = test_dir();
+  const Affine eye{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}};
+  const std::string path = dir + "/v.nii";
+  write_volume(path, at::zeros({4, 4, 4}), eye);
+  const auto before = read_bytes(path);
+  // A file-size limit makes write() fail as a full disk would (EFBIG instead of ENOSPC).
+  struct rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  try {
+    write_volume(path, at::rand({64, 64, 64}), eye);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("write failed"));
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace volshard
