@@ -44,10 +44,17 @@ void put_chunk(std::string& out, const char* type, const std::string& body) {
                                             static_cast<uInt>(typed.size()))));
 }
 
+void text(cv::Mat& img, const std::string& s, int x, int y, double scale = 0.45) {
+  cv::putText(img, s, {x, y}, cv::FONT_HERSHEY_SIMPLEX, scale, {30, 30, 30}, 1, cv::LINE_AA);
+}
+
+}  // namespace
+
 // An 8-bit RGB PNG (no filtering, zlib level 9). Written here rather than with
 // cv::imwrite: opencv_imgcodecs drags ~120 shared libraries into every start of
 // the tool (0.19 s instead of a few ms), for one PNG.
 void write_png(const std::string& path, const cv::Mat& bgr) {
+  if (bgr.type() != CV_8UC3) throw std::invalid_argument("write_png: '" + path + "': expected an 8-bit BGR image");
   std::string raw;
   raw.reserve(static_cast<size_t>(bgr.rows) * (static_cast<size_t>(bgr.cols) * 3 + 1));
   for (int y = 0; y < bgr.rows; ++y) {
@@ -80,12 +87,6 @@ void write_png(const std::string& path, const cv::Mat& bgr) {
     throw std::runtime_error("cannot write PNG '" + path + "'");
   }
 }
-
-void text(cv::Mat& img, const std::string& s, int x, int y, double scale = 0.45) {
-  cv::putText(img, s, {x, y}, cv::FONT_HERSHEY_SIMPLEX, scale, {30, 30, 30}, 1, cv::LINE_AA);
-}
-
-}  // namespace
 
 void write_assignment_png(const std::string& path, int64_t n, int64_t world_size, const std::vector<PngRow>& rows,
                           const std::vector<int64_t>& consumed_before) {

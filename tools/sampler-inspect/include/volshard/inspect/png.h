@@ -5,7 +5,15 @@
 #include <string>
 #include <vector>
 
+namespace cv {
+class Mat;
+}
+
 namespace volshard::inspect {
+
+/// Writes an 8-bit BGR image (CV_8UC3) as an RGB PNG, with zlib, atomically
+/// enough for a picture (one fwrite). Throws std::runtime_error naming the path.
+void write_png(const std::string& path, const cv::Mat& bgr);
 
 struct PngRow {
   int64_t epoch = 0;

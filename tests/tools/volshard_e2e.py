@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the built `volshard` binary: synth and info, checked with nibabel."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+try:
+    import nibabel as nib
+    import numpy as np
+except ImportError:
+    print("SKIP: nibabel/numpy are not importable")
+    sys.exit(77)
+
+BINARY = None
+
+
+def run(*args):
+    return subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True)
+
+
+class VolshardToolTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="volshard_e2e_")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def synth(self, out, *extra):
+        p = run("synth", "--out", out, "--count", 3, "--size", 64, "--seed", 5, *extra)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p
+
+    def test_synth_writes_tutorial_like_pairs_that_nibabel_reads(self):
+        out = os.path.join(self.dir, "data")
+        self.synth(out)
+        self.assertEqual(sorted(os.listdir(out)), ["img0.nii.gz", "img1.nii.gz", "img2.nii.gz",
+                                                   "seg0.nii.gz", "seg1.nii.gz", "seg2.nii.gz"])
+        for i in range(3):
+            img = nib.load(os.path.join(out, "img%d.nii.gz" % i))
+            seg = nib.load(os.path.join(out, "seg%d.nii.gz" % i))
+            x, y = np.asanyarray(img.dataobj), np.asanyarray(seg.dataobj)
+            self.assertEqual(x.shape, (64, 64, 64))
+            self.assertEqual((x.dtype, y.dtype), (np.float32, np.int32))
+            self.assertTrue(np.array_equal(img.affine, np.eye(4)))
+            self.assertEqual((x.min(), x.max()), (0.0, 1.0))
+            self.assertEqual(set(np.unique(y)), {0, 1})
+            # background is exactly 0 where the label is 0 (noise-free), spheres are constant
+            self.assertTrue(np.all(x[y == 0] == 0.0))
+            self.assertGreater(len(np.unique(x)), 2)
+
+    def test_synth_output_does_not_depend_on_threads_and_follows_the_seed(self):
+        one, two, other = (os.path.join(self.dir, d) for d in ("one", "two", "other"))
+        self.synth(one, "--threads", 1)
+        self.synth(two, "--threads", 3)
+        p = run("synth", "--out", other, "--count", 3, "--size", 64, "--seed", 6)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for name in os.listdir(one):
+            self.assertEqual(Path(one, name).read_bytes(), Path(two, name).read_bytes(), name)
+        a = np.asanyarray(nib.load(os.path.join(one, "seg0.nii.gz")).dataobj)
+        b = np.asanyarray(nib.load(os.path.join(other, "seg0.nii.gz")).dataobj)
+        self.assertFalse(np.array_equal(a, b))
+
+    def test_info_reports_what_nibabel_reads(self):
+        out = os.path.join(self.dir, "data")
+        self.synth(out, "--noise", 0.1)
+        files = [os.path.join(out, f) for f in ("img0.nii.gz", "seg1.nii.gz")]
+        p = run("info", "--json", *files)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = [json.loads(l) for l in p.stdout.splitlines()]
+        self.assertEqual(len(lines), 2)
+        for info, f in zip(lines, files):
+            img = nib.load(f)
+            x = np.asanyarray(img.dataobj).astype(np.float64)
+            self.assertEqual(info["path"], f)
+            self.assertEqual(info["shape"], list(x.shape))
+            self.assertEqual(info["dtype"], {"float32": "float32", "int32": "int32"}[str(img.get_data_dtype())])
+            self.assertEqual(info["affine"], img.affine.tolist())
+            self.assertEqual(info["spacing_mm"], [float(z) for z in img.header.get_zooms()[:3]])
+            self.assertEqual((info["min"], info["max"]), (x.min(), x.max()))
+            self.assertAlmostEqual(info["sum"], x.sum(), delta=1e-9 * max(1.0, abs(x.sum())))
+            self.assertAlmostEqual(info["mean"], x.mean(), places=9)
+        text = run("info", files[0]).stdout
+        self.assertIn("shape 64 x 64 x 64  float32", text)
+
+    def test_info_names_a_bad_file_exits_one_and_still_reports_the_others(self):
+        out = os.path.join(self.dir, "data")
+        self.synth(out)
+        bad = os.path.join(self.dir, "bad.nii.gz")
+        with open(bad, "wb") as f:
+            f.write(b"not a nifti file at all")
+        good = os.path.join(out, "img0.nii.gz")
+        p = run("info", "--json", bad, good, os.path.join(self.dir, "missing.nii"))
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stdout.splitlines()), 1)
+        self.assertIn(bad, p.stderr)
+        self.assertIn("missing.nii", p.stderr)
+
+    def test_bad_arguments_exit_two(self):
+        for args, needle in [(["synth", "--count", 2], "--out is required"),
+                             (["synth", "--out", self.dir, "--size", 0], "--size=0"),
+                             (["synth", "--out", self.dir, "--size", 40], "rad_max"),
+                             (["nonsense"], ""),
+                             ([], "")]:
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(needle, p.stderr, args)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    args, rest = ap.parse_known_args()
+    BINARY = args.binary
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
