@@ -67,20 +67,6 @@ void for_rows(int64_t rows, int64_t grain, bool parallel, const Fn& fn) {
   }
 }
 
-int64_t count_nonfinite(const at::Tensor& t) {
-  // Only for the zero-copy path; t is a contiguous float/double buffer.
-  int64_t bad = 0;
-  const int64_t n = t.numel();
-  if (t.scalar_type() == at::kFloat) {
-    const float* p = t.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(p[i]);
-  } else if (t.scalar_type() == at::kDouble) {
-    const double* p = t.data_ptr<double>();
-    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(p[i]);
-  }
-  return bad;
-}
-
 }  // namespace
 
 at::ScalarType volume_dtype(const NiftiHeader& header, const ReadOptions& options) {
@@ -118,7 +104,7 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
     auto holder = std::make_shared<ByteBuffer>(std::move(file.bytes));
     void* voxels = holder->data.get() + h.vox_offset;
     storage = at::from_blob(voxels, {C, Z, Y, X}, [holder](void*) {}, at::TensorOptions().dtype(dtype));
-    v.nonfinite_voxels = count_nonfinite(storage);
+    v.nonfinite_voxels = count_nonfinite(voxels, storage.numel(), h.datatype);
   } else {
     storage = file_order ? at::empty({C, Z, Y, X}, at::TensorOptions().dtype(dtype))
                          : at::empty({C, X, Y, Z}, at::TensorOptions().dtype(dtype));

@@ -39,6 +39,9 @@ struct VoxelCopySpec {
 int64_t copy_voxels(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t j_begin,
                     int64_t j_end);
 
+/// NaN/Inf values among n host-order voxels of `type` (0 for integer types).
+int64_t count_nonfinite(const void* data, int64_t n, NiftiDatatype type);
+
 /// The reverse for writing: C-order `src` of src_type (host byte order) to
 /// file-order little-endian `dst` of the same type; rows j in [j_begin, j_end).
 void c_order_to_file_order(const void* src, uint8_t* dst, NiftiDatatype type,
