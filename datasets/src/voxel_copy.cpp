@@ -79,22 +79,45 @@ inline int64_t nonfinite(D v) {
   }
 }
 
+// A j-block of file rows copied so that k-slice k starts at k * stride: the
+// file's k-slices lie X*Y*size bytes apart, which for 2^n volumes is a
+// multiple of the cache's set period, so a tile's rows would all compete for
+// one set; the scratch pads each slice by a cache line. Blocks of up to 8
+// rows, about 384 KB (L2), per thread.
+struct PaddedRows {
+  int64_t block = 1;   // rows per block
+  int64_t stride = 0;  // bytes between k-slices in the scratch
+  uint8_t* scratch = nullptr;
+
+  const uint8_t* fill(const uint8_t* channel, int64_t row_bytes, int64_t Y, int64_t Z, int64_t j0, int64_t jn) const {
+    for (int64_t k = 0; k < Z; ++k) {
+      std::memcpy(scratch + k * stride, channel + (k * Y + j0) * row_bytes, static_cast<size_t>(jn * row_bytes));
+    }
+    return scratch;
+  }
+};
+
+PaddedRows padded_rows(int64_t row_bytes, int64_t Z) {
+  PaddedRows r;
+  r.block = std::max<int64_t>(1, std::min<int64_t>(8, (int64_t{384} << 10) / std::max<int64_t>(1, Z * row_bytes)));
+  r.stride = (r.block * row_bytes + 63) / 64 * 64 + 64;
+  thread_local std::vector<uint64_t> scratch;  // 8-byte aligned
+  scratch.resize(static_cast<size_t>((r.stride * Z + 64) / 8 + 1));
+  r.scratch = reinterpret_cast<uint8_t*>(scratch.data());
+  return r;
+}
+
 #if defined(__SSE2__)
 // The common case, 4-byte voxels copied bit for bit (float32 or int32 in host
 // byte order), gets its own transpose: 4 x 4 blocks in SSE2 registers. The
-// source rows of a j-block are first copied into an L2-sized scratch whose
-// k-slices are padded off a power of two: on 2^n-sized volumes the file's
-// k-slice stride (X*Y*4 bytes) maps every slice to the same cache set, and
-// the transpose would then miss on nearly every load.
+// source rows of a j-block are first copied into the padded scratch.
 int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je,
                        bool count) {
   const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
   const int64_t row_bytes = X * 4;
-  const int64_t JB = std::max<int64_t>(1, std::min<int64_t>(8, (int64_t{384} << 10) / std::max<int64_t>(1, Z * row_bytes)));
-  const int64_t LS = JB * X + 16;  // scratch elements per k-slice: padded by one cache line
-  thread_local std::vector<uint32_t> scratch;
-  scratch.resize(static_cast<size_t>(LS * Z + 16));
-  uint32_t* local = scratch.data();
+  const PaddedRows rows = padded_rows(row_bytes, Z);
+  const int64_t JB = rows.block;
+  const int64_t LS = rows.stride / 4;  // scratch elements per k-slice
   const __m128i mask = _mm_set1_epi32(0x7f800000);
   int64_t bad = 0;
   const int64_t YZ = Y * Z;
@@ -103,9 +126,7 @@ int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& s
     uint32_t* dc = dst + c * X * Y * Z;
     for (int64_t j0 = jb; j0 < je; j0 += JB) {
       const int64_t jn = std::min(JB, je - j0);
-      for (int64_t k = 0; k < Z; ++k) {
-        std::memcpy(local + k * LS, sc + (k * Y + j0) * row_bytes, static_cast<size_t>(jn * row_bytes));
-      }
+      const auto* local = reinterpret_cast<const uint32_t*>(rows.fill(sc, row_bytes, Y, Z, j0, jn));
       for (int64_t jj = 0; jj < jn; ++jj) {
         const int64_t j = j0 + jj;
         __m128i acc = _mm_setzero_si128();
@@ -172,42 +193,52 @@ struct Kernel {
     const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
     const double slope = spec.slope, inter = spec.inter;
     constexpr auto es = static_cast<int64_t>(sizeof(S));
+    // Rows of a j-block go through a scratch with padded k-slices first (see
+    // padded_rows): reading the file's k-slices in place would hit one cache
+    // set per tile on 2^n-sized volumes.
+    const PaddedRows rows = padded_rows(X * es, Z);
     alignas(64) D tile[kTile][kTile];
     int64_t bad = 0;
     for (int64_t c = 0; c < C; ++c) {
       const uint8_t* sc = src + c * X * Y * Z * es;
       D* dc = dst + c * X * Y * Z;
-      for (int64_t j = jb; j < je; ++j) {
-        for (int64_t i0 = 0; i0 < X; i0 += kTile) {
-          const int64_t ni = std::min(kTile, X - i0);
-          for (int64_t k0 = 0; k0 < Z; k0 += kTile) {
-            const int64_t nk = std::min(kTile, Z - k0);
-            if (ni == kTile && nk == kTile) {
-              for (int64_t kk = 0; kk < kTile; ++kk) {
-                const uint8_t* row = sc + (((k0 + kk) * Y + j) * X + i0) * es;
+      for (int64_t j0 = jb; j0 < je; j0 += rows.block) {
+        const int64_t jn = std::min(rows.block, je - j0);
+        const uint8_t* local = rows.fill(sc, X * es, Y, Z, j0, jn);
+        for (int64_t jj = 0; jj < jn; ++jj) {
+          const int64_t j = j0 + jj;
+          for (int64_t i0 = 0; i0 < X; i0 += kTile) {
+            const int64_t ni = std::min(kTile, X - i0);
+            for (int64_t k0 = 0; k0 < Z; k0 += kTile) {
+              const int64_t nk = std::min(kTile, Z - k0);
+              const uint8_t* base = local + k0 * rows.stride + (jj * X + i0) * es;
+              if (ni == kTile && nk == kTile) {
+                // tile[ii][kk]: scattered writes into L1, then whole output rows.
+                for (int64_t kk = 0; kk < kTile; ++kk) {
+                  const uint8_t* row = base + kk * rows.stride;
+                  for (int64_t ii = 0; ii < kTile; ++ii) {
+                    tile[ii][kk] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
+                  }
+                }
+                if constexpr (std::is_floating_point_v<D>) {
+                  for (int64_t ii = 0; ii < kTile; ++ii)
+                    for (int64_t kk = 0; kk < kTile; ++kk) bad += nonfinite(tile[ii][kk]);
+                }
                 for (int64_t ii = 0; ii < kTile; ++ii) {
-                  tile[kk][ii] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
+                  std::memcpy(dc + ((i0 + ii) * Y + j) * Z + k0, tile[ii], sizeof(tile[ii]));
                 }
-              }
-              if constexpr (std::is_floating_point_v<D>) {
-                for (int64_t kk = 0; kk < kTile; ++kk)
-                  for (int64_t ii = 0; ii < kTile; ++ii) bad += nonfinite(tile[kk][ii]);
-              }
-              for (int64_t ii = 0; ii < kTile; ++ii) {
-                D* out = dc + ((i0 + ii) * Y + j) * Z + k0;
-                for (int64_t kk = 0; kk < kTile; ++kk) out[kk] = tile[kk][ii];
-              }
-            } else {
-              for (int64_t kk = 0; kk < nk; ++kk) {
-                const uint8_t* row = sc + (((k0 + kk) * Y + j) * X + i0) * es;
+              } else {
+                for (int64_t kk = 0; kk < nk; ++kk) {
+                  const uint8_t* row = base + kk * rows.stride;
+                  for (int64_t ii = 0; ii < ni; ++ii) {
+                    tile[kk][ii] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
+                    bad += nonfinite(tile[kk][ii]);
+                  }
+                }
                 for (int64_t ii = 0; ii < ni; ++ii) {
-                  tile[kk][ii] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
-                  bad += nonfinite(tile[kk][ii]);
+                  D* out = dc + ((i0 + ii) * Y + j) * Z + k0;
+                  for (int64_t kk = 0; kk < nk; ++kk) out[kk] = tile[kk][ii];
                 }
-              }
-              for (int64_t ii = 0; ii < ni; ++ii) {
-                D* out = dc + ((i0 + ii) * Y + j) * Z + k0;
-                for (int64_t kk = 0; kk < nk; ++kk) out[kk] = tile[kk][ii];
               }
             }
           }
