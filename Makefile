@@ -34,6 +34,8 @@ demo: build
 bench: build
 	@$(BUILD)/bin/bench_sampler bench/torch_sampler_baseline.py
 	@echo
+	@$(BUILD)/bin/bench_nifti bench/nifti_bench_nibabel.py
+	@echo
 	@$(BUILD)/bin/bench_pipeline bench/pipeline_baseline.py
 
 clean:
