@@ -85,11 +85,13 @@ inline int64_t nonfinite(D v) {
 // one set; the scratch pads each slice by a cache line. Blocks of up to 8
 // rows, about 384 KB (L2), per thread.
 struct PaddedRows {
-  int64_t block = 1;   // rows per block
-  int64_t stride = 0;  // bytes between k-slices in the scratch
+  int64_t block = 1;     // rows per block
+  int64_t stride = 0;    // bytes between k-slices at what fill() returns
+  bool direct = false;   // no scratch: fill() returns the file's rows in place
   uint8_t* scratch = nullptr;
 
   const uint8_t* fill(const uint8_t* channel, int64_t row_bytes, int64_t Y, int64_t Z, int64_t j0, int64_t jn) const {
+    if (direct) return channel + j0 * row_bytes;
     for (int64_t k = 0; k < Z; ++k) {
       std::memcpy(scratch + k * stride, channel + (k * Y + j0) * row_bytes, static_cast<size_t>(jn * row_bytes));
     }
@@ -97,10 +99,19 @@ struct PaddedRows {
   }
 };
 
-PaddedRows padded_rows(int64_t row_bytes, int64_t Z) {
+// The scratch would outgrow its purpose for very long, thin volumes (Z in
+// the millions with tiny rows): those read the file in place.
+constexpr int64_t kMaxScratchBytes = int64_t{64} << 20;
+
+PaddedRows padded_rows(int64_t row_bytes, int64_t Y, int64_t Z) {
   PaddedRows r;
   r.block = std::max<int64_t>(1, std::min<int64_t>(8, (int64_t{384} << 10) / std::max<int64_t>(1, Z * row_bytes)));
   r.stride = (r.block * row_bytes + 63) / 64 * 64 + 64;
+  if (r.stride > kMaxScratchBytes / Z) {
+    r.direct = true;
+    r.stride = Y * row_bytes;
+    return r;
+  }
   thread_local std::vector<uint64_t> scratch;  // 8-byte aligned
   scratch.resize(static_cast<size_t>((r.stride * Z + 64) / 8 + 1));
   r.scratch = reinterpret_cast<uint8_t*>(scratch.data());
@@ -115,7 +126,7 @@ int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& s
                        bool count) {
   const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
   const int64_t row_bytes = X * 4;
-  const PaddedRows rows = padded_rows(row_bytes, Z);
+  const PaddedRows rows = padded_rows(row_bytes, Y, Z);  // never direct here: see Kernel::run
   const int64_t JB = rows.block;
   const int64_t LS = rows.stride / 4;  // scratch elements per k-slice
   const __m128i mask = _mm_set1_epi32(0x7f800000);
@@ -196,7 +207,7 @@ struct Kernel {
     // Rows of a j-block go through a scratch with padded k-slices first (see
     // padded_rows): reading the file's k-slices in place would hit one cache
     // set per tile on 2^n-sized volumes.
-    const PaddedRows rows = padded_rows(X * es, Z);
+    const PaddedRows rows = padded_rows(X * es, Y, Z);
     alignas(64) D tile[kTile][kTile];
     int64_t bad = 0;
     for (int64_t c = 0; c < C; ++c) {
@@ -279,7 +290,8 @@ struct Kernel {
     D* d = static_cast<D*>(dst);
 #if defined(__SSE2__)
     if constexpr (sizeof(S) == 4 && std::is_same_v<S, D> && !Swap && M == kConvert) {
-      if (spec.to_c_order) {
+      const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
+      if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
         return transpose4_sse(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, std::is_floating_point_v<D>);
       }
     }

@@ -381,6 +381,18 @@ TEST(VoxelCopyTest, TransposesFileOrderToChannelFirstCOrder) {
   }
 }
 
+TEST(VoxelCopyTest, LongThinVolumesAreTransposedWithoutAHugeScratch) {
+  // 600,000 k-slices of 2 x 1 voxels: a padded scratch would need 128 bytes per slice.
+  const std::vector<int64_t> shape{2, 1, 600000};
+  const auto src = own_index_voxels<float>(shape);
+  VoxelCopySpec spec;
+  spec.cxyz = {1, 2, 1, 600000};
+  std::vector<float> dst(1200000);
+  EXPECT_EQ(copy_voxels(src.data(), dst.data(), spec, 0, 1), 0);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t k = 0; k < 600000; k += 997) ASSERT_EQ(dst[static_cast<size_t>(i * 600000 + k)], static_cast<float>(file_index(shape, i, 0, k)));
+}
+
 TEST(VoxelCopyTest, RowRangesComposeToTheWhole) {
   const std::vector<int64_t> shape{7, 9, 5, 2};
   const auto src = own_index_voxels<float>(shape);
