@@ -173,7 +173,7 @@ void write_volume(const std::string& path, const at::Tensor& data, const Affine&
   ByteBuffer buffer = ByteBuffer::allocate(nbytes);
   const void* src = t.data_ptr();
   uint8_t* dst = buffer.data.get();
-  for_rows(cxyz[2], row_grain(cxyz), true, [&](int64_t jb, int64_t je) {
+  for_rows(cxyz[2], row_grain(cxyz), options.parallel, [&](int64_t jb, int64_t je) {
     c_order_to_file_order(src, dst, type, cxyz, jb, je);
   });
   NiftiWriteOptions write_options;

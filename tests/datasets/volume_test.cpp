@@ -1,6 +1,7 @@
 #include "volshard/datasets/volume.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -111,6 +112,19 @@ TEST(ReadVolumeTest, FileOrderViewHasTheSameValuesWithoutTheTranspose) {
   const std::string path16 = own_index_file<int16_t>(dir + "/v16.nii", {7, 6, 5}, NiftiDatatype::kInt16);
   options.as_float = true;  // converting path
   EXPECT_TRUE(at::equal(read_volume(path16, options).data, read_volume_as_float(path16).data));
+}
+
+TEST(ReadVolumeTest, ParallelCopyGivesTheSameTensor) {
+  const std::string dir = test_dir();
+  const std::string path = own_index_file<int16_t>(dir + "/v.nii.gz", {40, 70, 33, 2}, NiftiDatatype::kInt16);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  ReadOptions parallel;
+  parallel.parallel = true;
+  parallel.as_float = true;
+  const Volume a = read_volume(path, parallel);
+  at::set_num_threads(threads);
+  EXPECT_TRUE(at::equal(a.data, read_volume_as_float(path).data));
 }
 
 TEST(ReadVolumeTest, CountsNanAndInfVoxelsWithoutFailing) {

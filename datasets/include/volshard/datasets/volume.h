@@ -41,8 +41,10 @@ struct ReadOptions {
   bool as_float = false;      ///< float32 output (MONAI LoadImage's dtype)
   VolumeLayout layout = VolumeLayout::kContiguous;
   /// Spread the transposing copy over ATen's intra-op threads
-  /// (at::set_num_threads; 1 unless set). Results do not depend on it.
-  bool parallel = true;
+  /// (at::set_num_threads). Off by default: loaders already read several
+  /// volumes at once, and each calling thread would start its own team.
+  /// Results do not depend on it.
+  bool parallel = false;
 };
 
 struct Volume {
@@ -73,6 +75,7 @@ struct WriteOptions {
   int nifti_version = 1;  ///< 1: NIfTI-1 (affine stored as float32); 2: NIfTI-2 (float64, exact)
   std::vector<double> spacing_mm;  ///< pixdim[1..3]; empty: the affine's column norms
   std::string descrip;
+  bool parallel = false;  ///< as ReadOptions::parallel, for the transposing copy
 };
 
 /// Writes `data` (X x Y x Z, or C x X x Y x Z with C the last NIfTI
