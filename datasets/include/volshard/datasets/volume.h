@@ -14,6 +14,9 @@
 //   scaling:     float64 for every on-disk type (nibabel's apply_read_scaling:
 //                x * scl_slope, then + scl_inter when it is not 0, in float64)
 //   as_float:    float32 of the above (MONAI LoadImage's default dtype)
+// (nibabel computes in np.longdouble instead of float64 only when scaling an
+// integer type's extremes would overflow float64, |scl_slope| > ~1e289; we
+// stay in float64 and give inf there.)
 // "Scaling" is nibabel's rule: scl_slope finite and != 0, and (scl_slope,
 // scl_inter) != (1, 0); see NiftiHeader::has_scaling().
 
