@@ -35,6 +35,14 @@ TEST(ScaleIntensityTest, RescalesGloballyToZeroOne) {
   EXPECT_TRUE(at::allclose(scale_intensity(x, {-1.0, 1.0}), y * 2 - 1));
 }
 
+TEST(ScaleIntensityTest, FusedLoopEqualsTheTensorFormulaBitForBit) {
+  const at::Tensor x = at::randn({2, 7, 6, 5}) * 37.5 + 3;
+  const at::Tensor strided = x.transpose(1, 3);  // not contiguous: ATen's tensor ops
+  for (const ScaleIntensityOptions o : {ScaleIntensityOptions{}, ScaleIntensityOptions{-1.0, 2.5}}) {
+    EXPECT_TRUE(at::equal(scale_intensity(x, o), scale_intensity(strided, o).transpose(1, 3)));
+  }
+}
+
 TEST(ScaleIntensityTest, ConstantImageBecomesZerosAndNanPropagates) {
   EXPECT_TRUE(at::equal(scale_intensity(at::full({1, 2, 2, 2}, 7.0f)), at::zeros({1, 2, 2, 2})));
   at::Tensor x = at::rand({1, 2, 2, 2});

@@ -141,8 +141,22 @@ at::Tensor scale_intensity(const at::Tensor& image, const ScaleIntensityOptions&
   const float lo = std::get<0>(minmax).item<float>();
   const float hi = std::get<1>(minmax).item<float>();
   if (hi - lo == 0.0f) return x * static_cast<float>(options.minv);  // constant image
-  // In float32 like MONAI's rescale_array; NaN propagates to every voxel.
-  return ((x - lo) / (hi - lo)) * static_cast<float>(options.maxv - options.minv) + static_cast<float>(options.minv);
+  // In float32 like MONAI's rescale_array, (x - min) / (max - min) * (maxv - minv) + minv;
+  // NaN propagates to every voxel. One pass over contiguous data instead of four.
+  const float range = hi - lo;
+  const auto scale = static_cast<float>(options.maxv - options.minv);
+  const auto offset = static_cast<float>(options.minv);
+  if (!x.is_contiguous()) return ((x - lo) / range) * scale + offset;
+  at::Tensor out = at::empty_like(x);
+  const float* in = x.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t n = x.numel();
+  if (scale == 1.0f && offset == 0.0f) {  // * 1 and + 0 are exact: skip them
+    for (int64_t i = 0; i < n; ++i) o[i] = (in[i] - lo) / range;
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = (in[i] - lo) / range * scale + offset;
+  }
+  return out;
 }
 
 void PosNegCropOptions::validate() const {
@@ -170,6 +184,24 @@ LabelIndices label_indices(const at::Tensor& label, const at::Tensor* image, dou
   const float* ip = image != nullptr ? img.data_ptr<float>() : nullptr;
   const int64_t image_channels = image != nullptr ? img.size(0) : 0;
   LabelIndices out;
+  if (channels == 1 && ip == nullptr) {
+    // The common case (one label channel, no image threshold): count, then
+    // fill exactly sized lists, instead of growing two vectors voxel by voxel.
+    int64_t nonzero = 0;
+    for (int64_t v = 0; v < voxels; ++v) nonzero += lp[v] != 0.0f ? 1 : 0;
+    out.foreground.resize(static_cast<size_t>(nonzero));
+    out.background.resize(static_cast<size_t>(voxels - nonzero));
+    int32_t* fg = out.foreground.data();
+    int32_t* bg = out.background.data();
+    for (int64_t v = 0; v < voxels; ++v) {
+      if (lp[v] != 0.0f) {
+        *fg++ = static_cast<int32_t>(v);
+      } else {
+        *bg++ = static_cast<int32_t>(v);
+      }
+    }
+    return out;
+  }
   for (int64_t v = 0; v < voxels; ++v) {
     bool fg = false;
     for (int64_t c = 0; c < channels && !fg; ++c) fg = lp[c * voxels + v] != 0.0f;
