@@ -63,10 +63,8 @@ int64_t NumpyRandomState::randint(int64_t lo, int64_t hi) {
     v = w;
   } else {
     const uint64_t mask = gen_mask(rng);
-    // Legacy next_uint64 is (first draw << 32) | second draw.
     do {
-      const uint64_t upper = mt_();
-      v = ((upper << 32) | mt_()) & mask;
+      v = mt_.next_u64() & mask;  // legacy next_uint64: first draw high
     } while (v > rng);
   }
   return static_cast<int64_t>(off + v);

@@ -31,19 +31,13 @@ bool uses_inside_out(int64_t n, RandpermCompat compat) {
   throw std::invalid_argument("DistributedSampler: " + message);
 }
 
-// Works with std::mt19937 (the plain reference path) and Mt19937 (the fast
-// path); both give the same draws.
-template <typename Engine>
-uint32_t draw32(Engine& eng) {
-  return static_cast<uint32_t>(eng());
-}
+// The plain reference path draws from std::mt19937; the fast path from
+// Mt19937, which gives the same stream.
+uint32_t draw32(std::mt19937& eng) { return static_cast<uint32_t>(eng()); }
 
-// CPUGeneratorImpl::random64: the first 32-bit draw is the high half.
-template <typename Engine>
-uint64_t draw64(Engine& eng) {
-  const uint64_t hi = draw32(eng);
-  const uint64_t lo = draw32(eng);
-  return (hi << 32) | lo;
+uint64_t draw64(std::mt19937& eng) {
+  const uint32_t first = draw32(eng);
+  return join_draws(first, draw32(eng));
 }
 
 // Inside-out Fisher-Yates over p[0, n), exactly torch's branch for large n:
@@ -185,7 +179,7 @@ int64_t shard_inside_out(uint32_t* p, int64_t n, Mt19937& eng, RankCursor& cur,
       [&](int64_t begin, int64_t count, uint32_t* out) {
         eng.fill(draws, static_cast<size_t>(2 * count));
         for (int64_t j = 0; j < count; ++j) {
-          const uint64_t r64 = (static_cast<uint64_t>(draws[2 * j]) << 32) | draws[2 * j + 1];
+          const uint64_t r64 = join_draws(draws[2 * j], draws[2 * j + 1]);
           out[j] = static_cast<uint32_t>(r64 % static_cast<uint64_t>(begin + j + 1));
         }
       },

@@ -49,9 +49,7 @@ double running_sum(const std::vector<double>& weights) {
 
 double uniform_double(Mt19937& gen) {
   // at::uniform_real_distribution<double>(0, 1) on CPUGeneratorImpl::random64().
-  const uint64_t hi = gen();
-  const uint64_t lo = gen();
-  const uint64_t bits = ((hi << 32) | lo) & ((uint64_t{1} << 53) - 1);
+  const uint64_t bits = gen.next_u64() & ((uint64_t{1} << 53) - 1);
   return static_cast<double>(bits) * 0x1p-53;
 }
 

@@ -31,6 +31,15 @@ TEST(Mt19937Test, BulkFillContinuesTheSameStreamAcrossTwists) {
   EXPECT_EQ(fast(), static_cast<uint32_t>(reference()));
 }
 
+TEST(Mt19937Test, NextU64JoinsTwoDrawsFirstHigh) {
+  std::mt19937 reference(7);
+  Mt19937 fast(7);
+  const uint64_t hi = static_cast<uint32_t>(reference());
+  const uint64_t lo = static_cast<uint32_t>(reference());
+  EXPECT_EQ(fast.next_u64(), (hi << 32) | lo);
+  EXPECT_EQ(join_draws(1u, 2u), 0x0000000100000002ULL);
+}
+
 TEST(Mt19937Test, FirstDrawOfSeedZeroIsTheKnownValue) {
   EXPECT_EQ(Mt19937(0)(), 2357136044u);
   EXPECT_EQ(Mt19937()(), 3499211612u);  // default seed 5489

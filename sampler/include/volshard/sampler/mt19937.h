@@ -8,6 +8,12 @@
 
 namespace volshard {
 
+/// A 64-bit draw made of two 32-bit ones, the first as the high half: how
+/// PyTorch's CPUGeneratorImpl::random64() and numpy's legacy next_uint64 build it.
+constexpr uint64_t join_draws(uint32_t first, uint32_t second) {
+  return (static_cast<uint64_t>(first) << 32) | second;
+}
+
 class Mt19937 {
  public:
   static constexpr int kStateSize = 624;
@@ -24,6 +30,12 @@ class Mt19937 {
   uint32_t operator()() {
     if (next_ >= kStateSize) twist();
     return temper(state_[next_++]);
+  }
+
+  /// join_draws of the next two draws.
+  uint64_t next_u64() {
+    const uint32_t first = (*this)();
+    return join_draws(first, (*this)());
   }
 
   /// out[0, count) = the next count draws, in order.
