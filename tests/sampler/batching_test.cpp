@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sampler_test_util.h"
+
 namespace volshard {
 namespace {
 
@@ -10,13 +12,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 DistributedSampler sampler(int64_t n, int64_t w, int64_t r, PartitionMode mode) {
-  DistributedSamplerOptions o;
-  o.dataset_size = n;
-  o.num_replicas = w;
-  o.rank = r;
-  o.mode = mode;
-  o.shuffle = false;
-  return DistributedSampler(o);
+  return DistributedSampler(test::sampler_options(n, w, r, mode, /*shuffle=*/false));
 }
 
 TEST(BatchViewTest, SplitsTheShardInOrderWithAShortLastBatch) {

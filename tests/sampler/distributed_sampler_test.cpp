@@ -1,5 +1,7 @@
 #include "volshard/sampler/distributed_sampler.h"
 
+#include "sampler_test_util.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,22 +17,12 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using Shards = std::vector<std::vector<int64_t>>;
 
-DistributedSamplerOptions make(int64_t n, int64_t w, int64_t rank, PartitionMode mode = PartitionMode::kPad,
-                               bool shuffle = true, uint64_t seed = 0) {
-  DistributedSamplerOptions o;
-  o.dataset_size = n;
-  o.num_replicas = w;
-  o.rank = rank;
-  o.mode = mode;
-  o.shuffle = shuffle;
-  o.seed = seed;
-  return o;
-}
+using test::sampler_options;
 
 Shards shards(int64_t n, int64_t w, PartitionMode mode, bool shuffle, int64_t epoch = 0, uint64_t seed = 0) {
   Shards out;
   for (int64_t r = 0; r < w; ++r) {
-    DistributedSampler s(make(n, w, r, mode, shuffle, seed));
+    DistributedSampler s(sampler_options(n, w, r, mode, shuffle, seed));
     s.set_epoch(epoch);
     out.push_back(s.indices().to_vector());
   }
@@ -76,7 +68,7 @@ TEST(DistributedSamplerTest, MatchesPyTorchShuffledShardsForTenSamplesOnFourRank
 TEST(DistributedSamplerTest, ReproducesMonaiTestEvenAndUneven) {
   EXPECT_EQ(shards(5, 2, PartitionMode::kPad, false), (Shards{{0, 2, 4}, {1, 3, 0}}));   // [1,3,5] [2,4,1]
   EXPECT_EQ(shards(5, 2, PartitionMode::kUneven, false), (Shards{{0, 2, 4}, {1, 3}}));  // [1,3,5] [2,4]
-  EXPECT_THAT(error_of(make(1, 2, 0, PartitionMode::kUneven)), HasSubstr("dataset_size=1 >= num_replicas=2"));
+  EXPECT_THAT(error_of(sampler_options(1, 2, 0, PartitionMode::kUneven)), HasSubstr("dataset_size=1 >= num_replicas=2"));
 }
 
 // MONAI test_cachedataset: rank0 item k == 2k+1, rank1 == 2(k+1) (1-based data).
@@ -91,32 +83,32 @@ TEST(DistributedSamplerTest, ReproducesMonaiCacheDatasetOrderForThreeEpochs) {
 TEST(DistributedSamplerTest, EmptyDatasetGivesEveryRankNothingUnlessUneven) {
   EXPECT_EQ(shards(0, 3, PartitionMode::kPad, true), (Shards{{}, {}, {}}));
   EXPECT_EQ(shards(0, 3, PartitionMode::kDropLast, true), (Shards{{}, {}, {}}));
-  EXPECT_THAT(error_of(make(0, 3, 0, PartitionMode::kUneven)), HasSubstr("dataset_size=0"));
+  EXPECT_THAT(error_of(sampler_options(0, 3, 0, PartitionMode::kUneven)), HasSubstr("dataset_size=0"));
 }
 
 TEST(DistributedSamplerTest, DropLastWithFewerSamplesThanRanksReadsNothing) {
-  DistributedSampler s(make(3, 4, 1, PartitionMode::kDropLast));
+  DistributedSampler s(sampler_options(3, 4, 1, PartitionMode::kDropLast));
   EXPECT_EQ(s.num_samples(), 0);
   EXPECT_EQ(s.total_size(), 0);
   EXPECT_TRUE(s.indices().empty());
 }
 
 TEST(DistributedSamplerTest, ReportsSizesAsPyTorch) {
-  DistributedSampler pad(make(21, 4, 0));
+  DistributedSampler pad(sampler_options(21, 4, 0));
   EXPECT_EQ(pad.num_samples(), 6);
   EXPECT_EQ(pad.total_size(), 24);
-  DistributedSampler drop(make(21, 4, 0, PartitionMode::kDropLast));
+  DistributedSampler drop(sampler_options(21, 4, 0, PartitionMode::kDropLast));
   EXPECT_EQ(drop.num_samples(), 5);
   EXPECT_EQ(drop.total_size(), 20);
-  DistributedSampler uneven0(make(21, 4, 0, PartitionMode::kUneven));
-  DistributedSampler uneven3(make(21, 4, 3, PartitionMode::kUneven));
+  DistributedSampler uneven0(sampler_options(21, 4, 0, PartitionMode::kUneven));
+  DistributedSampler uneven3(sampler_options(21, 4, 3, PartitionMode::kUneven));
   EXPECT_EQ(uneven0.num_samples(), 6);
   EXPECT_EQ(uneven3.num_samples(), 5);
   EXPECT_EQ(uneven3.total_size(), 21);
 }
 
 TEST(DistributedSamplerTest, SetEpochChangesOrderAndReturnsToIt) {
-  DistributedSampler s(make(100, 3, 1));
+  DistributedSampler s(sampler_options(100, 3, 1));
   const auto e0 = s.indices().to_vector();
   s.set_epoch(1);
   EXPECT_EQ(s.epoch(), 1);
@@ -135,27 +127,27 @@ TEST(DistributedSamplerTest, SeedAndEpochCombineModulo2To32AsTorchManualSeed) {
 }
 
 TEST(DistributedSamplerTest, RejectsBadOptionsNamingTheValue) {
-  EXPECT_THAT(error_of(make(10, 4, 4)), HasSubstr("rank=4 must be in [0, num_replicas=4)"));
-  EXPECT_THAT(error_of(make(10, 4, -1)), HasSubstr("rank=-1"));
-  EXPECT_THAT(error_of(make(10, 0, 0)), HasSubstr("num_replicas=0 must be >= 1"));
-  EXPECT_THAT(error_of(make(-1, 1, 0)), HasSubstr("dataset_size=-1 must be >= 0"));
-  EXPECT_THAT(error_of(make(kMaxDatasetSize + 1, 1, 0)), HasSubstr("dataset_size=4294967296 must be <="));
-  EXPECT_THAT(error_of(make(3, 4, 0, PartitionMode::kUneven)), HasSubstr("mode=uneven"));
+  EXPECT_THAT(error_of(sampler_options(10, 4, 4)), HasSubstr("rank=4 must be in [0, num_replicas=4)"));
+  EXPECT_THAT(error_of(sampler_options(10, 4, -1)), HasSubstr("rank=-1"));
+  EXPECT_THAT(error_of(sampler_options(10, 0, 0)), HasSubstr("num_replicas=0 must be >= 1"));
+  EXPECT_THAT(error_of(sampler_options(-1, 1, 0)), HasSubstr("dataset_size=-1 must be >= 0"));
+  EXPECT_THAT(error_of(sampler_options(kMaxDatasetSize + 1, 1, 0)), HasSubstr("dataset_size=4294967296 must be <="));
+  EXPECT_THAT(error_of(sampler_options(3, 4, 0, PartitionMode::kUneven)), HasSubstr("mode=uneven"));
 }
 
 TEST(DistributedSamplerTest, HugeWorldSizeNeitherOverflowsNorAllocates) {
   const int64_t w = std::numeric_limits<int64_t>::max();
-  DistributedSampler s(make(5, w, w - 1));
+  DistributedSampler s(sampler_options(5, w, w - 1));
   EXPECT_EQ(s.total_size(), w);
   EXPECT_EQ(s.num_samples(), 1);
   EXPECT_EQ(s.indices().size(), 1);
   EXPECT_LT(s.indices()[0], 5);
-  DistributedSampler first(make(5, w, 3, PartitionMode::kPad, false));
+  DistributedSampler first(sampler_options(5, w, 3, PartitionMode::kPad, false));
   EXPECT_THAT(first.indices().to_vector(), ElementsAre(3));
 }
 
 TEST(DistributedSamplerTest, IndexSpanAtThrowsOutOfRangeNamingTheIndex) {
-  DistributedSampler s(make(4, 2, 0, PartitionMode::kPad, false));
+  DistributedSampler s(sampler_options(4, 2, 0, PartitionMode::kPad, false));
   const IndexSpan span = s.indices();
   EXPECT_EQ(span.at(1), 2);
   try {
@@ -182,7 +174,7 @@ TEST(DistributedSamplerTest, ParsesAndPrintsModes) {
 std::vector<int64_t> first_positions(int64_t n, RandpermCompat compat, int64_t count) {
   std::vector<int64_t> out;
   for (int64_t r = 0; r < count; ++r) {
-    DistributedSamplerOptions o = make(n, n, r);
+    DistributedSamplerOptions o = sampler_options(n, n, r);
     o.randperm = compat;
     out.push_back(DistributedSampler(o).indices()[0]);
   }

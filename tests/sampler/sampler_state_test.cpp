@@ -11,6 +11,7 @@
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/sampler/log.h"
 #include "volshard/sampler/shard_check.h"
+#include "sampler_test_util.h"
 
 namespace volshard {
 namespace {
@@ -18,14 +19,9 @@ namespace {
 using ::testing::HasSubstr;
 using Shards = std::vector<std::vector<int64_t>>;
 
+// Seed 3 throughout, so nothing here leans on seed 0.
 DistributedSamplerOptions options(int64_t n, int64_t w, int64_t rank, PartitionMode mode, uint64_t seed = 3) {
-  DistributedSamplerOptions o;
-  o.dataset_size = n;
-  o.num_replicas = w;
-  o.rank = rank;
-  o.mode = mode;
-  o.seed = seed;
-  return o;
+  return test::sampler_options(n, w, rank, mode, true, seed);
 }
 
 // Captures volshard::warn for the lifetime of the object.

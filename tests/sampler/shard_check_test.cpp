@@ -3,17 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sampler_test_util.h"
+
 namespace volshard {
 namespace {
 
 using ::testing::HasSubstr;
 
 DistributedSamplerOptions options(int64_t n, int64_t w, PartitionMode mode) {
-  DistributedSamplerOptions o;
-  o.dataset_size = n;
-  o.num_replicas = w;
-  o.mode = mode;
-  return o;
+  return test::sampler_options(n, w, 0, mode);
 }
 
 TEST(ShardCheckTest, PassesRealShardsAndCountsPaddingAndMoves) {
