@@ -10,7 +10,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   # tensors, volumes, pictures
-  libtorch-dev libniftiio-dev libnifti2-dev libznz-dev zlib1g-dev libdeflate-dev libisal-dev libopencv-dev
+  libtorch-dev libgloo-dev libniftiio-dev libnifti2-dev libznz-dev zlib1g-dev libdeflate-dev libisal-dev libopencv-dev
   clang libclang-rt-14-dev
   # LibTorch's libblas.so.3 is the single-threaded reference BLAS unless this
   # takes over the alternative (see docs/platform notes in README)

@@ -1,0 +1,323 @@
+// MONAI parity of the UNet and DiceLoss: module tree (state_dict keys and
+// shapes), and output, loss and gradients on a MONAI-made fixture.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "volshard/trainer/loss.h"
+#include "volshard/trainer/serialize.h"
+#include "volshard/trainer/unet.h"
+
+namespace volshard {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kFixtures = VOLSHARD_TRAINER_FIXTURES;
+
+std::string shape_text(const at::Tensor& t) {
+  std::string s = "(";
+  for (int64_t d = 0; d < t.dim(); ++d) s += std::to_string(t.size(d)) + (t.dim() == 1 ? ",)" : d + 1 < t.dim() ? ", " : ")");
+  return s;
+}
+
+// key -> "(a, b, ...)" in MONAI's state_dict order, from the reference listing.
+std::vector<std::pair<std::string, std::string>> monai_tutorial_keys() {
+  std::ifstream in(kFixtures + "/monai_unet_state_dict.txt");
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string key, shape;
+    std::getline(fields, key, '\t');
+    std::getline(fields, shape, '\t');
+    out.emplace_back(key, shape);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> keys_and_shapes(const UNet& net) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& kv : net.state_dict()) out.emplace_back(kv.first, shape_text(kv.second));
+  return out;
+}
+
+TEST(UNetTest, TutorialConfigurationHasMonaisStateDictKeysShapesAndOrder) {
+  const UNet net(UNetOptions{});
+  const auto expected = monai_tutorial_keys();
+  ASSERT_EQ(expected.size(), 63u);
+  EXPECT_EQ(keys_and_shapes(net), expected);
+  EXPECT_EQ(net.num_parameters(), 4805534);
+}
+
+TEST(UNetTest, NoResidualUnitsGivesPlainConvolutionsAsMonai) {
+  UNetOptions o;
+  o.channels = {4, 8, 16};
+  o.strides = {2, 2};
+  o.num_res_units = 0;
+  UNet net(o);
+  // MONAI: down = Convolution, bottom = Convolution(stride 1), up =
+  // Convolution(transposed), the top one conv only.
+  const std::vector<std::pair<std::string, std::string>> expected{
+      {"model.0.conv.weight", "(4, 1, 3, 3, 3)"},
+      {"model.0.conv.bias", "(4,)"},
+      {"model.0.adn.A.weight", "(1,)"},
+      {"model.1.submodule.0.conv.weight", "(8, 4, 3, 3, 3)"},
+      {"model.1.submodule.0.conv.bias", "(8,)"},
+      {"model.1.submodule.0.adn.A.weight", "(1,)"},
+      {"model.1.submodule.1.submodule.conv.weight", "(16, 8, 3, 3, 3)"},
+      {"model.1.submodule.1.submodule.conv.bias", "(16,)"},
+      {"model.1.submodule.1.submodule.adn.A.weight", "(1,)"},
+      {"model.1.submodule.2.conv.weight", "(24, 4, 3, 3, 3)"},
+      {"model.1.submodule.2.conv.bias", "(4,)"},
+      {"model.1.submodule.2.adn.A.weight", "(1,)"},
+      {"model.2.conv.weight", "(8, 1, 3, 3, 3)"},
+      {"model.2.conv.bias", "(1,)"},
+  };
+  EXPECT_EQ(keys_and_shapes(net), expected);
+  EXPECT_EQ(net.forward(at::rand({1, 1, 16, 16, 16})).sizes(), (std::vector<int64_t>{1, 1, 16, 16, 16}));
+}
+
+TEST(UNetTest, OneResidualUnitHasOneSubunitPerLayer) {
+  UNetOptions o;
+  o.channels = {4, 8};
+  o.strides = {2};
+  o.num_res_units = 1;
+  const UNet net(o);
+  const std::vector<std::pair<std::string, std::string>> expected{
+      {"model.0.conv.unit0.conv.weight", "(4, 1, 3, 3, 3)"},
+      {"model.0.conv.unit0.conv.bias", "(4,)"},
+      {"model.0.conv.unit0.adn.A.weight", "(1,)"},
+      {"model.0.residual.weight", "(4, 1, 3, 3, 3)"},
+      {"model.0.residual.bias", "(4,)"},
+      {"model.1.submodule.conv.unit0.conv.weight", "(8, 4, 3, 3, 3)"},
+      {"model.1.submodule.conv.unit0.conv.bias", "(8,)"},
+      {"model.1.submodule.conv.unit0.adn.A.weight", "(1,)"},
+      {"model.1.submodule.residual.weight", "(8, 4, 1, 1, 1)"},
+      {"model.1.submodule.residual.bias", "(8,)"},
+      {"model.2.0.conv.weight", "(12, 1, 3, 3, 3)"},
+      {"model.2.0.conv.bias", "(1,)"},
+      {"model.2.0.adn.A.weight", "(1,)"},
+      {"model.2.1.conv.unit0.conv.weight", "(1, 1, 3, 3, 3)"},
+      {"model.2.1.conv.unit0.conv.bias", "(1,)"},
+  };
+  EXPECT_EQ(keys_and_shapes(net), expected);
+}
+
+TEST(UNetTest, BatchNormAddsMonaisBatchNormKeysAndBuffers) {
+  UNetOptions o;
+  o.channels = {4, 8};
+  o.strides = {2};
+  o.num_res_units = 0;
+  o.norm = NormKind::kBatch;
+  const UNet net(o);
+  const auto keys = keys_and_shapes(net);
+  ASSERT_GE(keys.size(), 8u);
+  EXPECT_EQ(keys[2].first, "model.0.adn.N.weight");
+  EXPECT_EQ(keys[3].first, "model.0.adn.N.bias");
+  EXPECT_EQ(keys[4].first, "model.0.adn.N.running_mean");
+  EXPECT_EQ(keys[5].first, "model.0.adn.N.running_var");
+  EXPECT_EQ(keys[6].first, "model.0.adn.N.num_batches_tracked");
+  EXPECT_EQ(keys[7].first, "model.0.adn.A.weight");
+}
+
+struct Parity {
+  UNet net;
+  at::Tensor input, label, output, loss;
+  NamedTensors grads;
+};
+
+Parity run_fixture() {
+  const std::string dir = kFixtures + "/unet_parity_small";
+  UNetOptions o;
+  o.channels = {4, 8, 16};
+  o.strides = {2, 2};
+  o.num_res_units = 2;
+  Parity p{UNet(o, 123), load_tensor(dir + "/input.pt"), load_tensor(dir + "/label.pt"), {}, {}, {}};
+  p.net.load_state_dict(load_tensor_dict(dir + "/state_dict.pt"));
+  p.output = p.net.forward(p.input);
+  DiceLossOptions d;
+  d.sigmoid = true;
+  p.loss = dice_loss(p.output, p.label, d);
+  p.loss.backward();
+  for (const auto& kv : p.net.named_parameters()) p.grads.emplace_back(kv.first, kv.second.grad());
+  return p;
+}
+
+TEST(UNetParityTest, OutputLossAndGradientsMatchMonaiWithinTolerance) {
+  const std::string dir = kFixtures + "/unet_parity_small";
+  const Parity p = run_fixture();
+  const at::Tensor expected_output = load_tensor(dir + "/output.pt");
+  ASSERT_EQ(p.output.sizes(), expected_output.sizes());
+  EXPECT_TRUE(at::allclose(p.output, expected_output, 1e-4, 1e-5))
+      << "max abs diff " << (p.output - expected_output).abs().max().item<double>();
+  EXPECT_NEAR(p.loss.item<double>(), 0.5020731687545776, 1e-5);
+
+  std::map<std::string, at::Tensor> expected_grads;
+  for (const auto& kv : load_tensor_dict(dir + "/grads.pt")) expected_grads[kv.first] = kv.second;
+  ASSERT_EQ(expected_grads.size(), p.grads.size());
+  for (const auto& kv : p.grads) {
+    ASSERT_TRUE(expected_grads.count(kv.first)) << kv.first;
+    ASSERT_TRUE(kv.second.defined()) << kv.first;
+    EXPECT_TRUE(at::allclose(kv.second, expected_grads[kv.first], 1e-4, 1e-5))
+        << kv.first << " max abs diff " << (kv.second - expected_grads[kv.first]).abs().max().item<double>();
+  }
+}
+
+TEST(UNetParityTest, TrainAndEvalGiveTheSameOutputWithInstanceNorm) {
+  UNetOptions o;
+  o.channels = {4, 8};
+  o.strides = {2};
+  UNet net(o, 5);
+  const at::Tensor x = at::rand({1, 1, 16, 16, 16});
+  at::NoGradGuard no_grad;
+  const at::Tensor a = net.forward(x);
+  net.train(false);
+  EXPECT_TRUE(at::equal(a, net.forward(x)));
+}
+
+TEST(UNetTest, InitialisationDependsOnlyOnTheSeed) {
+  UNetOptions o;
+  o.channels = {4, 8};
+  o.strides = {2};
+  const UNet a(o, 1), b(o, 1), c(o, 2);
+  const auto sa = a.state_dict(), sb = b.state_dict(), sc = c.state_dict();
+  bool any_different = false;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_TRUE(at::equal(sa[i].second, sb[i].second)) << sa[i].first;
+    any_different = any_different || !at::equal(sa[i].second, sc[i].second);
+  }
+  EXPECT_TRUE(any_different);
+  // PyTorch's default bounds: conv weights U(+-1/sqrt(fan_in)), PReLU 0.25.
+  const at::Tensor w = sa[0].second;  // (4, 1, 3, 3, 3): fan_in 27
+  EXPECT_LE(w.abs().max().item<double>(), 1.0 / std::sqrt(27.0));
+  EXPECT_EQ(sa[2].second.item<float>(), 0.25f);
+}
+
+TEST(UNetTest, RejectsSpatialSizesThatAreNotMultiplesOfTheStrideProduct) {
+  UNet net(UNetOptions{});
+  try {
+    net.forward(at::zeros({1, 1, 72, 96, 96}));
+    FAIL() << "72 is not a multiple of 16";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("72x96x96"));
+    EXPECT_THAT(e.what(), HasSubstr("multiple of 16"));
+  }
+  EXPECT_THROW(UNetOptions{}.check_spatial_size({100, 96, 96}, "crop"), std::invalid_argument);
+  EXPECT_NO_THROW(UNetOptions{}.check_spatial_size({96, 96, 96}, "crop"));
+}
+
+TEST(UNetTest, RejectsBadOptionsNamingTheField) {
+  UNetOptions o;
+  o.strides = {2, 2};
+  try {
+    o.validate();
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("strides"));
+  }
+  o = UNetOptions{};
+  o.dropout = 1.0;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  EXPECT_THROW(parse_norm_kind("group"), std::invalid_argument);
+}
+
+TEST(UNetTest, LoadStateDictNamesTheMissingOrMisshapedKeyAndCopiesNothing) {
+  UNetOptions o;
+  o.channels = {4, 8};
+  o.strides = {2};
+  UNet net(o, 1);
+  const UNet other(o, 2);
+  NamedTensors state = other.state_dict();
+  const at::Tensor before = net.state_dict()[0].second.clone();
+  state.back().second = at::zeros({3});
+  try {
+    net.load_state_dict(state);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr(state.back().first));
+  }
+  EXPECT_TRUE(at::equal(net.state_dict()[0].second, before));
+  state.pop_back();
+  EXPECT_THROW(net.load_state_dict(state), std::invalid_argument);
+  EXPECT_NO_THROW(net.load_state_dict(state, /*strict=*/false));
+}
+
+// ---- DiceLoss -------------------------------------------------------------
+
+TEST(DiceLossTest, MatchesTheFormulaForEveryOption) {
+  const at::Tensor x = at::randn({2, 3, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor g = (at::rand({2, 3, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble)) > 0.5).to(at::kDouble);
+  for (int squared = 0; squared < 2; ++squared) {
+    for (int jaccard = 0; jaccard < 2; ++jaccard) {
+      for (int batch = 0; batch < 2; ++batch) {
+        DiceLossOptions o;
+        o.sigmoid = true;
+        o.squared_pred = squared;
+        o.jaccard = jaccard;
+        o.batch = batch;
+        o.reduction = Reduction::kNone;
+        const at::Tensor p = at::sigmoid(x);
+        const std::vector<int64_t> dims = batch ? std::vector<int64_t>{0, 2, 3, 4} : std::vector<int64_t>{2, 3, 4};
+        const at::Tensor i = (p * g).sum(dims);
+        const at::Tensor ps = squared ? (p * p).sum(dims) : p.sum(dims);
+        const at::Tensor gs = squared ? (g * g).sum(dims) : g.sum(dims);
+        at::Tensor den = ps + gs;
+        if (jaccard) den = 2.0 * (den - i);
+        const at::Tensor expected = 1.0 - (2.0 * i + 1e-5) / (den + 1e-5);
+        const at::Tensor got = dice_loss(x, g, o);
+        EXPECT_EQ(got.dim(), batch ? 4 : 5);  // MONAI: C x 1 x 1 x 1 with batch
+        EXPECT_TRUE(at::allclose(got.flatten(), expected.flatten(), 1e-12, 1e-12));
+        o.reduction = Reduction::kMean;
+        EXPECT_NEAR(dice_loss(x, g, o).item<double>(), expected.mean().item<double>(), 1e-12);
+        o.reduction = Reduction::kSum;
+        EXPECT_NEAR(dice_loss(x, g, o).item<double>(), expected.sum().item<double>(), 1e-12);
+      }
+    }
+  }
+}
+
+TEST(DiceLossTest, SoftmaxOneHotAndNoBackgroundDropChannelZero) {
+  const at::Tensor x = at::randn({2, 3, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor classes = at::randint(0, 3, {2, 1, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble));
+  DiceLossOptions o;
+  o.softmax = true;
+  o.to_onehot_y = true;
+  o.include_background = false;
+  const at::Tensor p = at::softmax(x, 1).narrow(1, 1, 2);
+  const at::Tensor g = at::one_hot(classes.select(1, 0).to(at::kLong), 3).movedim(-1, 1).to(at::kDouble).narrow(1, 1, 2);
+  const std::vector<int64_t> dims{2, 3, 4};
+  const at::Tensor expected = 1.0 - (2.0 * (p * g).sum(dims) + 1e-5) / (p.sum(dims) + g.sum(dims) + 1e-5);
+  EXPECT_NEAR(dice_loss(x, classes, o).item<double>(), expected.mean().item<double>(), 1e-12);
+}
+
+TEST(DiceLossTest, RejectsMismatchedShapesNamingBoth) {
+  try {
+    dice_loss(at::zeros({1, 1, 4, 4, 4}), at::zeros({1, 1, 4, 4, 5}));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("[1, 1, 4, 4, 5]"));
+    EXPECT_THAT(e.what(), HasSubstr("[1, 1, 4, 4, 4]"));
+  }
+  DiceLossOptions o;
+  o.sigmoid = o.softmax = true;
+  EXPECT_THROW(dice_loss(at::zeros({1, 1, 4, 4, 4}), at::zeros({1, 1, 4, 4, 4}), o), std::invalid_argument);
+}
+
+TEST(DiceScoreTest, CountsThresholdedOverlapAndSkipsEmptyLabels) {
+  at::Tensor logits = at::full({1, 1, 2, 2, 2}, -1.0);
+  at::Tensor label = at::zeros({1, 1, 2, 2, 2});
+  EXPECT_TRUE(std::isnan(dice_score(logits, label)));
+  label.view({-1}).narrow(0, 0, 4).fill_(1);            // 4 foreground voxels
+  logits.view({-1}).narrow(0, 2, 4).fill_(1);           // predicted 2..5: overlap 2
+  EXPECT_DOUBLE_EQ(dice_score(logits, label), 2.0 * 2 / (4 + 4));
+}
+
+}  // namespace
+}  // namespace volshard

@@ -1,0 +1,61 @@
+#pragma once
+// Data parallelism without torch.nn.parallel.DistributedDataParallel (the C++
+// frontend has none): parameters broadcast from rank 0, and gradients averaged
+// by bucketed all-reduces that start during the backward pass, as soon as a
+// bucket's gradients are all computed.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "volshard/trainer/comm.h"
+
+namespace volshard {
+
+/// Copies rank `root`'s values of these tensors to every rank (one coalesced
+/// broadcast per dtype). Call on every rank.
+void broadcast_tensors(const std::vector<at::Tensor>& tensors, Communicator& comm, int64_t root = 0);
+
+struct GradientReducerOptions {
+  int64_t bucket_bytes = int64_t{25} << 20;       ///< DDP's bucket_cap_mb = 25
+  int64_t first_bucket_bytes = int64_t{1} << 20;  ///< DDP's first bucket: 1 MiB, so communication starts early
+  void validate() const;
+};
+
+/// Averages the gradients of `parameters` over the ranks of `comm`.
+/// Parameters are bucketed in reverse order (the order backward produces
+/// them); a gradient hook copies each gradient into its bucket, and a full
+/// bucket is all-reduced at once, in bucket order, while backward goes on.
+///
+///   reducer.prepare();  loss.backward();  reducer.finish();  optimizer.step();
+///
+/// Every parameter must receive a gradient each step. Not thread-safe.
+class GradientReducer {
+ public:
+  GradientReducer(std::vector<at::Tensor> parameters, Communicator& comm, GradientReducerOptions options = {});
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  /// Before each backward.
+  void prepare();
+  /// After backward: waits for the all-reduces and leaves the average in each
+  /// parameter's grad. Throws std::logic_error naming a parameter that got no
+  /// gradient, and CommError when a peer is lost.
+  void finish();
+
+  /// Parameter indices per bucket, in launch order.
+  const std::vector<std::vector<int64_t>>& buckets() const;
+  /// Buckets launched before finish() was called in the last step: > 0 means
+  /// communication overlapped the backward pass.
+  int64_t launched_during_backward() const;
+
+  struct Impl;  ///< opaque
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace volshard

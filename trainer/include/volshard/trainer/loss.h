@@ -1,0 +1,44 @@
+#pragma once
+// MONAI's DiceLoss (monai.losses.DiceLoss) on ATen tensors.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace volshard {
+
+enum class Reduction { kMean, kSum, kNone };
+Reduction parse_reduction(const std::string& text);  ///< "mean" | "sum" | "none"
+
+struct DiceLossOptions {
+  bool include_background = true;
+  bool to_onehot_y = false;  ///< target holds class indices in channel 0
+  bool sigmoid = false;
+  bool softmax = false;
+  bool squared_pred = false;
+  bool jaccard = false;
+  double smooth_nr = 1e-5;
+  double smooth_dr = 1e-5;
+  bool batch = false;  ///< sum over the batch before dividing
+  Reduction reduction = Reduction::kMean;
+  void validate() const;  ///< throws std::invalid_argument (sigmoid and softmax together, negative smoothing)
+};
+
+/// For logits x and target g of shape B x C x spatial...: per (b, c),
+/// 1 - (2 I + smooth_nr) / (P + G + smooth_dr) with I = sum p g, P = sum p
+/// (or p^2), G = sum g (or g^2) over the spatial voxels; jaccard uses
+/// 2 (P + G - I) as the denominator. kMean: a scalar; kNone: B x C x 1...
+/// (C x 1... with batch). With C == 1, softmax, to_onehot_y and
+/// include_background = false are ignored with a warning, as MONAI. Throws
+/// std::invalid_argument naming both shapes when they differ.
+at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target, const DiceLossOptions& options = {});
+
+/// MONAI's DiceMetric(include_background=True, reduction="mean",
+/// ignore_empty=True) for one volume (1 x C x spatial or C x spatial):
+/// prediction = sigmoid(logits) > 0.5 (argmax one-hot with softmax), Dice per
+/// channel 2|P & G| / (|P| + |G|), averaged over the channels whose label is
+/// not empty; NaN when every channel's label is empty (callers skip NaN, as
+/// MONAI's reduction does).
+double dice_score(const at::Tensor& logits, const at::Tensor& label, bool softmax = false);
+
+}  // namespace volshard

@@ -1,0 +1,116 @@
+#include "volshard/trainer/loss.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "volshard/sampler/log.h"
+
+namespace volshard {
+
+Reduction parse_reduction(const std::string& text) {
+  if (text == "mean") return Reduction::kMean;
+  if (text == "sum") return Reduction::kSum;
+  if (text == "none") return Reduction::kNone;
+  throw std::invalid_argument("DiceLoss: reduction='" + text + "' must be mean, sum or none");
+}
+
+void DiceLossOptions::validate() const {
+  if (sigmoid && softmax) throw std::invalid_argument("DiceLoss: sigmoid and softmax are mutually exclusive");
+  if (!(smooth_nr >= 0) || !(smooth_dr >= 0))
+    throw std::invalid_argument("DiceLoss: smooth_nr=" + std::to_string(smooth_nr) +
+                                " and smooth_dr=" + std::to_string(smooth_dr) + " must be >= 0");
+}
+
+at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target_in, const DiceLossOptions& o) {
+  o.validate();
+  if (input.dim() < 3) throw std::invalid_argument("DiceLoss: input must be B x C x spatial..., got " +
+                                                   std::to_string(input.dim()) + " dimensions");
+  const int64_t channels = input.size(1);
+  at::Tensor p = input;
+  if (o.sigmoid) p = at::sigmoid(p);
+  if (o.softmax) {
+    if (channels == 1) warn("DiceLoss: single channel prediction, softmax=True ignored.");
+    else p = at::softmax(p, 1);
+  }
+  at::Tensor g = target_in;
+  if (o.to_onehot_y) {
+    if (channels == 1) {
+      warn("DiceLoss: single channel prediction, to_onehot_y=True ignored.");
+    } else {
+      // Class indices in channel 0 -> one channel per class.
+      at::Tensor idx = g.select(1, 0).to(at::kLong);
+      g = at::one_hot(idx, channels).movedim(-1, 1).to(input.scalar_type());
+    }
+  }
+  if (!o.include_background) {
+    if (channels == 1) {
+      warn("DiceLoss: single channel prediction, include_background=False ignored.");
+    } else {
+      p = p.narrow(1, 1, channels - 1);
+      g = g.narrow(1, 1, channels - 1);
+    }
+  }
+  if (g.sizes() != p.sizes()) {
+    std::ostringstream s;
+    s << "DiceLoss: ground truth has shape " << g.sizes() << " but input has shape " << p.sizes();
+    throw std::invalid_argument(s.str());
+  }
+  std::vector<int64_t> dims;  // the spatial dims, and the batch with batch=true
+  if (o.batch) dims.push_back(0);
+  for (int64_t d = 2; d < p.dim(); ++d) dims.push_back(d);
+  const at::Tensor intersection = (p * g).sum(dims);
+  const at::Tensor pred_o = o.squared_pred ? (p * p).sum(dims) : p.sum(dims);
+  const at::Tensor ground_o = o.squared_pred ? (g * g).sum(dims) : g.sum(dims);
+  at::Tensor denominator = ground_o + pred_o;
+  if (o.jaccard) denominator = 2.0 * (denominator - intersection);
+  const at::Tensor f = 1.0 - (2.0 * intersection + o.smooth_nr) / (denominator + o.smooth_dr);
+  switch (o.reduction) {
+    case Reduction::kMean:
+      return f.mean();
+    case Reduction::kSum:
+      return f.sum();
+    case Reduction::kNone: {
+      std::vector<int64_t> shape(f.sizes().begin(), f.sizes().end());
+      for (int64_t d = 2; d < p.dim(); ++d) shape.push_back(1);
+      return f.reshape(shape);
+    }
+  }
+  return f.mean();
+}
+
+double dice_score(const at::Tensor& logits_in, const at::Tensor& label_in, bool softmax) {
+  // 1 x C x spatial or C x spatial.
+  const at::Tensor logits = logits_in.dim() == 5 ? logits_in.select(0, 0) : logits_in;
+  const at::Tensor label = label_in.dim() == 5 ? label_in.select(0, 0) : label_in;
+  if (logits.sizes() != label.sizes()) {
+    std::ostringstream s;
+    s << "dice_score: prediction shape " << logits.sizes() << " differs from label shape " << label.sizes();
+    throw std::invalid_argument(s.str());
+  }
+  const int64_t channels = logits.size(0);
+  at::Tensor pred;
+  if (softmax && channels > 1) {
+    pred = at::one_hot(logits.argmax(0), channels).movedim(-1, 0).to(at::kFloat);
+  } else {
+    pred = (logits > 0).to(at::kFloat);  // sigmoid(x) > 0.5  <=>  x > 0
+  }
+  const at::Tensor truth = (label > 0.5).to(at::kFloat);
+  double sum = 0;
+  int64_t counted = 0;
+  for (int64_t c = 0; c < channels; ++c) {
+    const double g = truth[c].sum().item<double>();
+    if (g == 0) continue;  // MONAI ignore_empty: NaN, skipped by the mean
+    const double pr = pred[c].sum().item<double>();
+    const double inter = (pred[c] * truth[c]).sum().item<double>();
+    sum += 2.0 * inter / (pr + g);
+    ++counted;
+  }
+  return counted == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / static_cast<double>(counted);
+}
+
+}  // namespace volshard
