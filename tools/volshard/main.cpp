@@ -1,8 +1,11 @@
-// volshard: synthetic data, volume inspection (and, later, training).
+// volshard: synthetic data, volume inspection, training and prediction.
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -11,6 +14,28 @@
 
 #include "preview.h"
 #include "volshard/datasets/commands.h"
+#include "volshard/trainer/commands.h"
+
+namespace {
+
+// --config FILE.json gives the defaults; flags on the command line override
+// them (CLI11 assigns only the options that are given).
+void apply_config_file(int argc, char** argv, volshard::TrainOptions* options) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    std::string path;
+    if (std::strcmp(argv[i], "--config") == 0) path = argv[i + 1];
+    if (path.empty()) continue;
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument("--config: cannot read " + path);
+    std::stringstream text;
+    text << in.rdbuf();
+    options->merge_json(text.str(), path);
+  }
+}
+
+std::vector<int64_t>* as_vector(std::vector<int64_t>& v) { return &v; }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"volshard: deterministic data pipelines for 3D segmentation"};
@@ -21,6 +46,8 @@ Examples:
   volshard info data/img0.nii.gz data/seg0.nii.gz
   volshard info --json data/*.nii.gz
   volshard preview --data data --out crops.png --count 8 --seed 0
+  volshard train --data data --out run --epochs 2 --nproc-per-node 2 --crop 32
+  volshard predict --model run/model.pt --config run/config.json --image data/img0.nii.gz --out pred.nii.gz
 Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
 
   volshard::SynthOptions synth;
@@ -52,15 +79,101 @@ Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
   preview_cmd->add_option("--image-glob", preview.image_glob, "image file pattern")->capture_default_str();
   preview_cmd->add_option("--label-glob", preview.label_glob, "label file pattern")->capture_default_str();
 
+  volshard::TrainOptions train;
+  volshard::TrainLaunch launch;
+  std::string config_file;
+  std::string norm = "instance";
+  auto* train_cmd = app.add_subcommand("train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)");
+  train_cmd->add_option("--data", train.data_dir, "folder of img*/seg* volumes (the last --val-fraction validate)");
+  train_cmd->add_option("--datalist", train.datalist, "MONAI/Decathlon JSON datalist (training, validation)");
+  train_cmd->add_option("--out", train.out_dir, "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)");
+  train_cmd->add_option("--config", config_file, "JSON of these options (keys as in RUN/config.json); flags override it");
+  train_cmd->add_option("--epochs", train.epochs)->capture_default_str();
+  train_cmd->add_option("--batch-size", train.batch_size, "volumes per rank and step")->capture_default_str();
+  train_cmd->add_option("--crop", train.crop, "RandCropByPosNegLabel edge, voxels")->capture_default_str();
+  train_cmd->add_option("--num-samples", train.num_samples, "crops per volume")->capture_default_str();
+  train_cmd->add_flag("--allow-smaller", train.allow_smaller, "crops larger than a volume shrink to it");
+  train_cmd->add_option("--rot90-prob", train.rot90_prob)->capture_default_str();
+  train_cmd->add_option("--lr", train.lr)->capture_default_str();
+  train_cmd->add_option("--optimizer", train.optimizer, "adam | sgd")->capture_default_str();
+  train_cmd->add_option("--momentum", train.momentum, "sgd momentum")->capture_default_str();
+  train_cmd->add_option("--weight-decay", train.weight_decay)->capture_default_str();
+  train_cmd->add_option("--lr-schedule", train.lr_schedule, "constant | cosine | poly")->capture_default_str();
+  train_cmd->add_option("--seed", train.seed)->capture_default_str();
+  train_cmd->add_option("--channels", *as_vector(train.model.channels), "e.g. 16,32,64,128,256")->delimiter(',')->capture_default_str();
+  train_cmd->add_option("--strides", *as_vector(train.model.strides), "e.g. 2,2,2,2")->delimiter(',')->capture_default_str();
+  train_cmd->add_option("--res-units", train.model.num_res_units)->capture_default_str();
+  train_cmd->add_option("--norm", norm, "instance | batch (SyncBatchNorm over ranks)")->capture_default_str();
+  train_cmd->add_option("--dropout", train.model.dropout)->capture_default_str();
+  train_cmd->add_option("--val-every", train.val_every, "epochs between validations (0: none)")->capture_default_str();
+  train_cmd->add_option("--val-fraction", train.val_fraction, "--data: fraction of pairs held out")->capture_default_str();
+  train_cmd->add_option("--roi", train.roi, "sliding-window size for validation (0: --crop)")->capture_default_str();
+  train_cmd->add_option("--cache-rate", train.cache_rate)->capture_default_str();
+  train_cmd->add_option("--workers", train.workers, "loader threads per rank")->capture_default_str();
+  train_cmd->add_option("--threads", train.threads, "intra-op threads per rank (0: cores / local ranks)")->capture_default_str();
+  train_cmd->add_option("--checkpoint-every", train.checkpoint_every, "steps (0: epoch ends only)")->capture_default_str();
+  train_cmd->add_option("--max-steps", train.max_steps, "stop with a checkpoint after this many steps")->capture_default_str();
+  train_cmd->add_option("--resume", train.resume, "RUN folder or checkpoint.pt to continue from");
+  train_cmd->add_option("--init-weights", train.init_weights, "state_dict .pt saved by Python/MONAI");
+  train_cmd->add_option("--trace-samples", train.trace_samples, "JSON lines of every crop fed (epoch, step, rank, index, crop, rotation)");
+  train_cmd->add_option("--timeout", train.timeout_s, "seconds a collective waits for a lost peer")->capture_default_str();
+  train_cmd->add_option("--backend", train.backend, "gloo | nccl")->capture_default_str();
+  train_cmd->add_option("--nproc-per-node", launch.nproc_per_node, "local worker processes to start")->capture_default_str();
+  train_cmd->add_option("--nnodes", launch.nnodes)->capture_default_str();
+  train_cmd->add_option("--node-rank", launch.node_rank)->capture_default_str();
+  train_cmd->add_option("--master-addr", launch.master_addr)->capture_default_str();
+  train_cmd->add_option("--master-port", launch.master_port, "0: a free port")->capture_default_str();
+  train_cmd->add_option("--init-method", launch.init_method, "env:// | tcp://host:port | file:///path");
+  train_cmd->add_option("--rank", launch.rank, "with --init-method tcp:// or file://");
+  train_cmd->add_option("--world-size", launch.world_size, "with --init-method tcp:// or file://");
+
+  volshard::PredictOptions pred;
+  std::string pred_config, pred_norm = "instance";
+  auto* predict_cmd = app.add_subcommand("predict", "segment a volume with a trained UNet; writes NIfTI with the input's affine");
+  predict_cmd->add_option("--model", pred.model_path, "state_dict .pt (model.pt, or MONAI's)")->required();
+  predict_cmd->add_option("--config", pred_config, "RUN/config.json: the network's channels/strides/res-units");
+  predict_cmd->add_option("--image", pred.image_path)->required();
+  predict_cmd->add_option("--out", pred.out_path)->required();
+  predict_cmd->add_option("--output", pred.output, "logits | prob | label")->capture_default_str();
+  predict_cmd->add_option("--roi-size", pred.roi, "sliding window edge (0: whole volume)")->capture_default_str();
+  predict_cmd->add_option("--overlap", pred.overlap)->capture_default_str();
+  predict_cmd->add_option("--channels", *as_vector(pred.model.channels))->delimiter(',')->capture_default_str();
+  predict_cmd->add_option("--strides", *as_vector(pred.model.strides))->delimiter(',')->capture_default_str();
+  predict_cmd->add_option("--res-units", pred.model.num_res_units)->capture_default_str();
+  predict_cmd->add_option("--norm", pred_norm)->capture_default_str();
+
   try {
+    if (argc > 1 && std::strcmp(argv[1], "train") == 0) {
+      apply_config_file(argc, argv, &train);
+      norm = volshard::to_string(train.model.norm);
+    }
+    if (argc > 1 && std::strcmp(argv[1], "predict") == 0) {
+      volshard::TrainOptions from_run;
+      apply_config_file(argc, argv, &from_run);
+      pred.model = from_run.model;
+      pred_norm = volshard::to_string(from_run.model.norm);
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     std::cerr << "volshard: " << e.what() << "\nRun with --help for usage.\n";
     return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "volshard: " << e.what() << "\n";
+    return 2;
   }
 
   try {
+    if (*train_cmd) {
+      train.model.norm = volshard::parse_norm_kind(norm);
+      return volshard::train_command(train, launch, std::vector<std::string>(argv, argv + argc));
+    }
+    if (*predict_cmd) {
+      pred.model.norm = volshard::parse_norm_kind(pred_norm);
+      volshard::predict(pred);
+      std::cout << "wrote " << pred.out_path << "\n";
+      return 0;
+    }
     if (*synth_cmd) {
       if (size < 1) throw std::invalid_argument("--size=" + std::to_string(size) + " must be >= 1");
       synth.volume.height = synth.volume.width = synth.volume.depth = size;

@@ -1,0 +1,38 @@
+#pragma once
+// Starting N local worker processes, as torch.multiprocessing.spawn / torchrun
+// do: each gets the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). POSIX and standard library only.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace volshard {
+
+struct LaunchOptions {
+  int64_t nproc_per_node = 1;  ///< workers on this machine, >= 1
+  int64_t nnodes = 1;          ///< machines, >= 1
+  int64_t node_rank = 0;       ///< this machine, in [0, nnodes)
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;         ///< 0: a free port (single machine only)
+  std::vector<std::string> command;  ///< argv of every worker (argv[0]: the program)
+  /// After one worker fails, how long the others get to stop by themselves
+  /// (they see the lost rank) before they are killed.
+  double grace_seconds = 15;
+  void validate() const;  ///< throws std::invalid_argument naming the field
+};
+
+/// A port on 127.0.0.1 that nothing listens on now.
+int find_free_port();
+/// Throws std::invalid_argument naming the port when something already
+/// listens on it (checked by binding it).
+void check_port_free(int port);
+
+/// Forks and execs the workers, forwards SIGINT and SIGTERM to them (a second
+/// signal kills them), and waits. Returns 0 when every worker exited 0; the
+/// failing worker's status (or 128 + its signal) when one failed, after the
+/// others were given grace_seconds and then killed; 128 + the signal when
+/// interrupted. Writes one line to stderr per failed worker, naming its rank.
+int run_workers(const LaunchOptions& options);
+
+}  // namespace volshard

@@ -1,0 +1,178 @@
+#include "volshard/trainer/launch.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+#include <thread>
+
+namespace volshard {
+namespace {
+
+std::atomic<int> g_signal{0};
+std::atomic<int> g_signal_count{0};
+
+void on_signal(int sig) {
+  g_signal.store(sig);
+  g_signal_count.fetch_add(1);
+}
+
+int bind_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("launcher: socket() failed: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+void LaunchOptions::validate() const {
+  if (nproc_per_node < 1 || nproc_per_node > 1024)
+    throw std::invalid_argument("launcher: --nproc-per-node=" + std::to_string(nproc_per_node) + " must be in [1, 1024]");
+  if (nnodes < 1) throw std::invalid_argument("launcher: --nnodes=" + std::to_string(nnodes) + " must be >= 1");
+  if (node_rank < 0 || node_rank >= nnodes)
+    throw std::invalid_argument("launcher: --node-rank=" + std::to_string(node_rank) + " must be in [0, nnodes=" +
+                                std::to_string(nnodes) + ")");
+  if (master_port < 0 || master_port > 65535)
+    throw std::invalid_argument("launcher: --master-port=" + std::to_string(master_port) + " must be in [0, 65535]");
+  if (master_port == 0 && nnodes > 1)
+    throw std::invalid_argument("launcher: --master-port is required with --nnodes=" + std::to_string(nnodes));
+  if (master_addr.empty()) throw std::invalid_argument("launcher: --master-addr is empty");
+  if (command.empty()) throw std::invalid_argument("launcher: no worker command");
+}
+
+int find_free_port() {
+  const int fd = bind_loopback(0);
+  if (fd < 0) throw std::runtime_error(std::string("launcher: cannot bind a free port: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void check_port_free(int port) {
+  const int fd = bind_loopback(port);
+  if (fd < 0)
+    throw std::invalid_argument("launcher: --master-port=" + std::to_string(port) + " is busy (" +
+                                std::strerror(errno) + "); pick another or omit it for a free one");
+  ::close(fd);
+}
+
+int run_workers(const LaunchOptions& o) {
+  o.validate();
+  int port = o.master_port;
+  if (port == 0) port = find_free_port();
+  else if (o.node_rank == 0) check_port_free(port);
+  const int64_t world = o.nnodes * o.nproc_per_node;
+
+  g_signal = 0;
+  g_signal_count = 0;
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int{}, old_term{};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<pid_t> pids;
+  for (int64_t local = 0; local < o.nproc_per_node; ++local) {
+    const int64_t rank = o.node_rank * o.nproc_per_node + local;
+    std::vector<std::string> env_strings{
+        "RANK=" + std::to_string(rank),          "LOCAL_RANK=" + std::to_string(local),
+        "WORLD_SIZE=" + std::to_string(world),   "LOCAL_WORLD_SIZE=" + std::to_string(o.nproc_per_node),
+        "MASTER_ADDR=" + o.master_addr,          "MASTER_PORT=" + std::to_string(port),
+        "GROUP_RANK=" + std::to_string(o.node_rank)};
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      throw std::runtime_error(std::string("launcher: fork failed: ") + std::strerror(errno));
+    }
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans if the launcher dies
+      for (auto& e : env_strings) ::putenv(e.data());
+      std::vector<char*> argv;
+      for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      ::execvp(argv[0], argv.data());
+      std::fprintf(stderr, "launcher: cannot start %s: %s\n", argv[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  std::vector<bool> running(pids.size(), true);
+  size_t alive = pids.size();
+  int status_out = 0;
+  bool failed = false;
+  int forwarded = 0;
+  std::chrono::steady_clock::time_point kill_at{};
+  while (alive > 0) {
+    if (g_signal_count.load() > forwarded) {
+      const int sig = g_signal.load();
+      const bool second = forwarded > 0;
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (running[i]) ::kill(pids[i], second ? SIGKILL : sig);
+      if (!failed) status_out = 128 + sig;
+      forwarded = g_signal_count.load();
+    }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (pids[i] != pid || !running[i]) continue;
+        running[i] = false;
+        --alive;
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 && forwarded == 0) {
+          const int64_t rank = o.node_rank * o.nproc_per_node + static_cast<int64_t>(i);
+          std::cerr << "launcher: worker rank " << rank << " (pid " << pid << ") "
+                    << (WIFEXITED(status) ? "exited with status " + std::to_string(code)
+                                          : "was killed by signal " + std::to_string(WTERMSIG(status)))
+                    << "\n";
+          if (!failed) {
+            failed = true;
+            status_out = code;
+            kill_at = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
+          }
+        }
+      }
+      continue;
+    }
+    if (failed && std::chrono::steady_clock::now() >= kill_at) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (!running[i]) continue;
+        std::cerr << "launcher: killing worker rank " << o.node_rank * o.nproc_per_node + static_cast<int64_t>(i)
+                  << " (still running " << o.grace_seconds << " s after a failure)\n";
+        ::kill(pids[i], SIGKILL);
+      }
+      kill_at = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  return status_out;
+}
+
+}  // namespace volshard
