@@ -1,6 +1,7 @@
 // Reading NIfTI files from disk and writing them atomically.
 
 #include <fcntl.h>
+#include <signal.h>
 #include <libdeflate.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -317,8 +319,29 @@ std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t size, int level) 
   return out;
 }
 
+namespace {
+
+// Fault injection for the tests of "disk full" and "killed while writing":
+// VOLSHARD_INJECT_WRITE_FAILURE=<substring>:<enospc|kill> makes writes of
+// paths containing <substring> fail with ENOSPC, or kill the process with
+// SIGKILL, after half of the bytes reached the temporary file.
+enum class InjectedFault { kNone, kNoSpace, kKill };
+
+InjectedFault injected_fault(const std::string& path) {
+  const char* spec = std::getenv("VOLSHARD_INJECT_WRITE_FAILURE");
+  if (spec == nullptr || *spec == '\0') return InjectedFault::kNone;
+  const std::string s = spec;
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || path.find(s.substr(0, colon)) == std::string::npos) return InjectedFault::kNone;
+  const std::string mode = s.substr(colon + 1);
+  return mode == "kill" ? InjectedFault::kKill : mode == "enospc" ? InjectedFault::kNoSpace : InjectedFault::kNone;
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
                        const std::vector<size_t>& sizes) {
+  const InjectedFault fault = injected_fault(path);
   if (parts.size() != sizes.size()) throw std::invalid_argument("write_file_atomic: parts and sizes differ in length");
   std::string tmp;
   Fd fd;
@@ -345,7 +368,13 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
     const auto* data = static_cast<const uint8_t*>(parts[p]);
     size_t done = 0;
     while (done < sizes[p]) {
-      const size_t chunk = std::min<size_t>(sizes[p] - done, size_t{1} << 30);
+      if (fault != InjectedFault::kNone && written >= total / 2) {
+        if (fault == InjectedFault::kKill) ::kill(::getpid(), SIGKILL);
+        abandon("write failed after " + std::to_string(written) + " of " + std::to_string(total) +
+                    " bytes (injected)", ENOSPC);
+      }
+      size_t chunk = std::min<size_t>(sizes[p] - done, size_t{1} << 30);
+      if (fault != InjectedFault::kNone) chunk = std::min<size_t>(chunk, std::max<uint64_t>(total / 2 - written, 1));
       const ssize_t n = ::write(fd.get(), data + done, chunk);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -366,6 +395,14 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
     const int err = errno;
     ::unlink(tmp.c_str());
     fail_errno(path, "cannot rename the temporary file " + tmp + " onto it", err);
+  }
+  // The new name survives a power cut only once the directory is synced too.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
 }
 

@@ -249,6 +249,54 @@ TEST(UNetTest, LoadStateDictNamesTheMissingOrMisshapedKeyAndCopiesNothing) {
   EXPECT_NO_THROW(net.load_state_dict(state, /*strict=*/false));
 }
 
+TEST(SerializeTest, ReadsAnOrderedDictStateDictAsPythonSavesIt) {
+  // torch.save(model.state_dict()) writes an OrderedDict with _metadata,
+  // which LibTorch 1.13's own unpickler cannot read.
+  const NamedTensors got = load_tensor_dict(kFixtures + "/ordered_state_dict.pt");
+  std::ifstream in(kFixtures + "/ordered_state_dict.txt");
+  std::string line;
+  size_t i = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string key, shape;
+    double sum = 0;
+    std::getline(fields, key, '\t');
+    std::getline(fields, shape, '\t');
+    fields >> sum;
+    ASSERT_LT(i, got.size());
+    EXPECT_EQ(got[i].first, key);
+    std::string mine;
+    for (int64_t d = 0; d < got[i].second.dim(); ++d) mine += (d ? "," : "") + std::to_string(got[i].second.size(d));
+    EXPECT_EQ(mine, shape) << key;
+    EXPECT_NEAR(got[i].second.to(at::kDouble).sum().item<double>(), sum, 1e-7) << key;
+    ++i;
+  }
+  EXPECT_EQ(i, got.size());
+  EXPECT_EQ(got[3].second.scalar_type(), at::kLong);
+  EXPECT_EQ(got[4].second[0][1].item<double>(), 3.0);  // the transposed view kept its strides
+  EXPECT_EQ(got[5].second.scalar_type(), at::kHalf);
+}
+
+TEST(SerializeTest, OurStateDictRoundTripsAndBadFilesNameThePath) {
+  UNetOptions o;
+  o.channels = {4, 8};
+  o.strides = {2};
+  const UNet net(o, 3);
+  const auto path = std::string(::testing::TempDir()) + "/volshard_sd.pt";
+  save_tensor_dict(path, net.state_dict());
+  const NamedTensors back = load_tensor_dict(path);
+  ASSERT_EQ(back.size(), net.state_dict().size());
+  for (size_t i = 0; i < back.size(); ++i) EXPECT_TRUE(at::equal(back[i].second, net.state_dict()[i].second));
+  { std::ofstream(path, std::ios::trunc) << "garbage"; }
+  try {
+    load_tensor_dict(path);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path));
+  }
+}
+
 // ---- DiceLoss -------------------------------------------------------------
 
 TEST(DiceLossTest, MatchesTheFormulaForEveryOption) {

@@ -177,6 +177,9 @@ void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void
 
 /// The pieces of write_nifti, for callers that build the bytes themselves.
 std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t size, int level);
+/// Temporary file beside `path`, write, fsync, rename, fsync the folder.
+/// Tests inject failures with VOLSHARD_INJECT_WRITE_FAILURE=<path
+/// substring>:<enospc|kill> (ENOSPC, or SIGKILL, half-way through).
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
                        const std::vector<size_t>& sizes);
 

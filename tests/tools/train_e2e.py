@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `volshard train` and `volshard predict`: the real binary,
+several ranks over Gloo on 127.0.0.1, outputs read back with torch and nibabel.
+
+  train_e2e.py --binary build/bin/volshard [--fixtures tests/trainer/fixtures] [-k pattern]
+
+TrainJobTest covers the training job (issue: DDP trainer); ReproTest and
+FaultTest the reproducibility harness and fault tolerance.
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import nibabel as nib
+    import numpy as np
+    import torch
+except ImportError:
+    print("SKIP: torch/nibabel/numpy are not importable")
+    sys.exit(77)
+
+BINARY = None
+FIXTURES = None
+
+# A small UNet (3 levels) on 64^3 volumes with 32^3 crops: a few seconds a run.
+SMALL = ["--crop", "32", "--num-samples", "2", "--channels", "4,8,16,32", "--strides", "2,2,2",
+         "--workers", "1", "--threads", "1", "--batch-size", "1"]
+
+
+def run(*args, env=None, timeout=600):
+    full_env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+              "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
+        full_env.pop(k, None)
+    full_env.update(env or {})
+    return subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, env=full_env,
+                          timeout=timeout)
+
+
+def metrics(run_dir, keys=("type", "epoch", "step", "loss", "lr", "val_dice")):
+    """metrics.jsonl without the timing fields (which differ run to run)."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [tuple(json.loads(line).get(k) for k in keys) for line in f]
+
+
+def trace(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def wait_for_step(run_dir, step, proc, timeout=300):
+    """Waits until metrics.jsonl has a step line >= step."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError("training ended before step %d: %s" % (step, proc.stderr.read()))
+        if os.path.exists(path):
+            with open(path) as f:
+                steps = [json.loads(l)["step"] for l in f if l.endswith("\n") and '"type":"step"' in l]
+            if steps and max(steps) >= step:
+                return
+        time.sleep(0.05)
+    raise AssertionError("no step %d within %d s" % (step, timeout))
+
+
+def children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
+class Base(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="volshard_train_e2e_")
+        cls.data = os.path.join(cls.root, "data")
+        p = run("synth", "--out", cls.data, "--count", 8, "--size", 64, "--seed", 3)
+        assert p.returncode == 0, p.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def out(self, name):
+        return os.path.join(self.root, self.id().split(".")[-1] + "_" + name)
+
+    def train(self, out, *extra, nproc=2, check=True, epochs=2):
+        # 8 pairs: 6 train, 2 validate (one per rank at W = 2).
+        p = run("train", "--data", self.data, "--out", out, "--epochs", epochs, "--val-fraction", "0.25",
+                "--nproc-per-node", nproc, *SMALL, *extra)
+        if check:
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return p
+
+    def popen_train(self, out, *extra, nproc=2, epochs=3):
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        return subprocess.Popen([BINARY, "train", "--data", self.data, "--out", out, "--epochs", str(epochs),
+                                 "--val-fraction", "0.25", "--nproc-per-node", str(nproc), *SMALL,
+                                 *map(str, extra)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+
+
+class TrainJobTest(Base):
+    def test_two_ranks_write_a_run_folder_python_and_monai_can_read(self):
+        out = self.out("run")
+        p = self.train(out)
+        self.assertIn("2 rank(s) over gloo", p.stderr)
+        self.assertIn("BLAS:", p.stderr)
+        for name in ("model.pt", "checkpoint.pt", "metrics.jsonl", "config.json", "curves.png"):
+            self.assertTrue(os.path.getsize(os.path.join(out, name)) > 0, name)
+        state = torch.load(os.path.join(out, "model.pt"))
+        self.assertIsInstance(state, dict)
+        self.assertEqual(next(iter(state)), "model.0.conv.unit0.conv.weight")
+        self.assertEqual(tuple(state["model.0.conv.unit0.conv.weight"].shape), (4, 1, 3, 3, 3))
+        self.assertEqual(tuple(state["model.1.submodule.1.submodule.1.submodule.residual.weight"].shape),
+                         (32, 16, 1, 1, 1))
+        lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+        steps = [l for l in lines if l["type"] == "step"]
+        epochs = [l for l in lines if l["type"] == "epoch"]
+        # 6 training volumes over 2 ranks, batch 1: 3 steps an epoch.
+        self.assertEqual([l["step"] for l in steps], [1, 2, 3, 4, 5, 6])
+        self.assertEqual(len(epochs), 2)
+        for l in steps:
+            for k in ("loss", "lr", "samples_per_s", "data_wait"):
+                self.assertIn(k, l)
+            self.assertTrue(0 < l["loss"] < 1)
+        self.assertTrue(all(0 <= e["val_dice"] <= 1 for e in epochs))
+        config = json.load(open(os.path.join(out, "config.json")))
+        self.assertEqual(config["channels"], [4, 8, 16, 32])
+        self.assertEqual(config["crop"], 32)
+        with open(os.path.join(out, "curves.png"), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        ck = torch.load(os.path.join(out, "checkpoint.pt"))
+        self.assertEqual(ck["format"], "volshard-checkpoint")
+        meta = json.loads(ck["meta"])
+        self.assertEqual(meta["sampler"]["epoch"], 2)
+        self.assertEqual(meta["global_step"], 6)
+
+    def test_tutorial_network_has_monais_state_dict_keys_and_shapes(self):
+        out = self.out("tutorial")
+        p = run("train", "--data", self.data, "--out", out, "--epochs", 1, "--val-every", 0, "--crop", 32,
+                "--num-samples", 1, "--batch-size", 1, "--workers", 1, "--max-steps", 1, "--val-fraction", "0.25")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        state = torch.load(os.path.join(out, "model.pt"))
+        expected = []
+        with open(os.path.join(FIXTURES, "monai_unet_state_dict.txt")) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                key, shape = line.split("\t")[:2]
+                expected.append((key, shape))
+        got = [(k, "(" + ", ".join(map(str, v.shape)) + ("," if v.dim() == 1 else "") + ")")
+               for k, v in state.items()]
+        self.assertEqual(got, expected)
+
+    def test_init_weights_from_a_python_state_dict_and_predict_whole_and_sliding(self):
+        out = self.out("run")
+        self.train(out, epochs=1)
+        # What a MONAI user saves: torch.save(model.state_dict()) -- an OrderedDict with _metadata.
+        sd = torch.load(os.path.join(out, "model.pt"))
+        od = collections.OrderedDict(sd)
+        od._metadata = collections.OrderedDict({"": {"version": 1}})
+        init = os.path.join(self.root, "init_od.pt")
+        torch.save(od, init)
+        out2 = self.out("from_init")
+        p = self.train(out2, "--init-weights", init, "--max-steps", 1, nproc=1, epochs=1)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+        img = os.path.join(self.data, "img7.nii.gz")
+        for extra, name in (([], "whole"), (["--roi-size", 32, "--output", "prob"], "sliding")):
+            pred = os.path.join(self.root, name + ".nii.gz")
+            p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
+                    "--image", img, "--out", pred, *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            a, src = nib.load(pred), nib.load(img)
+            self.assertEqual(a.shape, (64, 64, 64))
+            self.assertTrue(np.allclose(a.affine, src.affine))
+            x = np.asanyarray(a.dataobj)
+            if name == "whole":
+                self.assertEqual(x.dtype, np.uint8)
+                self.assertTrue(set(np.unique(x)) <= {0, 1})
+            else:
+                self.assertTrue(0 <= x.min() and x.max() <= 1)
+        p = run("predict", "--model", os.path.join(out, "model.pt"), "--image", img, "--out", pred)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("unexpected key", p.stderr)  # tutorial channels by default: a clear mismatch
+
+    def test_torchrun_environment_contract_set_by_hand(self):
+        out = self.out("run")
+        port = str(free_port())
+        procs = []
+        for rank in range(2):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            procs.append(subprocess.Popen(
+                [BINARY, "train", "--data", self.data, "--out", out, "--epochs", "1", "--val-fraction", "0.25",
+                 *SMALL], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=300) for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], outs)
+        self.assertIn("2 rank(s)", outs[0][1])
+        self.assertEqual(len([m for m in metrics(out) if m[0] == "step"]), 3)
+
+    def test_resume_continues_and_file_init_method_works(self):
+        out = self.out("run")
+        self.train(out, epochs=1)
+        p = self.train(out, "--resume", out, epochs=2)
+        self.assertIn("done after 6 steps", p.stdout)
+        rdzv = os.path.join(self.root, "rdzv_%d" % os.getpid())
+        procs = [subprocess.Popen([BINARY, "train", "--data", self.data, "--out", self.out("file"), "--epochs", "1",
+                                   "--val-fraction", "0.25", *SMALL, "--init-method", "file://" + rdzv,
+                                   "--rank", str(r), "--world-size", "2"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], outs)
+
+    def test_configurations_that_cannot_work_are_rejected_before_any_worker_starts(self):
+        busy = free_port()
+        import socket
+        holder = socket.socket()
+        holder.bind(("0.0.0.0", busy))
+        holder.listen(1)
+        self.addCleanup(holder.close)
+        bad_data = os.path.join(self.root, "bad_data")
+        if not os.path.exists(bad_data):
+            shutil.copytree(self.data, bad_data)
+            with open(os.path.join(bad_data, "seg3.nii.gz"), "wb") as f:
+                f.write(b"not a nifti")
+        cases = [
+            (["--crop", "96"], "--crop=96 is larger than"),
+            (["--crop", "40"], "multiple of 8"),
+            (["--batch-size", "0"], "--batch-size=0"),
+            (["--lr", "-1"], "--lr="),
+            (["--epochs", "0"], "--epochs=0"),
+            (["--nproc-per-node", "3"], "validation volumes cannot be split"),
+            (["--master-port", str(busy)], "is busy"),
+            (["--val-fraction", "0.25", "--data", bad_data], "seg3.nii.gz"),
+        ]
+        for extra, message in cases:
+            out = self.out("bad")
+            p = run("train", "--data", self.data, "--out", out, "--epochs", 1, "--val-fraction", "0.25",
+                    "--nproc-per-node", 2, *SMALL, *extra)
+            self.assertEqual(p.returncode, 2, (extra, p.stderr))
+            self.assertIn(message, p.stderr, extra)
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)  # one message, from the launcher alone
+            self.assertFalse(os.path.exists(out), extra)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class ReproTest(Base):
+    def test_same_seed_twice_gives_bit_identical_model_and_metrics(self):
+        a, b = self.out("a"), self.out("b")
+        self.train(a)
+        self.train(b)
+        with open(os.path.join(a, "model.pt"), "rb") as fa, open(os.path.join(b, "model.pt"), "rb") as fb:
+            self.assertEqual(fa.read(), fb.read())
+        self.assertEqual(metrics(a), metrics(b))
+        c = self.out("other_seed")
+        self.train(c, "--seed", 1)
+        self.assertNotEqual(metrics(a), metrics(c))
+
+    def test_sigkill_at_a_random_step_then_resume_is_bit_identical(self):
+        ref = self.out("ref")
+        self.train(ref, "--checkpoint-every", 1, epochs=3)
+        step = random.Random().randint(2, 7)  # of 9
+        print("killing at step", step)
+        out = self.out("killed")
+        proc = self.popen_train(out, "--checkpoint-every", 1)
+        wait_for_step(out, step, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        p = self.train(out, "--checkpoint-every", 1, "--resume", out, epochs=3)
+        with open(os.path.join(ref, "model.pt"), "rb") as fa, open(os.path.join(out, "model.pt"), "rb") as fb:
+            self.assertEqual(fa.read(), fb.read(), "killed at step %d" % step)
+        self.assertEqual(metrics(ref), metrics(out))
+
+    def test_augmented_samples_are_the_same_multiset_for_world_sizes_1_2_4(self):
+        seen = {}
+        for world in (1, 2, 4):
+            path = os.path.join(self.root, "trace_w%d.jsonl" % world)
+            if os.path.exists(path):
+                os.remove(path)
+            self.train(self.out("w%d" % world), "--trace-samples", path, "--val-every", 0, nproc=world, epochs=1)
+            rows = trace(path)
+            self.assertEqual({r["rank"] for r in rows}, set(range(world)))
+            seen[world] = rows
+        key = lambda r: (r["epoch"], r["index"], r["patch"], tuple(r["crop_start"]), r["rot90_k"])
+        # 6 volumes x 2 crops; W = 4 pads 6 to 8 with two repeated volumes (identical crops).
+        self.assertEqual(len(seen[1]), 12)
+        self.assertEqual(len(set(map(key, seen[1]))), 12)
+        self.assertEqual(sorted(map(key, seen[1])), sorted(map(key, seen[2])))
+        self.assertEqual(len(seen[4]), 16)
+        self.assertEqual(set(map(key, seen[4])), set(map(key, seen[1])))
+
+    def test_elastic_resume_between_world_sizes_skips_and_repeats_nothing(self):
+        for before, after in ((2, 1), (1, 2)):
+            out = self.out("elastic_%d_%d" % (before, after))
+            path = out + ".trace"
+            self.train(out, "--trace-samples", path, "--val-every", 0, "--max-steps", 1, "--checkpoint-every", 1,
+                       nproc=before, epochs=1)
+            self.train(out, "--trace-samples", path, "--val-every", 0, "--resume", out, nproc=after, epochs=1)
+            rows = [r for r in trace(path) if r["patch"] == 0]
+            self.assertEqual(sorted(r["index"] for r in rows), list(range(6)), (before, after))
+
+
+class FaultTest(Base):
+    def test_a_killed_rank_is_named_and_the_last_checkpoint_resumes(self):
+        out = self.out("run")
+        proc = self.popen_train(out, "--checkpoint-every", 1, "--timeout", 5)
+        wait_for_step(out, 2, proc)
+        workers = children(proc.pid)
+        self.assertEqual(len(workers), 2)
+        os.kill(workers[1], signal.SIGKILL)
+        t0 = time.time()
+        _, err = proc.communicate(timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertLess(time.time() - t0, 60)
+        self.assertIn("worker rank 1", err)
+        self.assertIn("killed by signal 9", err)
+        self.assertIn("lost rank 1", err)
+        p = self.train(out, "--checkpoint-every", 1, "--resume", out, epochs=3)
+        self.assertIn("done after 9 steps", p.stdout)
+
+    def test_a_hung_rank_is_named_after_the_timeout(self):
+        out = self.out("run")
+        proc = self.popen_train(out, "--timeout", 3)
+        wait_for_step(out, 2, proc)
+        workers = children(proc.pid)
+        os.kill(workers[1], signal.SIGSTOP)
+        _, err = proc.communicate(timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("lost rank 1", err)
+
+    def test_sigterm_checkpoints_mid_epoch_and_resume_is_bit_identical(self):
+        ref = self.out("ref")
+        self.train(ref, epochs=3)
+        out = self.out("stopped")
+        proc = self.popen_train(out)
+        wait_for_step(out, 2, proc)
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        stdout, err = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM, err)
+        self.assertLess(time.time() - t0, 30)
+        self.assertIn("resume with", stdout)
+        self.train(out, "--resume", out, epochs=3)
+        with open(os.path.join(ref, "model.pt"), "rb") as fa, open(os.path.join(out, "model.pt"), "rb") as fb:
+            self.assertEqual(fa.read(), fb.read())
+
+    def test_killed_or_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(self):
+        out = self.out("run")
+        self.train(out, epochs=1)
+        before = open(os.path.join(out, "checkpoint.pt"), "rb").read()
+        for mode, code in (("kill", None), ("enospc", 1)):
+            p = run("train", "--data", self.data, "--out", out, "--epochs", 2, "--val-fraction", "0.25",
+                    "--nproc-per-node", 1, *SMALL, "--resume", out,
+                    env={"VOLSHARD_INJECT_WRITE_FAILURE": "checkpoint.pt:" + mode})
+            self.assertNotEqual(p.returncode, 0)
+            if code is not None:
+                self.assertIn("checkpoint.pt", p.stderr)
+                self.assertIn("No space left on device", p.stderr)
+            self.assertEqual(open(os.path.join(out, "checkpoint.pt"), "rb").read(), before, mode)
+            self.assertEqual([f for f in os.listdir(out) if ".tmp-" in f and mode == "enospc"], [])
+        p = self.train(out, "--resume", out, nproc=1)
+        self.assertIn("done after 6 steps", p.stdout)
+
+    def test_corrupt_or_truncated_checkpoints_are_rejected_not_half_loaded(self):
+        out = self.out("run")
+        self.train(out, epochs=1)
+        path = os.path.join(out, "checkpoint.pt")
+        good = open(path, "rb").read()
+        for name, data, message in (
+                ("truncated", good[: len(good) // 2], "not a readable checkpoint"),
+                ("flipped", good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1:],
+                 "checkpoint"),
+                ("not a checkpoint", open(os.path.join(out, "model.pt"), "rb").read(), "not a volshard checkpoint")):
+            with open(path, "wb") as f:
+                f.write(data)
+            p = self.train(out, "--resume", out, nproc=1, check=False)
+            self.assertNotEqual(p.returncode, 0, name)
+            self.assertIn(message, p.stderr, name)
+            self.assertIn(path, p.stderr, name)
+
+    def test_uneven_validation_over_three_ranks_does_not_hang(self):
+        out = self.out("run")
+        # 8 pairs, 3 validate (1 + 1 + 1), 5 train: three ranks, n % W != 0 in both.
+        p = run("train", "--data", self.data, "--out", out, "--epochs", 1, "--val-fraction", "0.375",
+                "--nproc-per-node", 3, *SMALL, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIsNotNone([m for m in metrics(out) if m[0] == "epoch"][0][5])
+
+
+def main():
+    global BINARY, FIXTURES
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "trainer", "fixtures"))
+    args, rest = parser.parse_known_args()
+    BINARY = os.path.abspath(args.binary)
+    FIXTURES = os.path.abspath(args.fixtures)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
