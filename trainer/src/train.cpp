@@ -543,6 +543,10 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
     std::error_code ec;
     fs::create_directories(run, ec);
     if (ec) throw std::runtime_error(o.out_dir + ": cannot create the run folder (" + ec.message() + ")");
+    // Temporary files of writes that were killed half-way (the files they
+    // were to replace are intact).
+    for (const auto& entry : fs::directory_iterator(run, ec))
+      if (entry.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(entry.path(), ec);
     std::cerr << "volshard train: " << world << " rank(s) over " << to_string(comm.options().backend) << ", " << threads
               << " intra-op thread(s) per rank, BLAS: " << loaded_blas() << "\n";
   }
