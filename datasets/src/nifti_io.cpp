@@ -318,7 +318,7 @@ std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t size, int level) 
 }
 
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
-                       const std::vector<size_t>& sizes) {
+                       const std::vector<size_t>& sizes, bool sync) {
   if (parts.size() != sizes.size()) throw std::invalid_argument("write_file_atomic: parts and sizes differ in length");
   std::string tmp;
   Fd fd;
@@ -356,7 +356,7 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
       written += static_cast<uint64_t>(n);
     }
   }
-  if (::fsync(fd.get()) != 0) abandon("fsync failed", errno);
+  if (sync && ::fsync(fd.get()) != 0) abandon("fsync failed", errno);
   if (::close(fd.release()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());

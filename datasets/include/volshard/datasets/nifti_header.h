@@ -177,7 +177,10 @@ void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void
 
 /// The pieces of write_nifti, for callers that build the bytes themselves.
 std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t size, int level);
+/// `sync`: fsync before the rename, so that after a crash `path` holds the old
+/// file or the whole new one. Without it (for files whose reader checks every
+/// byte, like the cache's entries) a crash may leave a torn file at `path`.
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
-                       const std::vector<size_t>& sizes);
+                       const std::vector<size_t>& sizes, bool sync = true);
 
 }  // namespace volshard
