@@ -340,7 +340,7 @@ InjectedFault injected_fault(const std::string& path) {
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
-                       const std::vector<size_t>& sizes) {
+                       const std::vector<size_t>& sizes, bool sync) {
   const InjectedFault fault = injected_fault(path);
   if (parts.size() != sizes.size()) throw std::invalid_argument("write_file_atomic: parts and sizes differ in length");
   std::string tmp;
@@ -385,7 +385,7 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
       written += static_cast<uint64_t>(n);
     }
   }
-  if (::fsync(fd.get()) != 0) abandon("fsync failed", errno);
+  if (sync && ::fsync(fd.get()) != 0) abandon("fsync failed", errno);
   if (::close(fd.release()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
@@ -399,7 +399,7 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
   // The new name survives a power cut only once the directory is synced too.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir_fd = sync ? ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
   if (dir_fd >= 0) {
     ::fsync(dir_fd);
     ::close(dir_fd);

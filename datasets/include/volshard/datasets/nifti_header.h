@@ -178,9 +178,11 @@ void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void
 /// The pieces of write_nifti, for callers that build the bytes themselves.
 std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t size, int level);
 /// Temporary file beside `path`, write, fsync, rename, fsync the folder.
+/// `sync` = false skips both fsyncs (for files whose reader checks every
+/// byte, like the cache's entries: a crash may then leave a torn file).
 /// Tests inject failures with VOLSHARD_INJECT_WRITE_FAILURE=<path
 /// substring>:<enospc|kill> (ENOSPC, or SIGKILL, half-way through).
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
-                       const std::vector<size_t>& sizes);
+                       const std::vector<size_t>& sizes, bool sync = true);
 
 }  // namespace volshard
