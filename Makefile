@@ -19,17 +19,24 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 900
 
-# The main job, small and on CPU. Until the trainer lands: how the sampler
-# shards 21 samples over 2 ranks for 3 epochs with batch 5 (verified), then
-# MONAI-style synthetic volumes, their summary, and a picture of the augmented
-# crops the network would be fed.
+# The main job, small and on CPU: how the sampler shards a dataset over 2 ranks,
+# MONAI-style synthetic volumes and a picture of the augmented crops, then the
+# tutorial UNet trained for 2 epochs on 2 ranks over Gloo (32^3 crops),
+# validated, and a prediction written back as NIfTI.
 DEMO := $(BUILD)/demo
 demo: build
-	@$(BUILD)/bin/sampler-inspect --size 21 --world-size 2 --epochs 0:2 --batch-size 5 --verify
+	@$(BUILD)/bin/sampler-inspect --size 12 --world-size 2 --epochs 0:1 --batch-size 2 --verify
 	@echo
-	@$(BUILD)/bin/volshard synth --out $(DEMO)/data --count 4 --size 128 --seed 0
-	@$(BUILD)/bin/volshard info $(DEMO)/data/img0.nii.gz $(DEMO)/data/seg0.nii.gz
-	@$(BUILD)/bin/volshard preview --data $(DEMO)/data --out $(DEMO)/crops.png --count 8 --seed 0
+	@$(BUILD)/bin/volshard synth --out $(DEMO)/data --count 16 --size 64 --seed 0
+	@$(BUILD)/bin/volshard preview --data $(DEMO)/data --out $(DEMO)/crops.png --count 8 --seed 0 --crop 32
+	@rm -rf $(DEMO)/run
+	@$(BUILD)/bin/volshard train --data $(DEMO)/data --out $(DEMO)/run --epochs 2 --nproc-per-node 2 \
+	  --crop 32 --num-samples 4 --batch-size 2 --val-fraction 0.25 --seed 0
+	@$(BUILD)/bin/volshard predict --model $(DEMO)/run/model.pt --config $(DEMO)/run/config.json \
+	  --image $(DEMO)/data/img15.nii.gz --out $(DEMO)/pred15.nii.gz --roi-size 32
+	@echo
+	@echo "outputs: $(DEMO)/crops.png (augmented crops), $(DEMO)/run/ (model.pt, checkpoint.pt,"
+	@echo "metrics.jsonl, config.json, curves.png), $(DEMO)/pred15.nii.gz (prediction of a validation volume)"
 
 bench: build
 	@$(BUILD)/bin/bench_sampler bench/torch_sampler_baseline.py

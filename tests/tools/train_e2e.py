@@ -331,6 +331,18 @@ class ReproTest(Base):
             self.assertEqual(len(indices) - 6, (-(6 - consumed)) % after, (before, after, indices))
 
 
+    def test_repro_command_prints_a_passing_verdict_table(self):
+        p = run("repro", "--data", self.data, "--val-fraction", "0.25", *SMALL, "--steps", 4)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertTrue(lines[0].startswith("check"), p.stdout)
+        self.assertEqual(len([l for l in lines if "| pass" in l]), 4, p.stdout)
+        self.assertIn("killed after step", p.stdout)
+        bad = run("repro", "--data", self.data, "--val-fraction", "0.25", *SMALL, "--steps", 1)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--steps=1", bad.stderr)
+
+
 class FaultTest(Base):
     def test_a_killed_rank_is_named_and_the_last_checkpoint_resumes(self):
         out = self.out("run")

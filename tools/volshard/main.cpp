@@ -15,6 +15,7 @@
 #include "preview.h"
 #include "volshard/datasets/commands.h"
 #include "volshard/trainer/commands.h"
+#include "volshard/trainer/repro.h"
 
 namespace {
 
@@ -35,6 +36,45 @@ void apply_config_file(int argc, char** argv, volshard::TrainOptions* options) {
 
 std::vector<int64_t>* as_vector(std::vector<int64_t>& v) { return &v; }
 
+// The options of `train` (also taken by `repro`).
+void add_train_options(CLI::App* cmd, volshard::TrainOptions& t, std::string& norm, std::string& config) {
+  cmd->add_option("--data", t.data_dir, "folder of img*/seg* volumes (the last --val-fraction validate)");
+  cmd->add_option("--datalist", t.datalist, "MONAI/Decathlon JSON datalist (training, validation)");
+  cmd->add_option("--out", t.out_dir, "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)");
+  cmd->add_option("--config", config, "JSON of these options (keys as in RUN/config.json); flags override it");
+  cmd->add_option("--epochs", t.epochs)->capture_default_str();
+  cmd->add_option("--batch-size", t.batch_size, "volumes per rank and step")->capture_default_str();
+  cmd->add_option("--crop", t.crop, "RandCropByPosNegLabel edge, voxels")->capture_default_str();
+  cmd->add_option("--num-samples", t.num_samples, "crops per volume")->capture_default_str();
+  cmd->add_flag("--allow-smaller", t.allow_smaller, "crops larger than a volume shrink to it");
+  cmd->add_option("--rot90-prob", t.rot90_prob)->capture_default_str();
+  cmd->add_option("--lr", t.lr)->capture_default_str();
+  cmd->add_option("--optimizer", t.optimizer, "adam | sgd")->capture_default_str();
+  cmd->add_option("--momentum", t.momentum, "sgd momentum")->capture_default_str();
+  cmd->add_option("--weight-decay", t.weight_decay)->capture_default_str();
+  cmd->add_option("--lr-schedule", t.lr_schedule, "constant | cosine | poly")->capture_default_str();
+  cmd->add_option("--seed", t.seed)->capture_default_str();
+  cmd->add_option("--channels", *as_vector(t.model.channels), "e.g. 16,32,64,128,256")->delimiter(',')->capture_default_str();
+  cmd->add_option("--strides", *as_vector(t.model.strides), "e.g. 2,2,2,2")->delimiter(',')->capture_default_str();
+  cmd->add_option("--res-units", t.model.num_res_units)->capture_default_str();
+  cmd->add_option("--norm", norm, "instance | batch (SyncBatchNorm over ranks)")->capture_default_str();
+  cmd->add_option("--dropout", t.model.dropout)->capture_default_str();
+  cmd->add_option("--val-every", t.val_every, "epochs between validations (0: none)")->capture_default_str();
+  cmd->add_option("--val-fraction", t.val_fraction, "--data: fraction of pairs held out")->capture_default_str();
+  cmd->add_option("--roi", t.roi, "sliding-window size for validation (0: --crop)")->capture_default_str();
+  cmd->add_option("--cache-rate", t.cache_rate)->capture_default_str();
+  cmd->add_option("--cache-dir", t.cache_dir, "persist the cached prefix here: a second run starts warm");
+  cmd->add_option("--workers", t.workers, "loader threads per rank")->capture_default_str();
+  cmd->add_option("--threads", t.threads, "intra-op threads per rank (0: cores / local ranks)")->capture_default_str();
+  cmd->add_option("--checkpoint-every", t.checkpoint_every, "steps (0: epoch ends only)")->capture_default_str();
+  cmd->add_option("--max-steps", t.max_steps, "stop with a checkpoint after this many steps")->capture_default_str();
+  cmd->add_option("--resume", t.resume, "RUN folder or checkpoint.pt to continue from");
+  cmd->add_option("--init-weights", t.init_weights, "state_dict .pt saved by Python/MONAI");
+  cmd->add_option("--trace-samples", t.trace_samples, "JSON lines of every crop fed (epoch, step, rank, index, crop, rotation)");
+  cmd->add_option("--timeout", t.timeout_s, "seconds a collective waits for a lost peer")->capture_default_str();
+  cmd->add_option("--backend", t.backend, "gloo | nccl")->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,6 +87,7 @@ Examples:
   volshard info --json data/*.nii.gz
   volshard preview --data data --out crops.png --count 8 --seed 0
   volshard train --data data --out run --epochs 2 --nproc-per-node 2 --crop 32
+  volshard repro --data data --crop 32 --channels 4,8,16,32 --strides 2,2,2 --steps 4
   volshard predict --model run/model.pt --config run/config.json --image data/img0.nii.gz --out pred.nii.gz
 Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
 
@@ -84,40 +125,7 @@ Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
   std::string config_file;
   std::string norm = "instance";
   auto* train_cmd = app.add_subcommand("train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)");
-  train_cmd->add_option("--data", train.data_dir, "folder of img*/seg* volumes (the last --val-fraction validate)");
-  train_cmd->add_option("--datalist", train.datalist, "MONAI/Decathlon JSON datalist (training, validation)");
-  train_cmd->add_option("--out", train.out_dir, "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)");
-  train_cmd->add_option("--config", config_file, "JSON of these options (keys as in RUN/config.json); flags override it");
-  train_cmd->add_option("--epochs", train.epochs)->capture_default_str();
-  train_cmd->add_option("--batch-size", train.batch_size, "volumes per rank and step")->capture_default_str();
-  train_cmd->add_option("--crop", train.crop, "RandCropByPosNegLabel edge, voxels")->capture_default_str();
-  train_cmd->add_option("--num-samples", train.num_samples, "crops per volume")->capture_default_str();
-  train_cmd->add_flag("--allow-smaller", train.allow_smaller, "crops larger than a volume shrink to it");
-  train_cmd->add_option("--rot90-prob", train.rot90_prob)->capture_default_str();
-  train_cmd->add_option("--lr", train.lr)->capture_default_str();
-  train_cmd->add_option("--optimizer", train.optimizer, "adam | sgd")->capture_default_str();
-  train_cmd->add_option("--momentum", train.momentum, "sgd momentum")->capture_default_str();
-  train_cmd->add_option("--weight-decay", train.weight_decay)->capture_default_str();
-  train_cmd->add_option("--lr-schedule", train.lr_schedule, "constant | cosine | poly")->capture_default_str();
-  train_cmd->add_option("--seed", train.seed)->capture_default_str();
-  train_cmd->add_option("--channels", *as_vector(train.model.channels), "e.g. 16,32,64,128,256")->delimiter(',')->capture_default_str();
-  train_cmd->add_option("--strides", *as_vector(train.model.strides), "e.g. 2,2,2,2")->delimiter(',')->capture_default_str();
-  train_cmd->add_option("--res-units", train.model.num_res_units)->capture_default_str();
-  train_cmd->add_option("--norm", norm, "instance | batch (SyncBatchNorm over ranks)")->capture_default_str();
-  train_cmd->add_option("--dropout", train.model.dropout)->capture_default_str();
-  train_cmd->add_option("--val-every", train.val_every, "epochs between validations (0: none)")->capture_default_str();
-  train_cmd->add_option("--val-fraction", train.val_fraction, "--data: fraction of pairs held out")->capture_default_str();
-  train_cmd->add_option("--roi", train.roi, "sliding-window size for validation (0: --crop)")->capture_default_str();
-  train_cmd->add_option("--cache-rate", train.cache_rate)->capture_default_str();
-  train_cmd->add_option("--workers", train.workers, "loader threads per rank")->capture_default_str();
-  train_cmd->add_option("--threads", train.threads, "intra-op threads per rank (0: cores / local ranks)")->capture_default_str();
-  train_cmd->add_option("--checkpoint-every", train.checkpoint_every, "steps (0: epoch ends only)")->capture_default_str();
-  train_cmd->add_option("--max-steps", train.max_steps, "stop with a checkpoint after this many steps")->capture_default_str();
-  train_cmd->add_option("--resume", train.resume, "RUN folder or checkpoint.pt to continue from");
-  train_cmd->add_option("--init-weights", train.init_weights, "state_dict .pt saved by Python/MONAI");
-  train_cmd->add_option("--trace-samples", train.trace_samples, "JSON lines of every crop fed (epoch, step, rank, index, crop, rotation)");
-  train_cmd->add_option("--timeout", train.timeout_s, "seconds a collective waits for a lost peer")->capture_default_str();
-  train_cmd->add_option("--backend", train.backend, "gloo | nccl")->capture_default_str();
+  add_train_options(train_cmd, train, norm, config_file);
   train_cmd->add_option("--nproc-per-node", launch.nproc_per_node, "local worker processes to start")->capture_default_str();
   train_cmd->add_option("--nnodes", launch.nnodes)->capture_default_str();
   train_cmd->add_option("--node-rank", launch.node_rank)->capture_default_str();
@@ -126,6 +134,14 @@ Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
   train_cmd->add_option("--init-method", launch.init_method, "env:// | tcp://host:port | file:///path");
   train_cmd->add_option("--rank", launch.rank, "with --init-method tcp:// or file://");
   train_cmd->add_option("--world-size", launch.world_size, "with --init-method tcp:// or file://");
+
+  volshard::ReproOptions repro;
+  std::string repro_norm = "instance", repro_config;
+  auto* repro_cmd = app.add_subcommand("repro", "check reproducibility on your configuration at small scale (verdict table)");
+  add_train_options(repro_cmd, repro.train, repro_norm, repro_config);
+  repro_cmd->add_option("--steps", repro.steps, "training steps per run")->capture_default_str();
+  repro_cmd->add_option("--nproc-per-node", repro.nproc_per_node, "ranks of the distributed runs")->capture_default_str();
+  repro_cmd->add_flag("--keep", repro.keep, "keep the runs (in --out, or a temporary folder)");
 
   volshard::PredictOptions pred;
   std::string pred_config, pred_norm = "instance";
@@ -147,6 +163,10 @@ Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
       apply_config_file(argc, argv, &train);
       norm = volshard::to_string(train.model.norm);
     }
+    if (argc > 1 && std::strcmp(argv[1], "repro") == 0) {
+      apply_config_file(argc, argv, &repro.train);
+      repro_norm = volshard::to_string(repro.train.model.norm);
+    }
     if (argc > 1 && std::strcmp(argv[1], "predict") == 0) {
       volshard::TrainOptions from_run;
       apply_config_file(argc, argv, &from_run);
@@ -167,6 +187,14 @@ Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
     if (*train_cmd) {
       train.model.norm = volshard::parse_norm_kind(norm);
       return volshard::train_command(train, launch, std::vector<std::string>(argv, argv + argc));
+    }
+    if (*repro_cmd) {
+      repro.train.model.norm = volshard::parse_norm_kind(repro_norm);
+      const auto checks = volshard::run_repro_checks(repro);
+      std::cout << volshard::format_repro_table(checks);
+      for (const auto& c : checks)
+        if (!c.passed) return 1;
+      return 0;
     }
     if (*predict_cmd) {
       pred.model.norm = volshard::parse_norm_kind(pred_norm);

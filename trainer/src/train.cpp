@@ -83,6 +83,7 @@ std::string TrainOptions::to_json() const {
   j["label_glob"] = label_glob;
   j["val_fraction"] = val_fraction;
   j["cache_rate"] = cache_rate;
+  j["cache_dir"] = cache_dir;
   j["workers"] = workers;
   j["out"] = out_dir;
   j["epochs"] = epochs;
@@ -136,6 +137,7 @@ void TrainOptions::merge_json(const std::string& text, const std::string& source
       else if (k == "label_glob") label_glob = v.get<std::string>();
       else if (k == "val_fraction") val_fraction = v.get<double>();
       else if (k == "cache_rate") cache_rate = v.get<double>();
+      else if (k == "cache_dir") cache_dir = v.get<std::string>();
       else if (k == "workers") workers = v.get<int64_t>();
       else if (k == "out") out_dir = v.get<std::string>();
       else if (k == "epochs") epochs = v.get<int64_t>();
@@ -478,6 +480,8 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
 
 // ---- checks before start ------------------------------------------------------------------
 
+int64_t training_set_size(const TrainOptions& o) { return static_cast<int64_t>(list_data(o).train.size()); }
+
 void check_training_config(const TrainOptions& o, int64_t world_size) {
   o.validate();
   if (world_size < 1) throw std::invalid_argument("train: world size " + std::to_string(world_size) + " must be >= 1");
@@ -605,6 +609,13 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   cache_options.cache_rate = o.cache_rate;
   cache_options.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
   cache_options.progress = tty;
+  if (!o.cache_dir.empty()) {
+    // Ranks share the folder: entries are written atomically (temporary file,
+    // rename), so two ranks writing the same entry leave one whole copy.
+    cache_options.cache_dir = o.cache_dir;
+    cache_options.config_key = "load float32; scale_intensity [0, 1]; label float32; label_indices";
+    cache_options.item_files = files_of(data.train);
+  }
   const SampleCache cache([&](int64_t i) { return prepare_pair(data.train[static_cast<size_t>(i)], i, true); },
                           n_train, cache_options);
   LoaderOptions lo;

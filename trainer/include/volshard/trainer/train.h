@@ -22,6 +22,7 @@ struct TrainOptions {
   std::string label_glob = "seg*";
   double val_fraction = 0.2;       ///< --data only: the last fraction of pairs validates (at least 1 when > 0)
   double cache_rate = 1.0;         ///< fraction of training volumes whose prepared prefix stays in memory
+  std::string cache_dir;           ///< also persist the prepared prefix here (keyed by file contents): warm restarts
   int64_t workers = 2;             ///< loader threads per rank
   // Output
   std::string out_dir;             ///< RUN folder
@@ -70,6 +71,9 @@ struct TrainOptions {
 /// validation set. Throws std::invalid_argument with one message naming the
 /// file or value.
 void check_training_config(const TrainOptions& options, int64_t world_size);
+
+/// Training volumes the options select (after the validation hold-out).
+int64_t training_set_size(const TrainOptions& options);
 
 struct TrainSummary {
   int64_t epochs_done = 0;

@@ -1,0 +1,290 @@
+#include "volshard/trainer/repro.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "volshard/datasets/nifti_header.h"
+
+namespace volshard {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void ReproOptions::validate() const {
+  if (steps < 2) throw std::invalid_argument("repro: --steps=" + std::to_string(steps) + " must be >= 2");
+  if (nproc_per_node < 2)
+    throw std::invalid_argument("repro: --nproc-per-node=" + std::to_string(nproc_per_node) + " must be >= 2");
+}
+
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  const auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "volshard" : p.string();
+}
+
+// Starts argv (in its own process group, so that the whole launcher tree can
+// be killed at once), stdout and stderr to `log`.
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("repro: fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID"}) ::unsetenv(k);
+    if (FILE* f = std::fopen(log.c_str(), "a")) {
+      ::dup2(fileno(f), STDOUT_FILENO);
+      ::dup2(fileno(f), STDERR_FILENO);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// metrics.jsonl without timing fields.
+std::vector<std::string> metrics_of(const std::string& run) {
+  std::vector<std::string> out;
+  std::ifstream in(fs::path(run) / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    json kept;
+    for (const char* k : {"type", "epoch", "step", "loss", "lr", "val_dice"})
+      if (j.contains(k)) kept[k] = j[k];
+    out.push_back(kept.dump());
+  }
+  return out;
+}
+
+int64_t last_step(const std::string& run) {
+  int64_t step = 0;
+  std::ifstream in(fs::path(run) / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("type", "") == "step") step = std::max(step, j.value("step", int64_t{0}));
+  }
+  return step;
+}
+
+using TraceKey = std::string;  // epoch, index, patch, crop start, rotation
+std::vector<json> trace_of(const std::string& path) {
+  std::vector<json> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded()) rows.push_back(j);
+  }
+  return rows;
+}
+TraceKey key_of(const json& r) {
+  json k = {r["epoch"], r["index"], r["patch"], r["crop_start"], r["rot90_k"]};
+  return k.dump();
+}
+
+class Runner {
+ public:
+  Runner(const ReproOptions& o, fs::path root) : o_(o), root_(std::move(root)) {
+    binary_ = o.binary.empty() ? self_exe() : o.binary;
+    TrainOptions base = o.train;
+    base.out_dir.clear();
+    base.resume.clear();
+    base.trace_samples.clear();
+    base.checkpoint_every = 1;
+    const std::string text = base.to_json();
+    config_ = (root_ / "config.json").string();
+    write_file_atomic(config_, {text.data()}, {text.size()});
+  }
+
+  std::vector<std::string> argv(const std::string& run, int64_t nproc, const std::vector<std::string>& extra) const {
+    std::vector<std::string> a{binary_, "train", "--config", config_, "--out", (root_ / run).string(),
+                               "--nproc-per-node", std::to_string(nproc)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  // Runs to completion; throws naming the log when it fails.
+  void run(const std::string& run, int64_t nproc, const std::vector<std::string>& extra) const {
+    std::cerr << "repro: " << run << " (" << nproc << " rank" << (nproc > 1 ? "s" : "") << ")\n";
+    const std::string log = (root_ / (run + ".log")).string();
+    const int code = wait_exit(spawn(argv(run, nproc, extra), log));
+    if (code != 0) throw std::runtime_error("run " + run + " failed with status " + std::to_string(code) + ": see " + log);
+  }
+
+  // Starts a run and SIGKILLs its whole process tree once it logged `step`.
+  // Returns the step it had reached.
+  int64_t run_and_kill(const std::string& run, int64_t nproc, const std::vector<std::string>& extra, int64_t step) const {
+    std::cerr << "repro: " << run << " (killed at step " << step << ")\n";
+    const std::string log = (root_ / (run + ".log")).string();
+    const pid_t pid = spawn(argv(run, nproc, extra), log);
+    while (true) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) return -1;  // ended before the kill
+      if (last_step((root_ / run).string()) >= step) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::kill(-pid, SIGKILL);
+    wait_exit(pid);
+    return last_step((root_ / run).string());
+  }
+
+  std::string path(const std::string& name) const { return (root_ / name).string(); }
+
+ private:
+  const ReproOptions& o_;
+  fs::path root_;
+  std::string binary_, config_;
+};
+
+template <typename F>
+ReproCheck check(const std::string& name, F&& body) {
+  ReproCheck c;
+  c.name = name;
+  try {
+    c.passed = body(c.evidence);
+  } catch (const std::exception& e) {
+    c.passed = false;
+    c.evidence = std::string("error: ") + e.what();
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
+  o.validate();
+  fs::path root = o.train.out_dir;
+  bool temporary = false;
+  if (root.empty()) {
+    char tmpl[] = "/tmp/volshard_repro_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("repro: cannot create a temporary folder");
+    root = tmpl;
+    temporary = true;
+  }
+  fs::create_directories(root);
+  TrainOptions checked = o.train;
+  checked.out_dir = (root / "a").string();
+  check_training_config(checked, o.nproc_per_node);  // one clear error before any run
+  const Runner runner(o, root);
+  const int64_t n = o.nproc_per_node, s = o.steps;
+  const std::vector<std::string> capped{"--max-steps", std::to_string(s)};
+  std::vector<ReproCheck> checks;
+
+  checks.push_back(check("same seed twice: bit-identical model and metrics", [&](std::string& ev) {
+    runner.run("a", n, capped);
+    runner.run("b", n, capped);
+    const bool model = read_file(runner.path("a/model.pt")) == read_file(runner.path("b/model.pt"));
+    const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
+    ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " + (model ? "equal" : "DIFFERS") +
+         ", " + std::to_string(ma.size()) + " metric lines " + (ma == mb ? "equal" : "DIFFER");
+    return model && ma == mb && !ma.empty();
+  }));
+
+  checks.push_back(check("SIGKILL mid-run, resume: bit-identical to uninterrupted", [&](std::string& ev) {
+    const int64_t reached = runner.run_and_kill("c", n, capped, s / 2);
+    auto resume = capped;
+    resume.insert(resume.end(), {"--resume", runner.path("c")});
+    runner.run("c", n, resume);
+    const bool model = read_file(runner.path("a/model.pt")) == read_file(runner.path("c/model.pt"));
+    const bool metrics = metrics_of(runner.path("a")) == metrics_of(runner.path("c"));
+    ev = (reached < 0 ? std::string("run ended before the kill") : "killed after step " + std::to_string(reached)) +
+         "; model.pt " + (model ? "equal" : "DIFFERS") + ", metrics " + (metrics ? "equal" : "DIFFER");
+    return model && metrics;
+  }));
+
+  checks.push_back(check("world-size invariance of the augmented data", [&](std::string& ev) {
+    // The same permutation positions: s steps on n ranks, s * n steps on 1.
+    const std::vector<std::string> t1{"--trace-samples", runner.path("d1.trace"), "--val-every", "0", "--epochs", "1",
+                                      "--max-steps", std::to_string(s * n)};
+    const std::vector<std::string> tn{"--trace-samples", runner.path("dn.trace"), "--val-every", "0", "--epochs", "1",
+                                      "--max-steps", std::to_string(s)};
+    runner.run("d1", 1, t1);
+    runner.run("dn", n, tn);
+    std::multiset<TraceKey> k1, kn;
+    for (const auto& r : trace_of(runner.path("d1.trace"))) k1.insert(key_of(r));
+    for (const auto& r : trace_of(runner.path("dn.trace"))) kn.insert(key_of(r));
+    const bool same = k1 == kn;
+    const bool same_set = std::set<TraceKey>(k1.begin(), k1.end()) == std::set<TraceKey>(kn.begin(), kn.end());
+    ev = std::to_string(k1.size()) + " crops at 1 rank, " + std::to_string(kn.size()) + " at " + std::to_string(n) +
+         ": " + (same ? "same multiset" : same_set ? "same set (padding repeats)" : "DIFFERENT");
+    return same || same_set;
+  }));
+
+  checks.push_back(check("elastic resume, " + std::to_string(n) + " ranks -> 1: no sample skipped or repeated",
+                         [&](std::string& ev) {
+    const std::string trace = runner.path("e.trace");
+    runner.run("e", n, {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--max-steps", "1"});
+    runner.run("e", 1, {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--resume", runner.path("e")});
+    std::map<int64_t, int64_t> seen;
+    for (const auto& r : trace_of(trace))
+      if (r["epoch"] == 0 && r["patch"] == 0) ++seen[r["index"].get<int64_t>()];
+    // After one step on n ranks the rest of the epoch runs on 1 rank, which
+    // needs no padding: every training index exactly once.
+    const int64_t size = training_set_size(o.train);
+    int64_t missing = 0, repeated = 0;
+    for (const auto& [index, count] : seen) repeated += count - 1;
+    for (int64_t i = 0; i < size; ++i) missing += seen.count(i) ? 0 : 1;
+    ev = std::to_string(size) + " training volumes: " + std::to_string(seen.size()) + " seen, " +
+         std::to_string(missing) + " missing, " + std::to_string(repeated) + " repeated";
+    return missing == 0 && repeated == 0;
+  }));
+
+  if (temporary && !o.keep) {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  } else {
+    std::cerr << "repro: runs kept in " << root.string() << "\n";
+  }
+  return checks;
+}
+
+std::string format_repro_table(const std::vector<ReproCheck>& checks) {
+  size_t w = 5;
+  for (const auto& c : checks) w = std::max(w, c.name.size());
+  std::ostringstream out;
+  out << "check" << std::string(w - 5, ' ') << " | result | evidence\n";
+  out << std::string(w, '-') << "-+--------+" << std::string(40, '-') << "\n";
+  for (const auto& c : checks) {
+    out << c.name << std::string(w - c.name.size(), ' ') << " | " << (c.passed ? "pass  " : "FAIL  ") << " | "
+        << c.evidence << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace volshard
