@@ -780,6 +780,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
       line["step"] = global_step;
       line["loss"] = epoch_loss_steps > 0 ? epoch_loss_sum / static_cast<double>(epoch_loss_steps) : NAN;
       line["val_dice"] = nan_to_null(val_dice);
+      line["lr"] = scheduled_lr(o, global_step - 1, total_steps);
       line["samples_per_s"] = static_cast<double>(epoch_samples) / std::max(epoch_time, 1e-12);
       line["data_wait"] = epoch_wait / std::max(epoch_time, 1e-12);
       line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
