@@ -197,6 +197,28 @@ class TrainJobTest(Base):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("has shape [4, 1, 3, 3, 3], the model's is [16, 1, 3, 3, 3]", p.stderr)  # tutorial channels by default
 
+    def test_sgd_with_a_cosine_schedule_logs_the_scheduled_learning_rate(self):
+        out = self.out("run")
+        self.train(out, "--optimizer", "sgd", "--lr", "0.01", "--lr-schedule", "cosine", "--val-every", 0)
+        import math
+        lrs = [m[4] for m in metrics(out) if m[0] == "step"]
+        self.assertEqual(len(lrs), 6)
+        for k, lr in enumerate(lrs):
+            self.assertAlmostEqual(lr, 0.01 * 0.5 * (1 + math.cos(math.pi * k / 6)), places=12)
+
+    def test_two_launchers_as_two_nodes_form_one_world(self):
+        out = self.out("run")
+        port = str(free_port())
+        procs = [subprocess.Popen(
+            [BINARY, "train", "--data", self.data, "--out", out, "--epochs", "1", "--val-fraction", "0.25", *SMALL,
+             "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(node), "--master-addr", "127.0.0.1",
+             "--master-port", port], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for node in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], outs)
+        self.assertIn("2 rank(s)", outs[0][1])
+        self.assertEqual(len([m for m in metrics(out) if m[0] == "step"]), 3)
+
     def test_torchrun_environment_contract_set_by_hand(self):
         out = self.out("run")
         port = str(free_port())
@@ -233,10 +255,14 @@ class TrainJobTest(Base):
         holder.listen(1)
         self.addCleanup(holder.close)
         bad_data = os.path.join(self.root, "bad_data")
+        mismatched = os.path.join(self.root, "mismatched_data")
         if not os.path.exists(bad_data):
             shutil.copytree(self.data, bad_data)
             with open(os.path.join(bad_data, "seg3.nii.gz"), "wb") as f:
                 f.write(b"not a nifti")
+            shutil.copytree(self.data, mismatched)
+            nib.save(nib.Nifti1Image(np.zeros((64, 64, 48), np.int32), np.eye(4)),
+                     os.path.join(mismatched, "seg2.nii.gz"))
         cases = [
             (["--crop", "96"], "--crop=96 is larger than"),
             (["--crop", "36"], "multiple of 8"),
@@ -246,6 +272,7 @@ class TrainJobTest(Base):
             (["--nproc-per-node", "3"], "validation volumes cannot be split"),
             (["--master-port", str(busy)], "is busy"),
             (["--data", bad_data], "seg3.nii.gz"),
+            (["--data", mismatched], "seg2.nii.gz is 64x64x48"),
         ]
         for extra, message in cases:
             out = self.out("bad")
