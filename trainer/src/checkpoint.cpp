@@ -1,6 +1,7 @@
 #include "volshard/trainer/checkpoint.h"
 
-#include <torch/serialize.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -56,7 +57,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   dict.insert("model", model);
   dict.insert("optimizer", optimizer);
   dict.insert("checksum", checksum(c));
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
   write_file_atomic(path, {bytes.data()}, {bytes.size()});
 }
 
@@ -66,7 +67,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);

@@ -2,7 +2,8 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/in_memory_adapter.h>
-#include <torch/serialize.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -34,7 +35,7 @@ std::string first_line(const std::exception& e) {
 
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what) {
   try {
-    return torch::pickle_load(bytes);
+    return torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
     throw std::runtime_error(what + ": not a readable PyTorch archive (" + first_line(e) + ")");
   }
@@ -284,13 +285,13 @@ class StateDictReader {
 std::vector<char> pickle_tensor_dict(const NamedTensors& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& kv : tensors) dict.insert(kv.first, kv.second.detach().to(at::kCPU).contiguous());
-  return torch::pickle_save(c10::IValue(dict));
+  return torch::jit::pickle_save(c10::IValue(dict));
 }
 
 NamedTensors unpickle_tensor_dict(const std::vector<char>& bytes, const std::string& what) {
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
     // torch.save(model.state_dict()) writes an OrderedDict, which LibTorch
     // 1.13 cannot read: read it ourselves; if that fails too, report both.
