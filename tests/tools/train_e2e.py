@@ -52,6 +52,11 @@ def metrics(run_dir, keys=("type", "epoch", "step", "loss", "lr", "val_dice")):
         return [tuple(json.loads(line).get(k) for k in keys) for line in f]
 
 
+def model_bytes(run_dir):
+    with open(os.path.join(run_dir, "model.pt"), "rb") as f:
+        return f.read()
+
+
 def trace(path):
     with open(path) as f:
         return [json.loads(line) for line in f]
@@ -303,8 +308,7 @@ class ReproTest(Base):
         a, b = self.out("a"), self.out("b")
         self.train(a)
         self.train(b)
-        with open(os.path.join(a, "model.pt"), "rb") as fa, open(os.path.join(b, "model.pt"), "rb") as fb:
-            self.assertEqual(fa.read(), fb.read())
+        self.assertEqual(model_bytes(a), model_bytes(b))
         self.assertEqual(metrics(a), metrics(b))
         c = self.out("other_seed")
         self.train(c, "--seed", 1)
@@ -321,8 +325,7 @@ class ReproTest(Base):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         p = self.train(out, "--checkpoint-every", 1, "--resume", out, epochs=3)
-        with open(os.path.join(ref, "model.pt"), "rb") as fa, open(os.path.join(out, "model.pt"), "rb") as fb:
-            self.assertEqual(fa.read(), fb.read(), "killed at step %d" % step)
+        self.assertEqual(model_bytes(ref), model_bytes(out), "killed at step %d" % step)
         self.assertEqual(metrics(ref), metrics(out))
 
     def test_augmented_samples_are_the_same_multiset_for_world_sizes_1_2_4(self):
@@ -411,8 +414,7 @@ class FaultTest(Base):
         self.assertLess(time.time() - t0, 30)
         self.assertIn("resume with", stdout)
         self.train(out, "--resume", out, epochs=3)
-        with open(os.path.join(ref, "model.pt"), "rb") as fa, open(os.path.join(out, "model.pt"), "rb") as fb:
-            self.assertEqual(fa.read(), fb.read())
+        self.assertEqual(model_bytes(ref), model_bytes(out))
 
     def test_killed_or_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(self):
         out = self.out("run")

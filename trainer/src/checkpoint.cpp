@@ -6,10 +6,9 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 
+#include "archive_io.h"
 #include "volshard/datasets/nifti_header.h"
 
 namespace volshard {
@@ -62,17 +61,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open the checkpoint");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  c10::IValue value;
-  try {
-    value = torch::jit::pickle_load(bytes);
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    throw std::runtime_error(path + ": not a readable checkpoint (truncated or corrupt archive: " + msg + ")");
-  }
+  const c10::IValue value =
+      detail::unpickle(detail::read_bytes(path), path, "checkpoint (truncated or corrupt archive)");
   auto fail = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
   if (!value.isGenericDict()) fail("not a volshard checkpoint (not a dict)");
   const auto dict = value.toGenericDict();

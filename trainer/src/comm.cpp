@@ -18,20 +18,15 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+
+#include "archive_io.h"
 
 namespace volshard {
 
 std::string to_string(Backend backend) { return backend == Backend::kNccl ? "nccl" : "gloo"; }
 
-namespace {
-
-std::string first_line(const std::exception& e) {
-  std::string msg = e.what();
-  if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  return msg;
-}
-
-}  // namespace
+using detail::first_line;
 
 // A heartbeat per rank in the store lets a rank whose collective failed say
 // which peer is gone (a dead or stopped process stops beating) instead of
@@ -104,6 +99,21 @@ struct Communicator::Impl {
     } catch (const std::exception& e) {
       fail(op, e);
     }
+  }
+
+  // Issues a collective; a failure to enqueue it is diagnosed as a failed wait.
+  template <typename Launch>
+  c10::intrusive_ptr<c10d::Work> start(const std::string& op, Launch&& launch) {
+    try {
+      return launch();
+    } catch (const std::exception& e) {
+      fail(op, e);
+    }
+  }
+
+  template <typename Launch>
+  void run(const std::string& op, Launch&& launch) {
+    wait(start(op, std::forward<Launch>(launch)), op);
   }
 
   ~Impl() {
@@ -199,11 +209,8 @@ Communicator::~Communicator() = default;
 std::unique_ptr<PendingReduce> Communicator::allreduce_sum_async(const at::Tensor& tensor) {
   if (world_size_ == 1) return std::make_unique<DonePending>();
   std::vector<at::Tensor> tensors{tensor};
-  try {
-    return std::make_unique<GlooPending>(impl_.get(), impl_->group->allreduce(tensors));
-  } catch (const std::exception& e) {
-    impl_->fail("all-reduce", e);
-  }
+  return std::make_unique<GlooPending>(impl_.get(),
+                                       impl_->start("all-reduce", [&] { return impl_->group->allreduce(tensors); }));
 }
 
 void Communicator::allreduce_sum(const at::Tensor& tensor) { allreduce_sum_async(tensor)->wait(); }
@@ -213,13 +220,7 @@ void Communicator::allreduce_max(const at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
-  try {
-    impl_->wait(impl_->group->allreduce(tensors, opts), "all-reduce (max)");
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    impl_->fail("all-reduce (max)", e);
-  }
+  impl_->run("all-reduce (max)", [&] { return impl_->group->allreduce(tensors, opts); });
 }
 
 void Communicator::broadcast(const at::Tensor& tensor, int64_t root) {
@@ -227,24 +228,12 @@ void Communicator::broadcast(const at::Tensor& tensor, int64_t root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  try {
-    impl_->wait(impl_->group->broadcast(tensors, opts), "broadcast");
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    impl_->fail("broadcast", e);
-  }
+  impl_->run("broadcast", [&] { return impl_->group->broadcast(tensors, opts); });
 }
 
 void Communicator::barrier() {
   if (world_size_ == 1) return;
-  try {
-    impl_->wait(impl_->group->barrier(), "barrier");
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    impl_->fail("barrier", e);
-  }
+  impl_->run("barrier", [&] { return impl_->group->barrier(); });
 }
 
 }  // namespace volshard

@@ -152,7 +152,6 @@ void GradientReducer::finish() {
       throw std::logic_error("GradientReducer: parameter " + std::to_string(p) +
                              " received no gradient this step (unused in forward?)");
   }
-  m.launch_ready();  // nothing left normally; kept for safety
   const double scale = 1.0 / static_cast<double>(m.comm->world_size());
   at::NoGradGuard no_grad;
   for (auto& b : m.buckets) {

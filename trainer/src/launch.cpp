@@ -28,7 +28,7 @@ void on_signal(int sig) {
   g_signal_count.fetch_add(1);
 }
 
-int bind_loopback(int port) {
+int bind_any_interface(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error(std::string("launcher: socket() failed: ") + std::strerror(errno));
   sockaddr_in addr{};
@@ -60,7 +60,7 @@ void LaunchOptions::validate() const {
 }
 
 int find_free_port() {
-  const int fd = bind_loopback(0);
+  const int fd = bind_any_interface(0);
   if (fd < 0) throw std::runtime_error(std::string("launcher: cannot bind a free port: ") + std::strerror(errno));
   sockaddr_in addr{};
   socklen_t len = sizeof addr;
@@ -70,7 +70,7 @@ int find_free_port() {
 }
 
 void check_port_free(int port) {
-  const int fd = bind_loopback(port);
+  const int fd = bind_any_interface(port);
   if (fd < 0)
     throw std::invalid_argument("launcher: --master-port=" + std::to_string(port) + " is busy (" +
                                 std::strerror(errno) + "); pick another or omit it for a free one");

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "archive_io.h"
 #include "volshard/datasets/nifti_header.h"
 
 namespace volshard {
@@ -66,13 +67,6 @@ int wait_exit(pid_t pid) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // metrics.jsonl without timing fields.
@@ -209,7 +203,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   checks.push_back(check("same seed twice: bit-identical model and metrics", [&](std::string& ev) {
     runner.run("a", n, capped);
     runner.run("b", n, capped);
-    const bool model = read_file(runner.path("a/model.pt")) == read_file(runner.path("b/model.pt"));
+    const bool model = detail::read_bytes(runner.path("a/model.pt")) == detail::read_bytes(runner.path("b/model.pt"));
     const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
     ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " + (model ? "equal" : "DIFFERS") +
          ", " + std::to_string(ma.size()) + " metric lines " + (ma == mb ? "equal" : "DIFFER");
@@ -221,7 +215,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
     auto resume = capped;
     resume.insert(resume.end(), {"--resume", runner.path("c")});
     runner.run("c", n, resume);
-    const bool model = read_file(runner.path("a/model.pt")) == read_file(runner.path("c/model.pt"));
+    const bool model = detail::read_bytes(runner.path("a/model.pt")) == detail::read_bytes(runner.path("c/model.pt"));
     const bool metrics = metrics_of(runner.path("a")) == metrics_of(runner.path("c"));
     ev = (reached < 0 ? std::string("run ended before the kill") : "killed after step " + std::to_string(reached)) +
          "; model.pt " + (model ? "equal" : "DIFFERS") + ", metrics " + (metrics ? "equal" : "DIFFER");

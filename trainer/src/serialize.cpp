@@ -14,10 +14,17 @@
 #include <memory>
 #include <stdexcept>
 
+#include "archive_io.h"
 #include "volshard/datasets/nifti_header.h"
 
 namespace volshard {
-namespace {
+namespace detail {
+
+std::string first_line(const std::exception& e) {
+  std::string msg = e.what();
+  if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  return msg;
+}
 
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -27,19 +34,20 @@ std::vector<char> read_bytes(const std::string& path) {
   return bytes;
 }
 
-std::string first_line(const std::exception& e) {
-  std::string msg = e.what();
-  if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  return msg;
-}
-
-c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what) {
+c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what, const std::string& kind) {
   try {
     return torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
-    throw std::runtime_error(what + ": not a readable PyTorch archive (" + first_line(e) + ")");
+    throw std::runtime_error(what + ": not a readable " + kind + " (" + first_line(e) + ")");
   }
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::first_line;
+using detail::read_bytes;
 
 // ---- A reader for what torch.save(model.state_dict()) writes ----------------
 // LibTorch 1.13's unpickler turns collections.OrderedDict (the type of every
@@ -317,7 +325,7 @@ NamedTensors unpickle_tensor_dict(const std::vector<char>& bytes, const std::str
 NamedTensors load_tensor_dict(const std::string& path) { return unpickle_tensor_dict(read_bytes(path), path); }
 
 at::Tensor load_tensor(const std::string& path) {
-  const c10::IValue value = unpickle(read_bytes(path), path);
+  const c10::IValue value = detail::unpickle(read_bytes(path), path, "PyTorch archive");
   if (!value.isTensor()) throw std::runtime_error(path + ": holds a " + value.tagKind() + ", not a tensor");
   return value.toTensor();
 }

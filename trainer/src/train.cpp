@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "archive_io.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/nifti_header.h"
@@ -292,9 +293,8 @@ void load_optimizer(torch::optim::Optimizer& opt, const std::vector<char>& bytes
     archive.load_from(in);
     opt.load(archive);
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    throw std::runtime_error(path + ": optimizer state does not fit this model/optimizer (" + msg + ")");
+    throw std::runtime_error(path + ": optimizer state does not fit this model/optimizer (" +
+                             detail::first_line(e) + ")");
   }
 }
 
@@ -426,6 +426,11 @@ std::string duration_text(double seconds) {
 
 json nan_to_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
 
+// --resume names a RUN folder or a checkpoint file.
+std::string resume_checkpoint_path(const TrainOptions& o) {
+  return fs::is_directory(o.resume) ? (fs::path(o.resume) / "checkpoint.pt").string() : o.resume;
+}
+
 }  // namespace
 
 // ---- validation -----------------------------------------------------------------------
@@ -519,7 +524,7 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
   for (const auto& p : d.train) check(p, true);
   for (const auto& p : d.val) check(p, false);
   if (!o.resume.empty()) {
-    const std::string path = fs::is_directory(o.resume) ? (fs::path(o.resume) / "checkpoint.pt").string() : o.resume;
+    const std::string path = resume_checkpoint_path(o);
     if (!fs::exists(path)) throw std::invalid_argument("train: --resume: " + path + " does not exist");
   }
   if (!o.init_weights.empty() && !fs::exists(o.init_weights))
@@ -580,7 +585,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   int64_t epoch_loss_steps = 0;
   std::optional<SamplerState> resumed;
   if (!o.resume.empty()) {
-    const std::string ckpt_path = fs::is_directory(o.resume) ? (fs::path(o.resume) / "checkpoint.pt").string() : o.resume;
+    const std::string ckpt_path = resume_checkpoint_path(o);
     const Checkpoint c = load_checkpoint(ckpt_path);
     const json meta = json::parse(c.meta_json);
     net.load_state_dict(c.model);
@@ -624,10 +629,11 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   lo.seed = o.seed;
   DataLoader loader(cache.source(), make_augmentation(o), lo);
 
+  const std::string config_json = o.to_json();
   const std::string metrics_path = (run / "metrics.jsonl").string();
   LineFile metrics, trace;
   if (lead) {
-    write_file_atomic((run / "config.json").string(), {o.to_json().data()}, {o.to_json().size()});
+    write_file_atomic((run / "config.json").string(), {config_json.data()}, {config_json.size()});
     if (resumed) truncate_metrics(metrics_path, global_step, epoch0);
     metrics = LineFile(metrics_path, !resumed);
   }
@@ -657,7 +663,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
     meta["epoch_loss_steps"] = end_of_epoch ? 0 : epoch_loss_steps;
     meta["seed"] = o.seed;
     meta["world_size"] = world;
-    meta["config"] = json::parse(o.to_json());
+    meta["config"] = json::parse(config_json);
     Checkpoint c{meta.dump(), net.state_dict(), optimizer_bytes(*opt)};
     save_checkpoint((run / "checkpoint.pt").string(), c);
   };
@@ -670,7 +676,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
     DistributedSampler sampler = restore ? DistributedSampler::restore(*resumed, rank, world) : DistributedSampler(so);
     sampler.set_epoch(epoch);
     const int64_t consumed0 = restore ? resumed->consumed : 0;
-    loader.start_epoch(std::vector<int64_t>(sampler.indices().begin(), sampler.indices().end()), epoch);
+    loader.start_epoch(sampler.indices().to_vector(), epoch);
     if (!restore) {
       epoch_loss_sum = 0;
       epoch_loss_steps = 0;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -349,9 +350,9 @@ void UNet::load_state_dict(const NamedTensors& state, bool strict) {
   const NamedTensors mine = state_dict();
   std::map<std::string, const at::Tensor*> given;
   for (const auto& kv : state) given[kv.first] = &kv.second;
-  std::map<std::string, bool> known;
+  std::set<std::string> known;
   for (const auto& kv : mine) {
-    known[kv.first] = true;
+    known.insert(kv.first);
     auto it = given.find(kv.first);
     if (it == given.end()) {
       if (strict) throw std::invalid_argument("UNet::load_state_dict: missing key '" + kv.first + "'");
