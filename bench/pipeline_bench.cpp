@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/commands.h"
 #include "volshard/datasets/datalist.h"
+#include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/transforms/loader.h"
@@ -42,6 +44,60 @@ double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t w
     while (auto b = loader.next()) seen += b->image.size(0) / 4;
   }
   return static_cast<double>(seen) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Median milliseconds of fn over the volumes, `rounds` times each.
+template <class Fn>
+double stage_ms(int64_t volumes, int rounds, Fn fn) {
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r) {
+    for (int64_t i = 0; i < volumes; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn(i);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Where one volume's time goes, one thread, median over the volumes.
+void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
+  const auto n = static_cast<int64_t>(pairs.size());
+  const int rounds = 2;
+  ReadOptions c_order, file_order;
+  c_order.as_float = file_order.as_float = true;
+  file_order.layout = VolumeLayout::kFileOrderView;
+  std::vector<at::Tensor> images, labels;
+  for (const auto& p : pairs) {
+    images.push_back(read_volume(p.image, c_order).data);
+    labels.push_back(read_volume(p.label, c_order).data);
+  }
+  const Compose augment = tutorial_augmentation();
+  std::printf("%-11s | %-44s | %8.2f\n", data, "read image, C order",
+              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].image, c_order); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "read image, file-order view",
+              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].image, file_order); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "read label (int32 on disk) as float, C order",
+              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].label, c_order); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "ScaleIntensity",
+              stage_ms(n, rounds, [&](int64_t i) { scale_intensity(images[static_cast<size_t>(i)]); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "label foreground/background indices",
+              stage_ms(n, rounds, [&](int64_t i) { label_indices(labels[static_cast<size_t>(i)]); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair (all of the above)",
+              stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i); }));
+  for (const VolumeLayout layout : {VolumeLayout::kContiguous, VolumeLayout::kFileOrderView}) {
+    PairOptions po;
+    po.image_layout = layout;
+    std::vector<Sample> cached;
+    for (int64_t i = 0; i < n; ++i) cached.push_back(load_pair(pairs[static_cast<size_t>(i)], i, po));
+    const bool c = layout == VolumeLayout::kContiguous;
+    std::printf("%-11s | %-44s | %8.2f\n", data,
+                c ? "4 crops + rot90 into batch rows, C-order image" : "4 crops + rot90 into batch rows, file-order image",
+                stage_ms(n, rounds, [&](int64_t i) {
+                  collate(augment.lazy(cached[static_cast<size_t>(i)], static_cast<uint64_t>(i)));
+                }));
+  }
 }
 
 double python_baseline(const std::string& script, const std::string& dir, const char* mode, int64_t workers,
@@ -73,6 +129,7 @@ int main(int argc, char** argv) {
   std::printf("%-11s %-7s | %7s | %12s %9s | %15s %7s\n", "data", "source", "threads", "volshard v/s", "crops/s",
               "numpy+torch v/s", "ratio");
   std::printf("%s\n", std::string(84, '-').c_str());
+  std::vector<std::pair<std::string, std::vector<ImageLabelPair>>> stage_data;
   for (double noise : {0.0, 0.2}) {
     const auto dir = root / (noise == 0.0 ? "clean" : "noisy");
     SynthOptions synth;
@@ -82,14 +139,8 @@ int main(int argc, char** argv) {
     synth.volume.noise_max = noise;
     write_synthetic_dataset(synth);
     const auto pairs = pairs_from_folder(dir.string());
-    const SampleSource from_files = [&](int64_t i) {
-      const auto& p = pairs[static_cast<size_t>(i)];
-      Sample s;
-      s.image = scale_intensity(read_volume_as_float(p.image).data);
-      s.label = read_volume_as_float(p.label).data;
-      s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
-      return s;
-    };
+    stage_data.emplace_back(noise == 0.0 ? "noise-free" : "noisy", pairs);
+    const SampleSource from_files = [&](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i); };
     CacheOptions co;
     const SampleCache cache(from_files, volumes, co);
     for (const char* mode : {"files", "cached"}) {
@@ -107,6 +158,11 @@ int main(int argc, char** argv) {
       }
     }
   }
+  std::printf("\nper 128^3 volume, one thread, median ms (MONAI 1.4.0 on this kind of machine, platform notes: LoadImaged\n"
+              "image + label 42, ScaleIntensityd 11.8, RandCropByPosNegLabeld 12.9, RandRotate90d 4.7)\n");
+  std::printf("%-11s | %-44s | %8s\n", "data", "stage", "ms");
+  std::printf("%s\n", std::string(69, '-').c_str());
+  for (const auto& [name, pairs] : stage_data) print_stages(pairs, name.c_str());
   std::filesystem::remove_all(root);
   std::printf("MONAI 1.4.0 on this kind of machine (platform notes, not this run): 12.6 v/s from files, 15.6 with\n"
               "CacheDataset, 20.8 with CacheDataset + ThreadDataLoader, 11.9 on noisy files (2 workers).\n");

@@ -48,6 +48,61 @@ bool same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   return true;
 }
 
+// The same volume stored in NIfTI file order (a permuted view, as
+// read_volume's kFileOrderView gives it): the same values, other strides.
+Sample toy_volume_file_order(int64_t index) {
+  Sample s = toy_volume(index);
+  s.image = s.image.permute({0, 3, 2, 1}).contiguous().permute({0, 3, 2, 1});
+  return s;
+}
+
+TEST(DataLoaderTest, WorkersWriteCropsIntoTheBatchAsTheEagerPipelineMakesThemForAnySourceLayout) {
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.workers = 2;
+  o.seed = 5;
+  DataLoader contiguous(toy_volume, toy_pipeline(), o);
+  DataLoader file_order(toy_volume_file_order, toy_pipeline(), o);
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4, 6, 0};
+  const auto a = run_epoch(contiguous, indices, 2);
+  EXPECT_TRUE(same_batches(a, run_epoch(file_order, indices, 2)));
+  const Compose pipeline = toy_pipeline();
+  for (size_t b = 0; b < a.size(); ++b) {
+    std::vector<Sample> expected;
+    for (size_t p = b * 3; p < std::min(indices.size(), b * 3 + 3); ++p) {
+      Sample s = toy_volume(indices[p]);
+      s.meta.index = indices[p];
+      for (auto& crop : pipeline(std::move(s), SeedStreams(5).sample_seed(indices[p], 2))) expected.push_back(crop);
+    }
+    const Batch e = collate(std::move(expected));
+    EXPECT_TRUE(at::equal(a[b].image, e.image)) << "batch " << b;
+    EXPECT_TRUE(at::equal(a[b].label, e.label)) << "batch " << b;
+    EXPECT_TRUE(a[b].image.is_contiguous());
+  }
+}
+
+TEST(DataLoaderTest, AVolumeWhoseCropsDoNotFitTheBatchIsNamed) {
+  const SampleSource source = [](int64_t index) {
+    Sample s = toy_volume(index);
+    if (index == 6) s.image = at::cat({s.image, s.image});  // two channels
+    return s;
+  };
+  for (int64_t workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.workers = workers;
+    DataLoader loader(source, toy_pipeline(), o);
+    loader.start_epoch({2, 6}, 0);
+    try {
+      loader.next();
+      FAIL() << "no error with " << workers << " workers";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("collate: sample"));
+      EXPECT_THAT(e.what(), HasSubstr("another shape than sample 0"));
+    }
+  }
+}
+
 TEST(DataLoaderTest, FlattensCropsOfEachVolumeIntoTheBatchAsListDataCollate) {
   LoaderOptions o;
   o.batch_size = 2;

@@ -334,3 +334,146 @@ TEST(FastKernelsTest, CropAndFlipEqualSliceAndTorchFlip) {
 
 }  // namespace
 }  // namespace volshard
+
+#include <rapidcheck/gtest.h>
+
+namespace volshard {
+namespace {
+
+// The same tensor values in another memory layout: spatial axes stored in the
+// order `order` (e.g. {2, 1, 0}: a NIfTI file-order view), still dense.
+at::Tensor relaid(const at::Tensor& t, const std::vector<int64_t>& order) {
+  std::vector<int64_t> forward{0}, back(4);
+  for (int64_t a : order) forward.push_back(1 + a);
+  for (int64_t d = 0; d < 4; ++d) back[static_cast<size_t>(forward[static_cast<size_t>(d)])] = d;
+  return t.permute(forward).contiguous().permute(back);
+}
+
+// Crops, flips and quarter turns composed as a SpatialMap and gathered once
+// equal the same steps done one after another with ATen's slice, flip and
+// rot90, for any source layout and the supported dtype conversions.
+RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
+  const auto channels = *rc::gen::inRange<int64_t>(1, 3);
+  std::array<int64_t, 3> shape{};
+  for (auto& n : shape) n = *rc::gen::inRange<int64_t>(1, 14);
+  at::Tensor source = at::arange(channels * shape[0] * shape[1] * shape[2], at::kFloat)
+                          .reshape({channels, shape[0], shape[1], shape[2]});
+  const auto order = *rc::gen::elementOf(std::vector<std::vector<int64_t>>{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {0, 2, 1}});
+  const bool bytes = *rc::gen::arbitrary<bool>();
+  if (bytes) source = source.remainder(251).to(at::kByte);
+  source = relaid(source, order);
+  SpatialMap map = SpatialMap::identity(shape);
+  at::Tensor expected = source;
+  const auto steps = *rc::gen::inRange(0, 5);
+  for (int step = 0; step < steps; ++step) {
+    const int kind = *rc::gen::inRange(0, 3);
+    const std::array<int64_t, 3> now{expected.size(1), expected.size(2), expected.size(3)};
+    if (kind == 0) {
+      std::array<int64_t, 3> start{}, size{};
+      for (size_t a = 0; a < 3; ++a) {
+        start[a] = *rc::gen::inRange<int64_t>(0, now[a]);
+        size[a] = *rc::gen::inRange<int64_t>(1, now[a] - start[a] + 1);
+        expected = expected.slice(static_cast<int64_t>(1 + a), start[a], start[a] + size[a]);
+      }
+      map = map.cropped(start, size);
+    } else if (kind == 1) {
+      const auto axis = *rc::gen::inRange<int64_t>(0, 3);
+      expected = at::flip(expected, {1 + axis});
+      map = map.flipped(axis);
+    } else {
+      const auto k = *rc::gen::inRange<int64_t>(0, 4);
+      const auto p = *rc::gen::inRange<int64_t>(0, 3);
+      const auto q = (p + *rc::gen::inRange<int64_t>(1, 3)) % 3;
+      expected = at::rot90(expected, k, {1 + p, 1 + q});
+      map = map.rotated90(k, p, q);
+    }
+  }
+  RC_ASSERT(map.size == (std::array<int64_t, 3>{expected.size(1), expected.size(2), expected.size(3)}));
+  Sample s;
+  s.image = source;
+  s.label = source;
+  s.view = map;
+  const Sample m = materialize(s);
+  RC_ASSERT(map.is_identity(shape) || m.image.is_contiguous());
+  RC_ASSERT(at::equal(m.image, expected));
+  at::Tensor image = at::empty(expected.sizes(), at::kFloat), label = at::empty(expected.sizes(), source.scalar_type());
+  materialize_into(s, image, label);
+  RC_ASSERT(at::equal(image, expected.to(at::kFloat)));
+  RC_ASSERT(at::equal(label, expected));
+}
+
+TEST(SpatialViewTest, MaterializeIntoRefusesADestinationOfAnotherShape) {
+  Sample s = box_sample({6, 6, 6}, {1, 1, 1}, {3, 3, 3});
+  s.view = SpatialMap::identity({6, 6, 6}).cropped({0, 0, 0}, {4, 4, 4});
+  at::Tensor image = at::empty({1, 4, 4, 5}), label = at::empty({1, 4, 4, 4});
+  try {
+    materialize_into(s, image, label);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("image's destination is not a contiguous 1 x 4 x 4 x 4"));
+  }
+  EXPECT_THROW(SpatialMap::identity({6, 6, 6}).cropped({3, 0, 0}, {4, 1, 1}), std::out_of_range);
+}
+
+TEST(SpatialViewTest, LazyComposeMovesNoPixelsAndMaterialisesToTheEagerResult) {
+  Sample s = box_sample({20, 18, 16}, {4, 5, 6}, {12, 11, 10});
+  s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
+  PosNegCropOptions c;
+  c.spatial_size = {8, 6, 10};
+  c.num_samples = 3;
+  Rotate90Options r;
+  r.prob = 1.0;
+  r.spatial_axes = {0, 2};
+  FlipOptions f;
+  f.prob = 0.5;
+  f.spatial_axes = {1};
+  const Compose pipeline({make_rand_crop_by_pos_neg_label(c), make_rand_rotate90(r), make_rand_flip(f)});
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const auto lazy = pipeline.lazy(s, seed);
+    const auto eager = pipeline(s, seed);
+    ASSERT_EQ(lazy.size(), eager.size());
+    for (size_t k = 0; k < lazy.size(); ++k) {
+      ASSERT_TRUE(lazy[k].view.has_value());
+      EXPECT_EQ(lazy[k].image.data_ptr(), s.image.data_ptr());  // still the source
+      const Sample m = materialize(lazy[k]);
+      ASSERT_TRUE(at::equal(m.image, eager[k].image)) << "seed " << seed << " crop " << k;
+      ASSERT_TRUE(at::equal(m.label, eager[k].label));
+      EXPECT_FALSE(eager[k].view.has_value());
+      EXPECT_EQ(m.meta.rot90_k, eager[k].meta.rot90_k);
+      EXPECT_EQ(m.meta.flipped, eager[k].meta.flipped);
+    }
+  }
+}
+
+// The cache's label indices describe the stored volume: a crop drawn after a
+// flip must use the flipped label, eager or lazy.
+TEST(RandCropByPosNegLabelTest, AfterAFlipTheCropIsDrawnFromTheFlippedLabel) {
+  Sample s = box_sample({9, 9, 9}, {1, 1, 1}, {2, 2, 2});  // one foreground voxel near the origin
+  s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
+  FlipOptions f;
+  f.prob = 1.0;
+  PosNegCropOptions c;
+  c.spatial_size = {1, 1, 1};
+  c.pos = 1.0;
+  c.neg = 0.0;
+  c.num_samples = 4;
+  const Compose pipeline({make_rand_flip(f), make_rand_crop_by_pos_neg_label(c)});
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    for (const Sample& crop : pipeline(s, seed)) EXPECT_EQ(crop.label.item<float>(), 1.0f);
+    for (const Sample& crop : pipeline.lazy(s, seed)) EXPECT_EQ(materialize(crop).label.item<float>(), 1.0f);
+  }
+}
+
+TEST(ScaleIntensityTest, AFileOrderViewScalesInItsOwnLayoutToTheSameValues) {
+  const at::Tensor x = at::randn({2, 7, 6, 5}) * 37.5 + 3;
+  const at::Tensor f = relaid(x, {2, 1, 0});
+  const at::Tensor y = scale_intensity(f);
+  EXPECT_TRUE(at::equal(y, scale_intensity(x)));
+  EXPECT_EQ(y.strides(), f.strides());
+  at::Tensor nan = f.clone();
+  nan[1][3][2][1] = NAN;
+  EXPECT_TRUE(at::isnan(scale_intensity(relaid(nan, {2, 1, 0}))).all().item<bool>());
+}
+
+}  // namespace
+}  // namespace volshard

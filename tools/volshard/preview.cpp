@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "volshard/datasets/datalist.h"
+#include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/inspect/png.h"
 #include "volshard/sampler/seed_streams.h"
@@ -48,14 +49,9 @@ int64_t write_preview(const PreviewOptions& o) {
   const SeedStreams streams(o.seed);
   std::vector<Sample> crops;
   for (size_t i = 0; i < pairs.size() && static_cast<int64_t>(crops.size()) < o.count; ++i) {
-    Sample s;
-    s.image = scale_intensity(read_volume_as_float(pairs[i].image).data);
-    s.label = read_volume_as_float(pairs[i].label).data;
-    s.meta.index = static_cast<int64_t>(i);
-    s.meta.source = pairs[i].image;
-    if (s.image.sizes().slice(1) != s.label.sizes().slice(1)) {
-      throw std::runtime_error(pairs[i].image + " and " + pairs[i].label + " differ in spatial shape");
-    }
+    PairOptions po;
+    po.label_indices = false;
+    Sample s = load_pair(pairs[i], static_cast<int64_t>(i), po);
     for (auto& c : pipeline(std::move(s), streams.sample_seed(static_cast<int64_t>(i), o.epoch))) {
       if (static_cast<int64_t>(crops.size()) < o.count) crops.push_back(std::move(c));
     }

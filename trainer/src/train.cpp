@@ -27,6 +27,7 @@
 #include "archive_io.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
+#include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/nifti_header.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/sampler/seed_streams.h"
@@ -216,26 +217,6 @@ std::array<int64_t, 3> spatial_shape(const NiftiHeader& h) {
 
 std::string shape_text(const std::array<int64_t, 3>& s) {
   return std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]);
-}
-
-// Loads a pair as the cache's deterministic prefix: float32 image scaled to
-// [0, 1], float32 label, and the label's foreground/background indices.
-Sample prepare_pair(const ImageLabelPair& p, int64_t index, bool with_indices) {
-  Sample s;
-  Volume image = read_volume_as_float(p.image);
-  Volume label = read_volume_as_float(p.label);
-  if (image.data.sizes().slice(1) != label.data.sizes().slice(1)) {
-    std::ostringstream m;
-    m << "image " << p.image << " has spatial shape " << image.data.sizes().slice(1) << " but label " << p.label
-      << " has " << label.data.sizes().slice(1);
-    throw std::runtime_error(m.str());
-  }
-  s.image = scale_intensity(image.data);
-  s.label = label.data;
-  if (with_indices) s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
-  s.meta.index = index;
-  s.meta.source = p.image;
-  return s;
 }
 
 Compose make_augmentation(const TrainOptions& o) {
@@ -459,7 +440,10 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
     sw.roi = {roi, roi, roi};
     sw.overlap = o.overlap;
     for (const int64_t i : sampler.indices()) {
-      const Sample s = prepare_pair(val[static_cast<size_t>(i)], i, false);
+      PairOptions po;
+      po.label_indices = false;
+      po.image_layout = VolumeLayout::kContiguous;
+      const Sample s = load_pair(val[static_cast<size_t>(i)], i, po);
       const at::Tensor logits =
           sliding_window_inference(s.image.unsqueeze(0), sw, [&](const at::Tensor& x) { return net.forward(x); });
       const double d = dice_score(logits, s.label.unsqueeze(0));
@@ -610,6 +594,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   }
   GradientReducer reducer(net.parameters(), comm);
 
+  PairOptions train_pair;
   CacheOptions cache_options;
   cache_options.cache_rate = o.cache_rate;
   cache_options.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
@@ -618,10 +603,10 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
     // Ranks share the folder: entries are written atomically (temporary file,
     // rename), so two ranks writing the same entry leave one whole copy.
     cache_options.cache_dir = o.cache_dir;
-    cache_options.config_key = "load float32; scale_intensity [0, 1]; label float32; label_indices";
+    cache_options.config_key = train_pair.config_key();
     cache_options.item_files = files_of(data.train);
   }
-  const SampleCache cache([&](int64_t i) { return prepare_pair(data.train[static_cast<size_t>(i)], i, true); },
+  const SampleCache cache([&](int64_t i) { return load_pair(data.train[static_cast<size_t>(i)], i, train_pair); },
                           n_train, cache_options);
   LoaderOptions lo;
   lo.batch_size = o.batch_size;

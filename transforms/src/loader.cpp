@@ -29,21 +29,43 @@ void LoaderOptions::validate() const {
   }
 }
 
+namespace {
+
+// The row shape a sample takes in a batch: C x its (view's) spatial shape.
+std::vector<int64_t> row_shape(const at::Tensor& t, const std::array<int64_t, 3>& spatial) {
+  return {t.size(0), spatial[0], spatial[1], spatial[2]};
+}
+
+bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label_rows) {
+  const auto spatial = view_shape(s);
+  return image_rows.sizes().slice(1) == at::IntArrayRef(row_shape(s.image, spatial)) &&
+         label_rows.sizes().slice(1) == at::IntArrayRef(row_shape(s.label, spatial)) &&
+         s.image.scalar_type() == image_rows.scalar_type() && s.label.scalar_type() == label_rows.scalar_type();
+}
+
+}  // namespace
+
 Batch collate(std::vector<Sample> samples) {
   Batch batch;
   if (samples.empty()) return batch;
-  std::vector<at::Tensor> images, labels;
+  const auto n = static_cast<int64_t>(samples.size());
+  const auto spatial = view_shape(samples[0]);
+  std::vector<int64_t> image_shape{n}, label_shape{n};
+  for (int64_t d : row_shape(samples[0].image, spatial)) image_shape.push_back(d);
+  for (int64_t d : row_shape(samples[0].label, spatial)) label_shape.push_back(d);
+  batch.image = at::empty(image_shape, samples[0].image.options());
+  batch.label = at::empty(label_shape, samples[0].label.options());
   for (size_t k = 0; k < samples.size(); ++k) {
-    if (samples[k].image.sizes() != samples[0].image.sizes() || samples[k].label.sizes() != samples[0].label.sizes()) {
+    if (!fits(samples[k], batch.image, batch.label)) {
       throw std::invalid_argument("collate: sample " + std::to_string(k) + " (dataset index " +
                                   std::to_string(samples[k].meta.index) + ") has another shape than sample 0");
     }
-    images.push_back(samples[k].image);
-    labels.push_back(samples[k].label);
+  }
+  for (size_t k = 0; k < samples.size(); ++k) {
+    at::Tensor image = batch.image[static_cast<int64_t>(k)], label = batch.label[static_cast<int64_t>(k)];
+    materialize_into(samples[k], image, label);  // the crop, rotation and flip happen here, once
     batch.meta.push_back(std::move(samples[k].meta));
   }
-  batch.image = at::stack(images);
-  batch.label = at::stack(labels);
   return batch;
 }
 
@@ -72,10 +94,70 @@ std::vector<Sample> DataLoader::produce(int64_t index, int64_t epoch) const {
     Sample sample = source_(index);
     sample.meta.index = index;
     const uint64_t seed = SeedStreams(options_.seed).sample_seed(index, epoch);
-    return transforms_(std::move(sample), seed);
+    return transforms_.lazy(std::move(sample), seed);
   } catch (const std::exception& e) {
     throw std::runtime_error("DataLoader: dataset index " + std::to_string(index) + ": " + e.what());
   }
+}
+
+// Produces the samples of `position` and, when they fit the rows of their
+// batch (the usual case: every volume gives the same number of same-shaped
+// crops), writes them straight into those rows: the crop, rotation and flip
+// cost one copy, made by the worker, and next() has nothing left to copy.
+DataLoader::Result DataLoader::make_result(size_t position, uint64_t generation, int64_t index, int64_t epoch) {
+  Result result;
+  try {
+    result.samples = produce(index, epoch);
+  } catch (...) {
+    result.error = std::current_exception();
+    return result;
+  }
+  try {
+    const auto batch_size = static_cast<size_t>(options_.batch_size);
+    const auto batch = static_cast<int64_t>(position / batch_size);
+    const auto slot = static_cast<int64_t>(position % batch_size);
+    Rows rows;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation != generation_ || result.samples.empty()) return result;
+      Rows& r = rows_[batch];
+      if (!r.image.defined()) {
+        const size_t begin = static_cast<size_t>(batch) * batch_size;
+        const auto volumes = static_cast<int64_t>(std::min(indices_.size(), begin + batch_size) - begin);
+        const Sample& first = result.samples[0];
+        const auto spatial = view_shape(first);
+        r.per_volume = static_cast<int64_t>(result.samples.size());
+        const int64_t n = volumes * r.per_volume;
+        r.image = at::empty({n, first.image.size(0), spatial[0], spatial[1], spatial[2]}, first.image.options());
+        r.label = at::empty({n, first.label.size(0), spatial[0], spatial[1], spatial[2]}, first.label.options());
+      }
+      rows = r;
+    }
+    if (static_cast<int64_t>(result.samples.size()) != rows.per_volume) return result;
+    for (const Sample& s : result.samples) {
+      const auto spatial = view_shape(s);
+      if (rows.image.sizes().slice(1) != at::IntArrayRef({s.image.size(0), spatial[0], spatial[1], spatial[2]}) ||
+          rows.label.sizes().slice(1) != at::IntArrayRef({s.label.size(0), spatial[0], spatial[1], spatial[2]}) ||
+          s.image.scalar_type() != rows.image.scalar_type() || s.label.scalar_type() != rows.label.scalar_type()) {
+        return result;  // next() collates this batch the general way (and names a shape mismatch)
+      }
+    }
+    for (size_t k = 0; k < result.samples.size(); ++k) {
+      Sample& s = result.samples[k];
+      const int64_t row = slot * rows.per_volume + static_cast<int64_t>(k);
+      at::Tensor image = rows.image[row], label = rows.label[row];
+      materialize_into(s, image, label);
+      s.image = image;
+      s.label = label;
+      s.view.reset();
+      s.indices.reset();
+    }
+    result.written = true;
+  } catch (const std::exception& e) {
+    result.error = std::make_exception_ptr(
+        std::runtime_error("DataLoader: dataset index " + std::to_string(index) + ": " + e.what()));
+  }
+  return result;
 }
 
 void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
@@ -91,6 +173,7 @@ void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
     next_batch_ = 0;
     next_position_ = 0;
     results_.clear();
+    rows_.clear();
   }
   work_ready_.notify_all();
 }
@@ -110,12 +193,7 @@ void DataLoader::worker_loop() {
     const int64_t index = indices_[position];
     const int64_t epoch = epoch_;
     lock.unlock();
-    Result result;
-    try {
-      result.samples = produce(index, epoch);
-    } catch (...) {
-      result.error = std::current_exception();
-    }
+    Result result = make_result(position, generation, index, epoch);
     lock.lock();
     if (generation != generation_) continue;  // an epoch restarted meanwhile
     results_.emplace(position, std::move(result));
@@ -127,12 +205,10 @@ std::optional<Batch> DataLoader::next() {
   if (next_batch_ >= num_batches_) return std::nullopt;
   const size_t begin = static_cast<size_t>(next_batch_ * options_.batch_size);
   const size_t end = std::min(indices_.size(), begin + static_cast<size_t>(options_.batch_size));
-  std::vector<Sample> samples;
+  std::vector<Result> parts;
   const auto t0 = std::chrono::steady_clock::now();
   if (threads_.empty()) {
-    for (size_t p = begin; p < end; ++p) {
-      for (auto& s : produce(indices_[p], epoch_)) samples.push_back(std::move(s));
-    }
+    for (size_t p = begin; p < end; ++p) parts.push_back(make_result(p, generation_, indices_[p], epoch_));
   } else {
     std::unique_lock<std::mutex> lock(mutex_);
     result_ready_.wait(lock, [&] {
@@ -141,21 +217,36 @@ std::optional<Batch> DataLoader::next() {
       }
       return true;
     });
-    for (size_t p = begin; p < end; ++p) {
-      if (results_.at(p).error) std::rethrow_exception(results_.at(p).error);
-    }
-    for (size_t p = begin; p < end; ++p) {
-      auto node = results_.extract(p);
-      for (auto& s : node.mapped().samples) samples.push_back(std::move(s));
-    }
+    for (size_t p = begin; p < end; ++p) parts.push_back(std::move(results_.extract(p).mapped()));
   }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Rows rows;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    auto node = rows_.extract(next_batch_);
+    if (!node.empty()) rows = node.mapped();
     ++next_batch_;
   }
   work_ready_.notify_all();
-  Batch batch = collate(std::move(samples));
+  for (const Result& r : parts) {
+    if (r.error) std::rethrow_exception(r.error);
+  }
+  bool all_written = true;
+  for (const Result& r : parts) all_written = all_written && r.written;
+  Batch batch;
+  if (all_written && rows.image.defined()) {
+    batch.image = rows.image;
+    batch.label = rows.label;
+    for (Result& r : parts) {
+      for (Sample& s : r.samples) batch.meta.push_back(std::move(s.meta));
+    }
+  } else {
+    std::vector<Sample> samples;
+    for (Result& r : parts) {
+      for (Sample& s : r.samples) samples.push_back(std::move(s));
+    }
+    batch = collate(std::move(samples));
+  }
   batch.step = next_batch_ - 1;
   batch.wait_seconds = waited;
   return batch;

@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -33,103 +37,40 @@ void check_spatial_axis(const char* what, int64_t axis) {
   if (axis < 0 || axis > 2) throw std::invalid_argument(std::string(what) + "=" + std::to_string(axis) + " must be in [0, 2]");
 }
 
-// A crop, rotation or flip of a contiguous C x X x Y x Z volume is a strided
-// view of each channel: out[i0][i1][i2] = in[base + i0*s0 + i1*s1 + i2*s2],
-// strides possibly negative. gather() materialises it in one pass; ATen's
-// generic strided copy reads with a large stride in its innermost loop for
-// rot90 with k = 1 or 3, which is what made those 2-5 ms per 96^3 crop.
-struct SpatialView {
-  int64_t base = 0;
-  std::array<int64_t, 3> size{};
-  std::array<int64_t, 3> stride{};
-};
+}  // namespace
 
-SpatialView whole(const std::array<int64_t, 3>& shape) {
-  return {0, shape, {shape[1] * shape[2], shape[2], 1}};
-}
+namespace {
 
-void gather_channel(const float* in, const SpatialView& v, float* out) {
-  const auto [n0, n1, n2] = v.size;
-  const auto [s0, s1, s2] = v.stride;
-  if (s2 == 1 || s2 == -1) {  // rows: copy forwards or backwards
-    for (int64_t i0 = 0; i0 < n0; ++i0) {
-      for (int64_t i1 = 0; i1 < n1; ++i1) {
-        const float* src = in + v.base + i0 * s0 + i1 * s1;
-        float* dst = out + (i0 * n1 + i1) * n2;
-        if (s2 == 1) {
-          std::memcpy(dst, src, static_cast<size_t>(n2) * sizeof(float));
-        } else {
-          for (int64_t i2 = 0; i2 < n2; ++i2) dst[i2] = src[-i2];
-        }
-      }
-    }
-    return;
+// Min and max of n floats, NaN if any is NaN (as at::aminmax), in one pass.
+std::pair<float, float> min_max(const float* p, int64_t n) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  bool nan = false;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  __m128 vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi), vnan = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(p + i);
+    vlo = _mm_min_ps(vlo, v);
+    vhi = _mm_max_ps(vhi, v);
+    vnan = _mm_or_ps(vnan, _mm_cmpunord_ps(v, v));
   }
-  // The input's unit stride lies on dim 0 or 1: walk tiles of (that dim, dim
-  // 2) so each cache line read serves a whole tile row.
-  constexpr int64_t kTile = 16;
-  const bool unit0 = s0 == 1 || s0 == -1;
-  const int64_t na = unit0 ? n0 : n1, nb = unit0 ? n1 : n0;  // a: tiled with dim 2, b: outer
-  const int64_t sa = unit0 ? s0 : s1, sb = unit0 ? s1 : s0;
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int64_t a0 = 0; a0 < na; a0 += kTile) {
-      const int64_t a1 = std::min(a0 + kTile, na);
-      for (int64_t c0 = 0; c0 < n2; c0 += kTile) {
-        const int64_t c1 = std::min(c0 + kTile, n2);
-        for (int64_t a = a0; a < a1; ++a) {
-          const int64_t i0 = unit0 ? a : b, i1 = unit0 ? b : a;
-          const float* src = in + v.base + a * sa + b * sb;
-          float* dst = out + (i0 * n1 + i1) * n2;
-          for (int64_t c = c0; c < c1; ++c) dst[c] = src[c * s2];
-        }
-      }
-    }
+  alignas(16) float l[4], h[4], q[4];
+  _mm_store_ps(l, vlo);
+  _mm_store_ps(h, vhi);
+  _mm_store_ps(q, vnan);
+  for (int k = 0; k < 4; ++k) {
+    lo = std::min(lo, l[k]);
+    hi = std::max(hi, h[k]);
+    nan = nan || q[k] != 0.0f;
   }
-}
-
-bool gatherable(const at::Tensor& t) {
-  return t.defined() && t.scalar_type() == at::kFloat && t.dim() == 4 && t.is_contiguous();
-}
-
-at::Tensor gather(const at::Tensor& t, const SpatialView& v) {
-  at::Tensor out = at::empty({t.size(0), v.size[0], v.size[1], v.size[2]}, t.options());
-  const int64_t in_channel = t.size(1) * t.size(2) * t.size(3);
-  const int64_t out_channel = v.size[0] * v.size[1] * v.size[2];
-  const float* in = t.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  for (int64_t c = 0; c < t.size(0); ++c) gather_channel(in + c * in_channel, v, o + c * out_channel);
-  return out;
-}
-
-// torch.rot90(x, k, (1 + p, 1 + q)) as a view: k = 1 is flip(q) then
-// transpose(p, q), k = 2 flips both, k = 3 is flip(p) then transpose(p, q).
-SpatialView rot90_view(const std::array<int64_t, 3>& shape, int64_t k, int64_t p, int64_t q) {
-  SpatialView v = whole(shape);
-  const auto in = v.stride;
-  const auto up = static_cast<size_t>(p), uq = static_cast<size_t>(q);
-  switch (((k % 4) + 4) % 4) {
-    case 1:
-      v.stride[up] = -in[uq];
-      v.base += (shape[uq] - 1) * in[uq];
-      v.stride[uq] = in[up];
-      std::swap(v.size[up], v.size[uq]);
-      break;
-    case 2:
-      v.stride[up] = -in[up];
-      v.base += (shape[up] - 1) * in[up];
-      v.stride[uq] = -in[uq];
-      v.base += (shape[uq] - 1) * in[uq];
-      break;
-    case 3:
-      v.stride[up] = in[uq];
-      v.stride[uq] = -in[up];
-      v.base += (shape[up] - 1) * in[up];
-      std::swap(v.size[up], v.size[uq]);
-      break;
-    default:
-      break;
+#endif
+  for (; i < n; ++i) {
+    nan = nan || std::isnan(p[i]);
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
   }
-  return v;
+  if (nan) return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
+  return {lo, hi};
 }
 
 }  // namespace
@@ -137,20 +78,28 @@ SpatialView rot90_view(const std::array<int64_t, 3>& shape, int64_t k, int64_t p
 at::Tensor scale_intensity(const at::Tensor& image, const ScaleIntensityOptions& options) {
   const at::Tensor x = image.to(at::kFloat);
   if (x.numel() == 0) return x.clone();
-  const auto minmax = at::aminmax(x);
-  const float lo = std::get<0>(minmax).item<float>();
-  const float hi = std::get<1>(minmax).item<float>();
-  if (hi - lo == 0.0f) return x * static_cast<float>(options.minv);  // constant image
-  // In float32 like MONAI's rescale_array, (x - min) / (max - min) * (maxv - minv) + minv;
-  // NaN propagates to every voxel. One pass over contiguous data instead of four.
-  const float range = hi - lo;
   const auto scale = static_cast<float>(options.maxv - options.minv);
   const auto offset = static_cast<float>(options.minv);
-  if (!x.is_contiguous()) return ((x - lo) / range) * scale + offset;
-  at::Tensor out = at::empty_like(x);
+  if (!x.is_non_overlapping_and_dense()) {
+    const auto minmax = at::aminmax(x);
+    const float lo = std::get<0>(minmax).item<float>(), hi = std::get<1>(minmax).item<float>();
+    if (hi - lo == 0.0f) return x * offset;  // constant image
+    return ((x - lo) / (hi - lo)) * scale + offset;
+  }
+  // Dense (contiguous, or a file-order view): one pass for min/max and one
+  // over the storage, whatever the strides; the output keeps them.
   const float* in = x.data_ptr<float>();
-  float* o = out.data_ptr<float>();
   const int64_t n = x.numel();
+  const auto [lo, hi] = min_max(in, n);
+  at::Tensor out = at::empty_like(x);
+  float* o = out.data_ptr<float>();
+  if (hi - lo == 0.0f) {  // constant image: image * minv (zeros by default)
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * offset;
+    return out;
+  }
+  // In float32 like MONAI's rescale_array, (x - min) / (max - min) * (maxv - minv) + minv;
+  // NaN propagates to every voxel.
+  const float range = hi - lo;
   if (scale == 1.0f && offset == 0.0f) {  // * 1 and + 0 are exact: skip them
     for (int64_t i = 0; i < n; ++i) o[i] = (in[i] - lo) / range;
   } else {
@@ -275,23 +224,13 @@ std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape
   return crops;
 }
 
-Sample apply_crop(const Sample& sample, const CropParams& crop, int64_t patch_index) {
-  const auto shape = spatial_shape(sample.image);
-  const auto cut = [&](const at::Tensor& t) {
-    if (gatherable(t)) {
-      SpatialView v = whole(spatial_shape(t));
-      for (size_t a = 0; a < 3; ++a) v.base += crop.start[a] * v.stride[a];
-      v.size = crop.size;
-      return gather(t, v);
-    }
-    return t.slice(1, crop.start[0], crop.start[0] + crop.size[0])
-        .slice(2, crop.start[1], crop.start[1] + crop.size[1])
-        .slice(3, crop.start[2], crop.start[2] + crop.size[2])
-        .contiguous();
-  };
+Sample crop_lazy(const Sample& sample, const CropParams& crop, int64_t patch_index) {
+  const auto shape = view_shape(sample);
   Sample out;
-  out.image = cut(sample.image);
-  out.label = cut(sample.label);
+  out.image = sample.image;
+  out.label = sample.label;
+  out.indices = sample.indices;
+  out.view = (sample.view ? *sample.view : SpatialMap::identity(spatial_shape(sample.image))).cropped(crop.start, crop.size);
   out.meta = sample.meta;
   out.meta.patch_index = patch_index;
   out.meta.cropped = true;
@@ -300,6 +239,10 @@ Sample apply_crop(const Sample& sample, const CropParams& crop, int64_t patch_in
   out.meta.crop_start = crop.start;
   out.meta.source_shape = shape;
   return out;
+}
+
+Sample apply_crop(const Sample& sample, const CropParams& crop, int64_t patch_index) {
+  return materialize(crop_lazy(sample, crop, patch_index));
 }
 
 CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape, const std::array<int64_t, 3>& size,
@@ -333,18 +276,17 @@ Rotate90Params sample_rotate90(const Rotate90Options& options, StreamRng& rng) {
   return p;
 }
 
-Sample apply_rotate90(Sample sample, const Rotate90Params& params, const Rotate90Options& options) {
+Sample rotate90_lazy(Sample sample, const Rotate90Params& params, const Rotate90Options& options) {
   if (!params.apply || params.k % 4 == 0) return sample;
-  const std::vector<int64_t> dims{1 + options.spatial_axes[0], 1 + options.spatial_axes[1]};
-  const auto rotate = [&](const at::Tensor& t) {
-    if (!gatherable(t)) return at::rot90(t, params.k, dims).contiguous();
-    return gather(t, rot90_view(spatial_shape(t), params.k, options.spatial_axes[0], options.spatial_axes[1]));
-  };
-  sample.image = rotate(sample.image);
-  sample.label = rotate(sample.label);
+  const SpatialMap current = sample.view ? *sample.view : SpatialMap::identity(spatial_shape(sample.image));
+  sample.view = current.rotated90(params.k, options.spatial_axes[0], options.spatial_axes[1]);
   sample.meta.rot90_k = params.k % 4;
   sample.meta.rot90_axes = options.spatial_axes;
   return sample;
+}
+
+Sample apply_rotate90(Sample sample, const Rotate90Params& params, const Rotate90Options& options) {
+  return materialize(rotate90_lazy(std::move(sample), params, options));
 }
 
 void FlipOptions::validate() const {
@@ -354,28 +296,23 @@ void FlipOptions::validate() const {
 
 bool sample_flip(const FlipOptions& options, StreamRng& rng) { return rng.uniform_double() < options.prob; }
 
-Sample apply_flip(Sample sample, bool apply, const FlipOptions& options) {
+Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options) {
   if (!apply || options.spatial_axes.empty()) return sample;
-  std::vector<int64_t> dims;
+  SpatialMap m = sample.view ? *sample.view : SpatialMap::identity(spatial_shape(sample.image));
+  std::array<bool, 3> done{};
   for (int64_t a : options.spatial_axes) {
-    dims.push_back(1 + a);
-    sample.meta.flipped[static_cast<size_t>(a)] = !sample.meta.flipped[static_cast<size_t>(a)];
+    const auto ua = static_cast<size_t>(a);
+    if (done[ua]) continue;  // an axis listed twice flips once, as at::flip refuses duplicates
+    done[ua] = true;
+    m = m.flipped(a);
+    sample.meta.flipped[ua] = !sample.meta.flipped[ua];
   }
-  const auto flip = [&](const at::Tensor& t) {
-    if (!gatherable(t)) return at::flip(t, dims);
-    const auto shape = spatial_shape(t);
-    SpatialView v = whole(shape);
-    for (int64_t a : options.spatial_axes) {
-      const auto ua = static_cast<size_t>(a);
-      if (v.stride[ua] < 0) continue;  // an axis listed twice flips once, as at::flip refuses duplicates
-      v.base += (shape[ua] - 1) * v.stride[ua];
-      v.stride[ua] = -v.stride[ua];
-    }
-    return gather(t, v);
-  };
-  sample.image = flip(sample.image);
-  sample.label = flip(sample.label);
+  sample.view = m;
   return sample;
+}
+
+Sample apply_flip(Sample sample, bool apply, const FlipOptions& options) {
+  return materialize(flip_lazy(std::move(sample), apply, options));
 }
 
 namespace {
@@ -393,10 +330,24 @@ class ScaleIntensity final : public Transform {
   ScaleIntensityOptions options_;
 };
 
-class RandCropByPosNegLabel final : public Transform {
+// Crops, rotations and flips: lazy() composes the view, operator() applies it.
+class Geometric : public Transform {
+ public:
+  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const final {
+    std::vector<Sample> out = lazy(std::move(sample), rng);
+    for (auto& s : out) s = materialize(std::move(s));
+    return out;
+  }
+};
+
+class RandCropByPosNegLabel final : public Geometric {
  public:
   explicit RandCropByPosNegLabel(PosNegCropOptions o) : options_(o) { options_.validate(); }
-  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    // The label indices index the stored volume: a crop of an already
+    // rotated or cropped view is drawn from that view's pixels.
+    if (sample.view && !sample.view->is_identity(spatial_shape(sample.image))) sample = materialize(std::move(sample));
+    sample.view.reset();
     const auto shape = spatial_shape(sample.image);
     if (spatial_shape(sample.label) != shape) {
       throw std::invalid_argument("RandCropByPosNegLabel: image " + shape_text(shape) + " and label " +
@@ -411,7 +362,7 @@ class RandCropByPosNegLabel final : public Transform {
     }
     const auto crops = sample_pos_neg_crops(shape, *indices, options_, rng, &warned_);
     std::vector<Sample> out;
-    for (size_t k = 0; k < crops.size(); ++k) out.push_back(apply_crop(sample, crops[k], static_cast<int64_t>(k)));
+    for (size_t k = 0; k < crops.size(); ++k) out.push_back(crop_lazy(sample, crops[k], static_cast<int64_t>(k)));
     return out;
   }
   std::string name() const override { return "RandCropByPosNegLabel"; }
@@ -421,11 +372,11 @@ class RandCropByPosNegLabel final : public Transform {
   mutable std::atomic<bool> warned_{false};
 };
 
-class RandSpatialCrop final : public Transform {
+class RandSpatialCrop final : public Geometric {
  public:
   explicit RandSpatialCrop(std::array<int64_t, 3> size) : size_(size) {}
-  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
-    return {apply_crop(sample, sample_spatial_crop(spatial_shape(sample.image), size_, rng), 0)};
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    return {crop_lazy(sample, sample_spatial_crop(view_shape(sample), size_, rng), 0)};
   }
   std::string name() const override { return "RandSpatialCrop"; }
 
@@ -433,11 +384,11 @@ class RandSpatialCrop final : public Transform {
   std::array<int64_t, 3> size_;
 };
 
-class RandRotate90 final : public Transform {
+class RandRotate90 final : public Geometric {
  public:
   explicit RandRotate90(Rotate90Options o) : options_(o) { options_.validate(); }
-  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
-    return {apply_rotate90(std::move(sample), sample_rotate90(options_, rng), options_)};
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    return {rotate90_lazy(std::move(sample), sample_rotate90(options_, rng), options_)};
   }
   std::string name() const override { return "RandRotate90"; }
 
@@ -445,11 +396,11 @@ class RandRotate90 final : public Transform {
   Rotate90Options options_;
 };
 
-class RandFlip final : public Transform {
+class RandFlip final : public Geometric {
  public:
   explicit RandFlip(FlipOptions o) : options_(std::move(o)) { options_.validate(); }
-  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
-    return {apply_flip(std::move(sample), sample_flip(options_, rng), options_)};
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    return {flip_lazy(std::move(sample), sample_flip(options_, rng), options_)};
   }
   std::string name() const override { return "RandFlip"; }
 
@@ -477,18 +428,28 @@ Compose::Compose(std::vector<std::shared_ptr<const Transform>> steps) : steps_(s
   }
 }
 
-std::vector<Sample> Compose::operator()(Sample sample, uint64_t sample_seed) const {
+std::vector<Sample> Transform::lazy(Sample sample, StreamRng& rng) const {
+  return (*this)(materialize(std::move(sample)), rng);
+}
+
+std::vector<Sample> Compose::lazy(Sample sample, uint64_t sample_seed) const {
   std::vector<Sample> current;
   current.push_back(std::move(sample));
   for (size_t t = 0; t < steps_.size(); ++t) {
     StreamRng rng(mix64(sample_seed + (t + 1) * kGoldenGamma));
     std::vector<Sample> next;
     for (auto& s : current) {
-      for (auto& out : (*steps_[t])(std::move(s), rng)) next.push_back(std::move(out));
+      for (auto& out : steps_[t]->lazy(std::move(s), rng)) next.push_back(std::move(out));
     }
     current = std::move(next);
   }
   return current;
+}
+
+std::vector<Sample> Compose::operator()(Sample sample, uint64_t sample_seed) const {
+  std::vector<Sample> out = lazy(std::move(sample), sample_seed);
+  for (auto& s : out) s = materialize(std::move(s));
+  return out;
 }
 
 Compose tutorial_augmentation(std::array<int64_t, 3> crop, int64_t num_samples) {

@@ -52,8 +52,9 @@ struct Batch {
   double wait_seconds = 0;       ///< how long next() blocked for this batch
 };
 
-/// Stacks samples into a Batch; throws std::invalid_argument naming the first
-/// sample whose shape differs.
+/// Stacks samples into a Batch (dtypes of sample 0), applying pending views
+/// (Compose::lazy) on the way, so each crop is copied once; throws
+/// std::invalid_argument naming the first sample whose shape differs.
 Batch collate(std::vector<Sample> samples);
 
 class DataLoader {
@@ -75,7 +76,9 @@ class DataLoader {
   const LoaderOptions& options() const { return options_; }
 
  private:
+  struct Result;
   std::vector<Sample> produce(int64_t index, int64_t epoch) const;
+  Result make_result(size_t position, uint64_t generation, int64_t index, int64_t epoch);
   void worker_loop();
   void stop_workers();
 
@@ -93,10 +96,18 @@ class DataLoader {
   size_t next_position_ = 0;  ///< next position a worker takes
   uint64_t generation_ = 0;   ///< bumped per epoch so stale results are dropped
   struct Result {
-    std::vector<Sample> samples;
-    std::exception_ptr error;  ///< rethrown when the batch holding it is asked for
+    std::vector<Sample> samples;  ///< lazy, or (written) views of their batch rows
+    bool written = false;         ///< already in rows_[batch]
+    std::exception_ptr error;     ///< rethrown when the batch holding it is asked for
   };
   std::map<size_t, Result> results_;
+  /// Each batch's tensors, allocated by the first volume of the batch that is
+  /// ready; workers write their crops straight into their rows.
+  struct Rows {
+    at::Tensor image, label;
+    int64_t per_volume = 0;
+  };
+  std::map<int64_t, Rows> rows_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

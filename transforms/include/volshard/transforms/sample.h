@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,12 +37,41 @@ struct LabelIndices {
   bool empty() const { return foreground.empty() && background.empty(); }
 };
 
+/// Crops, quarter turns and flips of the spatial axes, composed but not yet
+/// applied: voxel (i0, i1, i2) of the view is the source voxel
+/// origin + sum_d sign[d] * i_d * e(axis[d]). A crop, rotation or flip only
+/// changes this map; the pixels move once, when the sample is materialised
+/// (straight into the batch, in the loader).
+struct SpatialMap {
+  std::array<int64_t, 3> origin{};  ///< source voxel of view voxel (0, 0, 0)
+  std::array<int64_t, 3> size{};    ///< the view's spatial shape
+  std::array<int64_t, 3> axis{0, 1, 2};  ///< source axis of each view axis (a permutation)
+  std::array<int64_t, 3> sign{1, 1, 1};  ///< +1 or -1 (reversed)
+
+  /// The whole source, unchanged.
+  static SpatialMap identity(const std::array<int64_t, 3>& shape);
+  bool is_identity(const std::array<int64_t, 3>& source_shape) const;
+  /// The box [start, start + size) of this view.
+  SpatialMap cropped(const std::array<int64_t, 3>& start, const std::array<int64_t, 3>& size) const;
+  /// View axis d reversed.
+  SpatialMap flipped(int64_t d) const;
+  /// torch.rot90(view, k, (p, q)) over the spatial axes p != q.
+  SpatialMap rotated90(int64_t k, int64_t p, int64_t q) const;
+};
+
 struct Sample {
-  at::Tensor image;  ///< C x X x Y x Z, float32, contiguous
-  at::Tensor label;  ///< C x X x Y x Z, float32 (MONAI loads labels as float too), contiguous
+  /// C x X x Y x Z, float32. Any strides without overlap (a file-order view
+  /// from read_volume is fine); transforms' outputs are contiguous.
+  at::Tensor image;
+  /// C x X x Y x Z, float32 (MONAI loads labels as float too), strides as image.
+  at::Tensor label;
   /// Filled by the cache (else the crop scans the label): saves a scan per
-  /// epoch. Shared, so copying a cached sample copies no index list.
+  /// epoch. Shared, so copying a cached sample copies no index list. Refers to
+  /// image/label as stored, before `view`.
   std::shared_ptr<const LabelIndices> indices;
+  /// Set only by Compose::lazy (and Transform::lazy): the sample is this view
+  /// of image and label. materialize() or materialize_into() applies it.
+  std::optional<SpatialMap> view;
   SampleMeta meta;
 };
 

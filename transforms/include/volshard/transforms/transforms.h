@@ -18,6 +18,25 @@
 
 namespace volshard {
 
+// ---- Pending views -------------------------------------------------------
+
+/// Applies sample.view: image and label become new contiguous tensors of the
+/// view's shape (same dtypes), and the label indices, which indexed the
+/// source, are dropped. A sample without a view (or with the identity) is
+/// returned as it is.
+Sample materialize(Sample sample);
+
+/// Writes the sample (its view, or the whole volume) into `image` and `label`:
+/// contiguous tensors of shape C x view shape, float32 or uint8, which may
+/// differ from the source's dtype (a uint8 label into a float32 batch row).
+/// One pass per tensor, cache-blocked where the view transposes the source.
+/// Throws std::invalid_argument naming the tensor whose destination does not
+/// fit, std::out_of_range if the view leaves the source.
+void materialize_into(const Sample& sample, at::Tensor& image, at::Tensor& label);
+
+/// The spatial shape the sample has: its view's, else the image's.
+std::array<int64_t, 3> view_shape(const Sample& sample);
+
 // ---- ScaleIntensity -------------------------------------------------------
 
 struct ScaleIntensityOptions {
@@ -75,6 +94,8 @@ std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape
 
 /// One strided copy of the crop from image and label; meta records it.
 Sample apply_crop(const Sample& sample, const CropParams& crop, int64_t patch_index);
+/// The same crop, left pending in sample.view (no pixel is copied).
+Sample crop_lazy(const Sample& sample, const CropParams& crop, int64_t patch_index);
 
 // ---- RandSpatialCrop ------------------------------------------------------
 
@@ -100,6 +121,8 @@ struct Rotate90Params {
 Rotate90Params sample_rotate90(const Rotate90Options& options, StreamRng& rng);
 /// torch.rot90(x, k, (1 + axes[0], 1 + axes[1])) on image and label, contiguous.
 Sample apply_rotate90(Sample sample, const Rotate90Params& params, const Rotate90Options& options);
+/// The same rotation, left pending in sample.view.
+Sample rotate90_lazy(Sample sample, const Rotate90Params& params, const Rotate90Options& options);
 
 // ---- RandFlip -------------------------------------------------------------
 
@@ -112,6 +135,8 @@ struct FlipOptions {
 /// apply = uniform_double() < prob.
 bool sample_flip(const FlipOptions& options, StreamRng& rng);
 Sample apply_flip(Sample sample, bool apply, const FlipOptions& options);
+/// The same flip, left pending in sample.view.
+Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options);
 
 // ---- Compose --------------------------------------------------------------
 
@@ -120,6 +145,10 @@ class Transform {
  public:
   virtual ~Transform() = default;
   virtual std::vector<Sample> operator()(Sample sample, StreamRng& rng) const = 0;
+  /// As operator(), with the same draws, but crops, rotations and flips may
+  /// stay pending in sample.view (see materialize). The default materialises
+  /// the input and calls operator().
+  virtual std::vector<Sample> lazy(Sample sample, StreamRng& rng) const;
   virtual std::string name() const = 0;
 };
 
@@ -137,6 +166,10 @@ class Compose {
  public:
   explicit Compose(std::vector<std::shared_ptr<const Transform>> steps);
   std::vector<Sample> operator()(Sample sample, uint64_t sample_seed) const;
+  /// The same samples with crops, rotations and flips still pending in
+  /// sample.view, so that the pixels move once, into their batch row
+  /// (materialize_into). materialize(lazy(s, seed)[k]) == (*this)(s, seed)[k].
+  std::vector<Sample> lazy(Sample sample, uint64_t sample_seed) const;
   size_t size() const { return steps_.size(); }
 
  private:
