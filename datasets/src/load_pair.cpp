@@ -37,7 +37,8 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
                              pair.label + " has " + spatial_text(label.data));
   }
   Sample s;
-  s.image = options.scale_intensity ? scale_intensity(image.data) : std::move(image.data);
+  s.image = std::move(image.data);
+  if (options.scale_intensity) scale_intensity_(s.image);  // in place: the tensor was just read
   s.label = std::move(label.data);
   if (options.label_indices) s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
   s.meta.index = index;

@@ -119,11 +119,23 @@ PaddedRows padded_rows(int64_t row_bytes, int64_t Y, int64_t Z) {
 }
 
 #if defined(__SSE2__)
-// The common case, 4-byte voxels copied bit for bit (float32 or int32 in host
-// byte order), gets its own transpose: 4 x 4 blocks in SSE2 registers. The
-// source rows of a j-block are first copied into the padded scratch.
+// The common cases, 4-byte voxels copied bit for bit (float32 or int32 in
+// host byte order) or int32 converted to float32 (integer labels read as
+// MONAI's float), get their own transpose: 4 x 4 blocks in SSE2 registers.
+// The source rows of a j-block are first copied into the padded scratch.
 int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je,
-                       bool count) {
+                       bool count, bool int_to_float) {
+  const auto scalar = [int_to_float](uint32_t v) {
+    if (!int_to_float) return v;
+    const auto f = static_cast<float>(static_cast<int32_t>(v));
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    return bits;
+  };
+  const auto load4 = [int_to_float](const uint32_t* p) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return int_to_float ? _mm_cvtepi32_ps(v) : _mm_castsi128_ps(v);  // cvtdq2ps rounds as static_cast
+  };
   const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
   const int64_t row_bytes = X * 4;
   const PaddedRows rows = padded_rows(row_bytes, Y, Z);  // never direct here: see Kernel::run
@@ -148,10 +160,10 @@ int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& s
           int64_t k0 = 0;
           for (; k0 + 4 <= Z; k0 += 4) {
             const uint32_t* sk = s + k0 * LS;
-            __m128 r0 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sk)));
-            __m128 r1 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + LS)));
-            __m128 r2 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 2 * LS)));
-            __m128 r3 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 3 * LS)));
+            __m128 r0 = load4(sk);
+            __m128 r1 = load4(sk + LS);
+            __m128 r2 = load4(sk + 2 * LS);
+            __m128 r3 = load4(sk + 3 * LS);
             if (count) {
               auto is_bad = [&](__m128 r) {
                 const __m128i e = _mm_and_si128(_mm_castps_si128(r), mask);
@@ -170,7 +182,7 @@ int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& s
           }
           for (; k0 < Z; ++k0) {
             for (int64_t r = 0; r < 4; ++r) {
-              const uint32_t v = s[k0 * LS + r];
+              const uint32_t v = scalar(s[k0 * LS + r]);
               d[r * YZ + k0] = v;
               if (count) bad += (v & 0x7f800000u) == 0x7f800000u;
             }
@@ -178,7 +190,7 @@ int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& s
         }
         for (; i0 < X; ++i0) {
           for (int64_t k = 0; k < Z; ++k) {
-            const uint32_t v = local[k * LS + jj * X + i0];
+            const uint32_t v = scalar(local[k * LS + jj * X + i0]);
             dc[(i0 * Y + j) * Z + k] = v;
             if (count) bad += (v & 0x7f800000u) == 0x7f800000u;
           }
@@ -292,7 +304,13 @@ struct Kernel {
     if constexpr (sizeof(S) == 4 && std::is_same_v<S, D> && !Swap && M == kConvert) {
       const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
       if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
-        return transpose4_sse(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, std::is_floating_point_v<D>);
+        return transpose4_sse(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, std::is_floating_point_v<D>, false);
+      }
+    }
+    if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, float> && !Swap && M == kConvert) {
+      const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
+      if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
+        return transpose4_sse(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, false, true);
       }
     }
 #endif

@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <sys/resource.h>
 
 #include <csignal>
@@ -96,6 +98,25 @@ TEST(ReadVolumeTest, ScalesToFloat64AsNibabelUnlessSlopeIsIdentity) {
   put_le<float>(bytes, 116, 0.0f);
   write_bytes(dir + "/identity.nii", bytes);
   EXPECT_EQ(read_volume(dir + "/identity.nii").data.scalar_type(), at::kShort);
+}
+
+// int32 labels read as float32 (MONAI's dtype) take a vectorised transpose:
+// its values, tails (odd sizes) and rounding above 2^24 equal a plain cast.
+TEST(ReadVolumeTest, Int32AsFloatEqualsACastOfTheInt32Read) {
+  const std::string dir = test_dir();
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{37, 33, 29}, {16, 8, 12, 2}}) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<int32_t> values(static_cast<size_t>(n));
+    for (int64_t v = 0; v < n; ++v) values[static_cast<size_t>(v)] = static_cast<int32_t>((v * 2654435761u) ^ (v << 7));
+    std::vector<uint8_t> voxels(values.size() * 4);
+    std::memcpy(voxels.data(), values.data(), voxels.size());
+    write_bytes(dir + "/labels.nii", make_nifti(shape, NiftiDatatype::kInt32, voxels));
+    const Volume ints = read_volume(dir + "/labels.nii");
+    ASSERT_EQ(ints.data.scalar_type(), at::kInt);
+    const Volume floats = read_volume_as_float(dir + "/labels.nii");
+    EXPECT_TRUE(at::equal(floats.data, ints.data.to(at::kFloat))) << shape.size() << "D";
+  }
 }
 
 TEST(ReadVolumeTest, FileOrderViewHasTheSameValuesWithoutTheTranspose) {
@@ -233,6 +254,57 @@ TEST(WriteVolumeTest, DiskFullLeavesTheOldFileAndNoTemporary) {
   EXPECT_THAT(message, HasSubstr("write failed"));
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace volshard
+
+#include "volshard/datasets/load_pair.h"
+#include "volshard/transforms/transforms.h"
+
+namespace volshard {
+namespace {
+
+Affine identity_affine() { return Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}}; }
+
+TEST(LoadPairTest, IsTheTutorialsDeterministicPrefixInEitherImageLayout) {
+  const std::string dir = test_dir();
+  const at::Tensor image = at::randn({1, 9, 8, 7}) * 100;
+  const at::Tensor label = (at::rand({1, 9, 8, 7}) > 0.6).to(at::kInt);
+  write_volume(dir + "/img.nii.gz", image, identity_affine());
+  write_volume(dir + "/seg.nii.gz", label, identity_affine());
+  const ImageLabelPair pair{dir + "/img.nii.gz", dir + "/seg.nii.gz"};
+  for (const VolumeLayout layout : {VolumeLayout::kFileOrderView, VolumeLayout::kContiguous}) {
+    PairOptions o;
+    o.image_layout = layout;
+    const Sample s = load_pair(pair, 4, o);
+    EXPECT_EQ(s.image.is_contiguous(), layout == VolumeLayout::kContiguous);
+    EXPECT_TRUE(at::equal(s.image, scale_intensity(image)));
+    EXPECT_TRUE(at::equal(s.label, label.to(at::kFloat)));
+    ASSERT_TRUE(s.indices != nullptr);
+    EXPECT_EQ(s.indices->foreground, label_indices(label.to(at::kFloat)).foreground);
+    EXPECT_EQ(s.meta.index, 4);
+    EXPECT_EQ(s.meta.source, pair.image);
+  }
+  PairOptions bare;
+  bare.scale_intensity = false;
+  bare.label_indices = false;
+  EXPECT_NE(bare.config_key(), PairOptions().config_key());
+  EXPECT_TRUE(at::equal(load_pair(pair, 0, bare).image, image));
+  EXPECT_EQ(load_pair(pair, 0, bare).indices, nullptr);
+}
+
+TEST(LoadPairTest, NamesBothFilesWhenTheirSpatialShapesDiffer) {
+  const std::string dir = test_dir();
+  write_volume(dir + "/img.nii.gz", at::zeros({1, 9, 8, 7}), identity_affine());
+  write_volume(dir + "/seg.nii.gz", at::zeros({1, 9, 8, 6}, at::kInt), identity_affine());
+  try {
+    load_pair({dir + "/img.nii.gz", dir + "/seg.nii.gz"}, 0);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("img.nii.gz has spatial shape 9x8x7 but label"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("seg.nii.gz has 9x8x6"));
+  }
 }
 
 }  // namespace

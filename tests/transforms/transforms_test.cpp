@@ -402,6 +402,28 @@ RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
   RC_ASSERT(at::equal(label, expected));
 }
 
+// The vectorised scan against at::nonzero, on labels of runs (the fast
+// path's four-at-a-time stores), isolated voxels and NaN (foreground, as != 0).
+RC_GTEST_PROP(LabelIndicesProperty, EqualNonzeroInCOrder, ()) {
+  std::array<int64_t, 3> shape{};
+  for (auto& n : shape) n = *rc::gen::inRange<int64_t>(1, 11);
+  const int64_t voxels = shape[0] * shape[1] * shape[2];
+  at::Tensor label = at::zeros({voxels});
+  float* p = label.data_ptr<float>();
+  for (int64_t v = 0; v < voxels;) {
+    const auto run = *rc::gen::inRange<int64_t>(1, 9);
+    const float value = *rc::gen::elementOf(std::vector<float>{0.0f, 0.0f, 1.0f, 2.5f, NAN});
+    for (int64_t k = 0; k < run && v < voxels; ++k) p[v++] = value;
+  }
+  label = label.reshape({1, shape[0], shape[1], shape[2]});
+  const LabelIndices got = label_indices(label);
+  const at::Tensor flat = label.reshape({-1});
+  const at::Tensor fg = at::nonzero(flat != 0).reshape({-1}).to(at::kInt);
+  const at::Tensor bg = at::nonzero(flat == 0).reshape({-1}).to(at::kInt);
+  RC_ASSERT(got.foreground == std::vector<int32_t>(fg.data_ptr<int32_t>(), fg.data_ptr<int32_t>() + fg.numel()));
+  RC_ASSERT(got.background == std::vector<int32_t>(bg.data_ptr<int32_t>(), bg.data_ptr<int32_t>() + bg.numel()));
+}
+
 TEST(SpatialViewTest, MaterializeIntoRefusesADestinationOfAnotherShape) {
   Sample s = box_sample({6, 6, 6}, {1, 1, 1}, {3, 3, 3});
   s.view = SpatialMap::identity({6, 6, 6}).cropped({0, 0, 0}, {4, 4, 4});

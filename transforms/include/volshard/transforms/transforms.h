@@ -48,6 +48,10 @@ struct ScaleIntensityOptions {
 /// float32 (MONAI ScaleIntensity). A constant image becomes image * minv
 /// (zeros by default); NaN anywhere gives NaN everywhere, as MONAI.
 at::Tensor scale_intensity(const at::Tensor& image, const ScaleIntensityOptions& options = {});
+/// The same values written over `image` when it is dense float32 (any
+/// strides: a file-order view too), else replaced by scale_intensity(image).
+/// For a tensor nothing else shares, e.g. one just read.
+void scale_intensity_(at::Tensor& image, const ScaleIntensityOptions& options = {});
 
 // ---- RandCropByPosNegLabel ------------------------------------------------
 
