@@ -23,9 +23,11 @@ namespace volshard {
 /// Keeps glibc malloc from returning multi-MB buffers to the kernel after
 /// every crop (mmap threshold 256 MiB, trim threshold 1 GiB): without it a
 /// quarter of a CPU step goes to page faults (see README, "Platform"). Call
-/// once at start-up of a program that runs a loader; returns false where
-/// mallopt is unavailable. Same effect as
-/// GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824.
+/// once at start-up of a program that runs a loader, before it starts threads;
+/// returns false where mallopt is unavailable. It also keeps every thread in
+/// one malloc arena, so batches the loader's workers allocate are reused too.
+/// Same effect as GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:
+/// glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1.
 bool tune_allocator_for_volumes();
 
 /// Returns dataset item `index`, ready for the random transforms (loaded and
