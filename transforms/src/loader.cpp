@@ -40,6 +40,16 @@ std::vector<int64_t> row_shape(const at::Tensor& t, const std::array<int64_t, 3>
   return {t.size(0), spatial[0], spatial[1], spatial[2]};
 }
 
+// Uninitialised batch tensors of n rows shaped (and typed) as `first`.
+void allocate_rows(const Sample& first, int64_t n, at::Tensor& image, at::Tensor& label) {
+  const auto spatial = view_shape(first);
+  std::vector<int64_t> image_shape{n}, label_shape{n};
+  for (int64_t d : row_shape(first.image, spatial)) image_shape.push_back(d);
+  for (int64_t d : row_shape(first.label, spatial)) label_shape.push_back(d);
+  image = at::empty(image_shape, first.image.options());
+  label = at::empty(label_shape, first.label.options());
+}
+
 bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label_rows) {
   const auto spatial = view_shape(s);
   return image_rows.sizes().slice(1) == at::IntArrayRef(row_shape(s.image, spatial)) &&
@@ -52,13 +62,7 @@ bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label
 Batch collate(std::vector<Sample> samples) {
   Batch batch;
   if (samples.empty()) return batch;
-  const auto n = static_cast<int64_t>(samples.size());
-  const auto spatial = view_shape(samples[0]);
-  std::vector<int64_t> image_shape{n}, label_shape{n};
-  for (int64_t d : row_shape(samples[0].image, spatial)) image_shape.push_back(d);
-  for (int64_t d : row_shape(samples[0].label, spatial)) label_shape.push_back(d);
-  batch.image = at::empty(image_shape, samples[0].image.options());
-  batch.label = at::empty(label_shape, samples[0].label.options());
+  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), batch.image, batch.label);
   for (size_t k = 0; k < samples.size(); ++k) {
     if (!fits(samples[k], batch.image, batch.label)) {
       throw std::invalid_argument("collate: sample " + std::to_string(k) + " (dataset index " +
@@ -128,12 +132,8 @@ DataLoader::Result DataLoader::make_result(size_t position, uint64_t generation,
       if (!r.image.defined()) {
         const size_t begin = static_cast<size_t>(batch) * batch_size;
         const auto volumes = static_cast<int64_t>(std::min(indices_.size(), begin + batch_size) - begin);
-        const Sample& first = result.samples[0];
-        const auto spatial = view_shape(first);
         r.per_volume = static_cast<int64_t>(result.samples.size());
-        const int64_t n = volumes * r.per_volume;
-        r.image = at::empty({n, first.image.size(0), spatial[0], spatial[1], spatial[2]}, first.image.options());
-        r.label = at::empty({n, first.label.size(0), spatial[0], spatial[1], spatial[2]}, first.label.options());
+        allocate_rows(result.samples[0], volumes * r.per_volume, r.image, r.label);
       }
       rows = r;
     }

@@ -286,7 +286,7 @@ Sample crop_lazy(const Sample& sample, const CropParams& crop, int64_t patch_ind
   out.image = sample.image;
   out.label = sample.label;
   out.indices = sample.indices;
-  out.view = (sample.view ? *sample.view : SpatialMap::identity(spatial_shape(sample.image))).cropped(crop.start, crop.size);
+  out.view = view_of(sample).cropped(crop.start, crop.size);
   out.meta = sample.meta;
   out.meta.patch_index = patch_index;
   out.meta.cropped = true;
@@ -334,8 +334,7 @@ Rotate90Params sample_rotate90(const Rotate90Options& options, StreamRng& rng) {
 
 Sample rotate90_lazy(Sample sample, const Rotate90Params& params, const Rotate90Options& options) {
   if (!params.apply || params.k % 4 == 0) return sample;
-  const SpatialMap current = sample.view ? *sample.view : SpatialMap::identity(spatial_shape(sample.image));
-  sample.view = current.rotated90(params.k, options.spatial_axes[0], options.spatial_axes[1]);
+  sample.view = view_of(sample).rotated90(params.k, options.spatial_axes[0], options.spatial_axes[1]);
   sample.meta.rot90_k = params.k % 4;
   sample.meta.rot90_axes = options.spatial_axes;
   return sample;
@@ -354,7 +353,7 @@ bool sample_flip(const FlipOptions& options, StreamRng& rng) { return rng.unifor
 
 Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options) {
   if (!apply || options.spatial_axes.empty()) return sample;
-  SpatialMap m = sample.view ? *sample.view : SpatialMap::identity(spatial_shape(sample.image));
+  SpatialMap m = view_of(sample);
   std::array<bool, 3> done{};
   for (int64_t a : options.spatial_axes) {
     const auto ua = static_cast<size_t>(a);

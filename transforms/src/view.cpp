@@ -288,17 +288,19 @@ Sample materialize(Sample sample) {
 }
 
 void materialize_into(const Sample& sample, at::Tensor& image, at::Tensor& label) {
-  const SpatialMap m = sample.view ? *sample.view : SpatialMap::identity(spatial_of(sample.image));
+  const SpatialMap m = view_of(sample);
   gather_into(sample.image, m, image, "image");
   gather_into(sample.label, m, label, "label");
 }
 
-std::array<int64_t, 3> view_shape(const Sample& sample) {
-  if (sample.view) return sample.view->size;
+SpatialMap view_of(const Sample& sample) {
+  if (sample.view) return *sample.view;
   if (sample.image.dim() != 4) {
     throw std::invalid_argument("expected a C x X x Y x Z tensor, got " + std::to_string(sample.image.dim()) + " dims");
   }
-  return spatial_of(sample.image);
+  return SpatialMap::identity(spatial_of(sample.image));
 }
+
+std::array<int64_t, 3> view_shape(const Sample& sample) { return view_of(sample).size; }
 
 }  // namespace volshard

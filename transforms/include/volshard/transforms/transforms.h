@@ -34,6 +34,8 @@ Sample materialize(Sample sample);
 /// fit, std::out_of_range if the view leaves the source.
 void materialize_into(const Sample& sample, at::Tensor& image, at::Tensor& label);
 
+/// The sample's view: sample.view, else the identity over the image.
+SpatialMap view_of(const Sample& sample);
 /// The spatial shape the sample has: its view's, else the image's.
 std::array<int64_t, 3> view_shape(const Sample& sample);
 
