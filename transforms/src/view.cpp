@@ -84,6 +84,7 @@ struct Strides {
   std::array<int64_t, 3> stride{};
 };
 
+// dst[i] = src[i * step], i < n.
 template <class In, class Out>
 inline void copy_row(const In* src, int64_t step, int64_t n, Out* dst) {
   if constexpr (std::is_same_v<In, Out>) {
@@ -99,6 +100,23 @@ inline void copy_row(const In* src, int64_t step, int64_t n, Out* dst) {
       for (; i + 4 <= n; i += 4) {
         const __m128 v = _mm_loadu_ps(src - i - 3);
         _mm_storeu_ps(dst + i, _mm_shuffle_ps(v, v, _MM_SHUFFLE(0, 1, 2, 3)));
+      }
+    }
+  }
+  if constexpr (std::is_same_v<In, uint8_t> && std::is_same_v<Out, float>) {
+    // A uint8 label into a float32 batch: 16 at a time, widened in registers.
+    if (step == 1 || step == -1) {
+      const __m128i zero = _mm_setzero_si128();
+      for (; i + 16 <= n; i += 16) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(step == 1 ? src + i : src - i - 15));
+        const __m128i lo = _mm_unpacklo_epi8(bytes, zero), hi = _mm_unpackhi_epi8(bytes, zero);
+        __m128 q[4] = {_mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, zero)), _mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, zero)),
+                       _mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, zero)), _mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, zero))};
+        if (step == 1) {
+          for (int k = 0; k < 4; ++k) _mm_storeu_ps(dst + i + 4 * k, q[k]);
+        } else {  // reversed: the last quarter first, each quarter reversed
+          for (int k = 0; k < 4; ++k) _mm_storeu_ps(dst + i + 4 * (3 - k), _mm_shuffle_ps(q[k], q[k], _MM_SHUFFLE(0, 1, 2, 3)));
+        }
       }
     }
   }
@@ -131,6 +149,75 @@ inline void transpose_block_4x4(const float* src, int64_t s_row, int64_t s_unit,
 }
 #endif
 
+// Copies rows of `Out` from `In` source rows; the output's rows run across
+// the source's rows (a transposing view). The source rows of a group of
+// neighbouring planes are copied into a contiguous buffer in cache (converted
+// to Out on the way), which is then transposed into the output rows.
+//
+// Why groups: the rows of one plane lie far apart (64 KiB in a 128^3
+// volume), so copying a single plane reads ~100 short streams and waits on
+// memory; the same row of the next planes is adjacent (one 4 KiB stretch for
+// 8 planes), so a group turns each into one long sequential read. Walking the
+// source directly instead hits a few cache sets over and over with the
+// power-of-two strides of volumes like 128^3.
+template <class In, class Out>
+void gather_transposing(const In* in, int64_t na, int64_t sa, int64_t nb, int64_t sb, int64_t n2, int64_t s2, Out* out,
+                        int64_t da, int64_t db) {
+  const int64_t plane_elements = na * n2;
+  constexpr int64_t kBufferBytes = 256 * 1024;  // half of this machine's L2
+  const int64_t group = std::clamp<int64_t>(kBufferBytes / (plane_elements * static_cast<int64_t>(sizeof(Out))), 1, nb);
+  thread_local std::vector<Out> buffer;
+  buffer.resize(static_cast<size_t>(group * plane_elements));
+  // The rows are too short for the hardware prefetcher: ask for a few ahead.
+  constexpr int64_t kAhead = 4;
+  const auto row_bytes = static_cast<int64_t>(na * sizeof(In));
+  for (int64_t b0 = 0; b0 < nb; b0 += group) {
+    const int64_t g_end = std::min(group, nb - b0);
+    const auto prefetch_rows = [&](int64_t c) {
+      for (int64_t g = 0; g < g_end; ++g) {
+        const In* row = in + (b0 + g) * sb + c * s2;
+        const auto* first = reinterpret_cast<const char*>(sa > 0 ? row : row - (na - 1));
+        for (int64_t byte = 0; byte < row_bytes; byte += 64) __builtin_prefetch(first + byte);
+        __builtin_prefetch(first + row_bytes - 1);
+      }
+    };
+    for (int64_t c = 0; c < std::min(kAhead, n2); ++c) prefetch_rows(c);
+    for (int64_t c = 0; c < n2; ++c) {  // buffer[g][c][a] = source(a, b0 + g, c)
+      if (c + kAhead < n2) prefetch_rows(c + kAhead);
+      for (int64_t g = 0; g < g_end; ++g) {
+        copy_row(in + (b0 + g) * sb + c * s2, sa, na, buffer.data() + g * plane_elements + c * na);
+      }
+    }
+    // Transpose so the writes are sequential: the output stride of a is
+    // larger than b's when a is the slow output axis, and then rows of
+    // neighbouring planes are written one after another.
+    const auto transpose_rows = [&](int64_t g, int64_t a, int64_t rows) {
+      const Out* plane = buffer.data() + g * plane_elements;
+      Out* dst = out + (b0 + g) * db + a * da;
+      int64_t c = 0;
+#if VOLSHARD_SSE2
+      if constexpr (std::is_same_v<Out, float>) {
+        if (rows == 4) {
+          for (; c + 4 <= n2; c += 4) transpose_block_4x4(plane + c * na + a, na, 1, dst + c, da);
+        }
+      }
+#endif
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t cc = c; cc < n2; ++cc) dst[t * da + cc] = plane[cc * na + a + t];
+      }
+    };
+    if (da >= db) {
+      for (int64_t a = 0; a < na; a += 4) {
+        for (int64_t g = 0; g < g_end; ++g) transpose_rows(g, a, std::min<int64_t>(4, na - a));
+      }
+    } else {
+      for (int64_t g = 0; g < g_end; ++g) {
+        for (int64_t a = 0; a < na; a += 4) transpose_rows(g, a, std::min<int64_t>(4, na - a));
+      }
+    }
+  }
+}
+
 template <class In, class Out>
 void gather_channel(const In* in, const Strides& v, Out* out) {
   const auto [n0, n1, n2] = v.size;
@@ -141,54 +228,12 @@ void gather_channel(const In* in, const Strides& v, Out* out) {
     }
     return;
   }
-  // The output's rows run across source rows. Whatever the strides, it goes
-  // plane by plane: the source rows of one plane are copied into a small
-  // contiguous buffer (sequential reads, however far apart the rows are),
-  // which is then transposed in cache into the output rows (sequential
-  // writes). Walking the source directly instead hits a few cache sets over
-  // and over with the power-of-two strides of volumes like 128^3.
-  const bool unit0 = s0 == 1 || s0 == -1, unit1 = s1 == 1 || s1 == -1;
-  if (unit0 || unit1) {
-    const int64_t na = unit0 ? n0 : n1, nb = unit0 ? n1 : n0;  // a: the source's rows, b: the planes
-    const int64_t sa = unit0 ? s0 : s1, sb = unit0 ? s1 : s0;
-    const int64_t da = unit0 ? n1 * n2 : n2, db = unit0 ? n2 : n1 * n2;  // output strides of a and b
-    thread_local std::vector<In> plane_buffer;
-    plane_buffer.resize(static_cast<size_t>(na * n2));
-    In* plane = plane_buffer.data();  // plane[c * na + a] = source(a, b, c)
-    for (int64_t b = 0; b < nb; ++b) {
-      const In* in_b = in + b * sb;
-      Out* out_b = out + b * db;
-      // The rows of a plane may lie far apart (64 KiB in a 128^3 volume):
-      // too short for the hardware prefetcher, so ask for a few rows ahead.
-      constexpr int64_t kAhead = 8;
-      const auto row_bytes = static_cast<int64_t>(na * sizeof(In));
-      const auto prefetch_row = [&](int64_t c) {
-        const auto* first = reinterpret_cast<const char*>(sa > 0 ? in_b + c * s2 : in_b + c * s2 - (na - 1));
-        for (int64_t byte = 0; byte < row_bytes; byte += 64) __builtin_prefetch(first + byte);
-        __builtin_prefetch(first + row_bytes - 1);
-      };
-      for (int64_t c = 0; c < std::min(kAhead, n2); ++c) prefetch_row(c);
-      for (int64_t c = 0; c < n2; ++c) {
-        if (c + kAhead < n2) prefetch_row(c + kAhead);
-        copy_row(in_b + c * s2, sa, na, plane + c * na);
-      }
-      int64_t a = 0;
-#if VOLSHARD_SSE2
-      if constexpr (std::is_same_v<In, float> && std::is_same_v<Out, float>) {
-        for (; a + 4 <= na; a += 4) {
-          int64_t c = 0;
-          for (; c + 4 <= n2; c += 4) transpose_block_4x4(plane + c * na + a, na, 1, out_b + a * da + c, da);
-          for (; c < n2; ++c) {
-            for (int64_t t = a; t < a + 4; ++t) out_b[t * da + c] = plane[c * na + t];
-          }
-        }
-      }
-#endif
-      for (; a < na; ++a) {
-        Out* dst = out_b + a * da;
-        for (int64_t c = 0; c < n2; ++c) dst[c] = static_cast<Out>(plane[c * na + a]);
-      }
-    }
+  if (s0 == 1 || s0 == -1) {  // a: view axis 0 (the source's rows), b: planes along view axis 1
+    gather_transposing(in, n0, s0, n1, s1, n2, s2, out, n1 * n2, n2);
+    return;
+  }
+  if (s1 == 1 || s1 == -1) {
+    gather_transposing(in, n1, s1, n0, s0, n2, s2, out, n2, n1 * n2);
     return;
   }
   for (int64_t i0 = 0; i0 < n0; ++i0) {  // no unit stride anywhere: element by element
