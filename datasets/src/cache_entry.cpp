@@ -28,12 +28,13 @@ namespace {
 //                     for image, label and the index lists their dtype, shape,
 //                     byte count and XXH64
 //   arrays, packed:   image bytes, label bytes, foreground int32s, background int32s
+//                     (none when the background is every other voxel)
 //
 // Every byte is either checksummed or compared with a known value, so any
 // single changed byte, and any truncation, is refused before use. Bump
 // kFormatVersion when this layout or SampleMeta changes: it is part of the key.
 constexpr char kMagic[8] = {'V', 'S', 'H', 'C', 'A', 'C', 'H', 'E'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;  // 2: the background may be the foreground's complement
 constexpr uint32_t kByteOrderTag = 0x01020304;
 constexpr size_t kHeaderBytes = 64;
 
@@ -280,6 +281,7 @@ void write_entry(const std::string& path, const EntryKey& key, int64_t index, co
   put_tensor(meta, s.label, arrays, keep);
   meta.pod<uint8_t>(s.indices ? 1 : 0);
   if (s.indices) {
+    meta.pod<int64_t>(s.indices->voxels);
     put_ints(meta, s.indices->foreground, arrays);
     put_ints(meta, s.indices->background, arrays);
   }
@@ -380,8 +382,14 @@ std::optional<Sample> read_entry(const std::string& path, const EntryKey& key, i
   LabelIndices indices;
   const bool has_indices = r.pod<uint8_t>("the index lists") != 0;
   if (has_indices) {
+    indices.voxels = r.pod<int64_t>("the index lists' voxel count");
     get_ints(r, "foreground indices", actual, array_bytes, indices.foreground, plan);
     get_ints(r, "background indices", actual, array_bytes, indices.background, plan);
+    const int64_t label_voxels = s.label.defined() && s.label.dim() == 4 ? s.label.numel() / s.label.size(0) : -1;
+    if (indices.voxels != 0 && (indices.voxels != label_voxels || !indices.background.empty())) {
+      throw BadEntry("the index lists cover " + std::to_string(indices.voxels) + " voxels, the label has " +
+                     std::to_string(label_voxels));
+    }
   }
   if (!r.at_end()) throw BadEntry("the meta section has bytes past its last field");
   if (kHeaderBytes + meta_size + array_bytes != actual) {

@@ -43,7 +43,8 @@ TEST(SampleCacheTest, PreparesEachCachedItemOnceAndSharesIt) {
       10, o);
   EXPECT_EQ(calls.load(), 10);
   EXPECT_EQ(cache.cached_items(), 10);
-  EXPECT_EQ(cache.cached_bytes(), 10 * (2 * 64 * 4 + 64 * 4));
+  // image and label, and one foreground index (the background is not listed)
+  EXPECT_EQ(cache.cached_bytes(), 10 * (2 * 64 * 4 + 1 * 4));
   const Sample a = cache.get(7), b = cache.get(7);
   EXPECT_EQ(calls.load(), 10);
   EXPECT_EQ(a.image.data_ptr(), b.image.data_ptr());  // shared, not copied
@@ -66,7 +67,7 @@ TEST(SampleCacheTest, KeepsToTheRateAndTheByteBudget) {
   EXPECT_EQ(calls.load(), 1);
   CacheOptions budget;
   budget.threads = 1;
-  budget.max_bytes = 3 * 768 + 100;
+  budget.max_bytes = 3 * 516 + 100;
   SampleCache by_bytes(counting, 10, budget);
   EXPECT_EQ(by_bytes.cached_items(), 3);
   EXPECT_LE(by_bytes.cached_bytes(), budget.max_bytes);
@@ -203,6 +204,7 @@ void expect_same_sample(const Sample& a, const Sample& b) {
   if (a.indices) {
     EXPECT_EQ(a.indices->foreground, b.indices->foreground);
     EXPECT_EQ(a.indices->background, b.indices->background);
+    EXPECT_EQ(a.indices->voxels, b.indices->voxels);
   }
   const SampleMeta &x = a.meta, &y = b.meta;
   EXPECT_EQ(x.index, y.index);

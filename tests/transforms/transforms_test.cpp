@@ -23,6 +23,13 @@ Sample box_sample(std::array<int64_t, 3> shape, std::array<int64_t, 3> lo, std::
   return s;
 }
 
+// Every background voxel, listed or not, in C order.
+std::vector<int32_t> background_of(const LabelIndices& idx) {
+  std::vector<int32_t> out;
+  for (int64_t k = 0; k < idx.background_count(); ++k) out.push_back(idx.background_at(k));
+  return out;
+}
+
 double chi_square_quantile_999(double dof) {  // Wilson-Hilferty, z = 3.0902
   const double z = 3.0902, t = 2.0 / (9.0 * dof);
   return dof * std::pow(1.0 - t + z * std::sqrt(t), 3.0);
@@ -56,10 +63,13 @@ TEST(LabelIndicesTest, AreCOrderFlatIndicesOfForegroundAndBackground) {
   const at::Tensor fg = at::nonzero(s.label[0].reshape(-1) != 0).reshape(-1);
   const at::Tensor bg = at::nonzero(s.label[0].reshape(-1) == 0).reshape(-1);
   ASSERT_EQ(static_cast<int64_t>(idx.foreground.size()), fg.numel());
-  ASSERT_EQ(static_cast<int64_t>(idx.background.size()), bg.numel());
+  ASSERT_EQ(idx.background_count(), bg.numel());
+  EXPECT_TRUE(idx.background.empty()) << "the background is the complement, not listed";
   for (int64_t k = 0; k < fg.numel(); ++k) EXPECT_EQ(idx.foreground[static_cast<size_t>(k)], fg[k].item<int64_t>());
-  for (int64_t k = 0; k < bg.numel(); ++k) EXPECT_EQ(idx.background[static_cast<size_t>(k)], bg[k].item<int64_t>());
+  for (int64_t k = 0; k < bg.numel(); ++k) EXPECT_EQ(idx.background_at(k), bg[k].item<int64_t>());
   EXPECT_EQ(idx.foreground.front(), (1 * 5 + 2) * 6 + 3);
+  EXPECT_THROW(idx.background_at(bg.numel()), std::out_of_range);
+  EXPECT_THROW(idx.background_at(-1), std::out_of_range);
 }
 
 TEST(LabelIndicesTest, DropsChannelZeroOfOneHotLabelsAndCanThresholdTheImage) {
@@ -72,6 +82,8 @@ TEST(LabelIndicesTest, DropsChannelZeroOfOneHotLabelsAndCanThresholdTheImage) {
   image.view(-1)[2] = 5.0;
   const auto thresholded = label_indices(onehot, &image, 1.0);
   EXPECT_EQ(thresholded.background, std::vector<int32_t>{2});
+  EXPECT_EQ(thresholded.background_count(), 1);
+  EXPECT_EQ(thresholded.background_at(0), 2);
 }
 
 TEST(RandCropByPosNegLabelTest, ClampsCentresAsMonai) {
@@ -150,7 +162,7 @@ TEST(RandCropByPosNegLabelTest, ClampedStartsFollowTheDistributionTheLabelImplie
     }
   };
   add_class(idx.foreground);
-  add_class(idx.background);
+  add_class(background_of(idx));
   PosNegCropOptions o;
   o.spatial_size = size;
   o.num_samples = 100000;
@@ -402,8 +414,9 @@ RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
   RC_ASSERT(at::equal(label, expected));
 }
 
-// The vectorised scan against at::nonzero, on labels of runs (the fast
-// path's four-at-a-time stores), isolated voxels and NaN (foreground, as != 0).
+// The vectorised scan against at::nonzero, on float labels of runs (the fast
+// path's 16-at-a-time blocks), isolated voxels and NaN (foreground, as != 0),
+// and on the same labels as uint8.
 RC_GTEST_PROP(LabelIndicesProperty, EqualNonzeroInCOrder, ()) {
   std::array<int64_t, 3> shape{};
   for (auto& n : shape) n = *rc::gen::inRange<int64_t>(1, 11);
@@ -420,8 +433,13 @@ RC_GTEST_PROP(LabelIndicesProperty, EqualNonzeroInCOrder, ()) {
   const at::Tensor flat = label.reshape({-1});
   const at::Tensor fg = at::nonzero(flat != 0).reshape({-1}).to(at::kInt);
   const at::Tensor bg = at::nonzero(flat == 0).reshape({-1}).to(at::kInt);
-  RC_ASSERT(got.foreground == std::vector<int32_t>(fg.data_ptr<int32_t>(), fg.data_ptr<int32_t>() + fg.numel()));
-  RC_ASSERT(got.background == std::vector<int32_t>(bg.data_ptr<int32_t>(), bg.data_ptr<int32_t>() + bg.numel()));
+  const std::vector<int32_t> fg_list(fg.data_ptr<int32_t>(), fg.data_ptr<int32_t>() + fg.numel());
+  const std::vector<int32_t> bg_list(bg.data_ptr<int32_t>(), bg.data_ptr<int32_t>() + bg.numel());
+  RC_ASSERT(got.foreground == fg_list);
+  RC_ASSERT(background_of(got) == bg_list);
+  const LabelIndices bytes = label_indices(label.nan_to_num(3.0).to(at::kByte));
+  RC_ASSERT(bytes.foreground == fg_list);
+  RC_ASSERT(background_of(bytes) == bg_list);
 }
 
 TEST(SpatialViewTest, MaterializeIntoRefusesADestinationOfAnotherShape) {

@@ -31,10 +31,20 @@ struct SampleMeta {
 /// Flat C-order indices (last spatial axis fastest, as MONAI's
 /// map_binary_to_indices) of the label's foreground (any channel non-zero,
 /// channel 0 dropped when C > 1) and background voxels.
+///
+/// Without an image threshold the background is every voxel that is not
+/// foreground, and it is not listed (that list is ~7 MB for a 128^3 volume):
+/// `voxels` > 0 says so, and background_at(k) finds the k-th background voxel
+/// from the foreground list in O(log n). With an image threshold (MONAI's
+/// image_key) the background is listed in `background` and `voxels` is 0.
 struct LabelIndices {
-  std::vector<int32_t> foreground;
-  std::vector<int32_t> background;
-  bool empty() const { return foreground.empty() && background.empty(); }
+  std::vector<int32_t> foreground;  ///< ascending
+  std::vector<int32_t> background;  ///< ascending; listed only when voxels == 0
+  int64_t voxels = 0;               ///< > 0: the background is [0, voxels) minus foreground
+  int64_t background_count() const;
+  /// The k-th background voxel in C order, k in [0, background_count()).
+  int32_t background_at(int64_t k) const;
+  bool empty() const { return foreground.empty() && background_count() == 0; }
 };
 
 /// Crops, quarter turns and flips of the spatial axes, composed but not yet
