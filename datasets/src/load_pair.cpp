@@ -29,6 +29,7 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
   image_read.as_float = label_read.as_float = true;
   image_read.max_voxels = label_read.max_voxels = options.max_voxels;
   image_read.layout = options.image_layout;
+  image_read.count_nonfinite = false;  // ScaleIntensity sees NaN itself
   label_read.layout = VolumeLayout::kContiguous;
   Volume image = read_volume(pair.image, image_read);
   Volume label = read_volume(pair.label, label_read);

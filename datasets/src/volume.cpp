@@ -104,7 +104,7 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
     auto holder = std::make_shared<ByteBuffer>(std::move(file.bytes));
     void* voxels = holder->data.get() + h.vox_offset;
     storage = at::from_blob(voxels, {C, Z, Y, X}, [holder](void*) {}, at::TensorOptions().dtype(dtype));
-    v.nonfinite_voxels = count_nonfinite(voxels, storage.numel(), h.datatype);
+    v.nonfinite_voxels = options.count_nonfinite ? count_nonfinite(voxels, storage.numel(), h.datatype) : -1;
   } else {
     storage = file_order ? at::empty({C, Z, Y, X}, at::TensorOptions().dtype(dtype))
                          : at::empty({C, X, Y, Z}, at::TensorOptions().dtype(dtype));

@@ -162,6 +162,10 @@ TEST(ReadVolumeTest, CountsNanAndInfVoxelsWithoutFailing) {
   ReadOptions view;
   view.layout = VolumeLayout::kFileOrderView;
   EXPECT_EQ(read_volume(dir + "/nan.nii.gz", view).nonfinite_voxels, 3);
+  view.count_nonfinite = false;  // the zero-copy read skips its counting pass
+  const Volume uncounted = read_volume(dir + "/nan.nii.gz", view);
+  EXPECT_EQ(uncounted.nonfinite_voxels, -1);
+  EXPECT_TRUE(std::isnan(uncounted.data[0][0][0][0].item<float>()));
 }
 
 TEST(ReadVolumeTest, BadFilesThrowNamingThePath) {

@@ -48,6 +48,10 @@ struct ReadOptions {
   /// volumes at once, and each calling thread would start its own team.
   /// Results do not depend on it.
   bool parallel = false;
+  /// Fill Volume::nonfinite_voxels. false saves a pass over the voxels of a
+  /// file-order read of float data (the count is free in a converting copy);
+  /// nonfinite_voxels is then -1 where it was not counted.
+  bool count_nonfinite = true;
 };
 
 struct Volume {
@@ -57,7 +61,7 @@ struct Volume {
   Affine affine{};                            ///< nibabel's img.affine (voxel -> mm, row-major)
   NiftiDatatype disk_dtype = NiftiDatatype::kFloat32;
   std::string path;
-  int64_t nonfinite_voxels = 0;  ///< NaN/Inf values in data (0 for integer data)
+  int64_t nonfinite_voxels = 0;  ///< NaN/Inf values in data (0 for integer data; -1: not counted)
   NiftiHeader header;            ///< the parsed header
 };
 
