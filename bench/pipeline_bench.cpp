@@ -74,14 +74,18 @@ double stage_ms(int64_t volumes, int rounds, Fn fn) {
 void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
   const auto n = static_cast<int64_t>(pairs.size());
   const int rounds = 2;
-  ReadOptions c_order, file_order;
-  c_order.as_float = file_order.as_float = true;
+  ReadOptions c_order, file_order, compact;
+  c_order.as_float = file_order.as_float = compact.as_float = true;
   file_order.layout = VolumeLayout::kFileOrderView;
-  std::vector<at::Tensor> images, labels;
+  compact.uint8_if_it_fits = true;
+  std::vector<at::Tensor> images, labels, compact_labels;
   for (const auto& p : pairs) {
     images.push_back(read_volume(p.image, c_order).data);
     labels.push_back(read_volume(p.label, c_order).data);
+    compact_labels.push_back(read_volume(p.label, compact).data);
   }
+  PairOptions as_trained;
+  as_trained.compact_label = true;
   const Compose augment = tutorial_augmentation();
   std::printf("%-11s | %-44s | %8.2f\n", data, "read image, C order",
               stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].image, c_order); }));
@@ -89,14 +93,20 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
               stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].image, file_order); }));
   std::printf("%-11s | %-44s | %8.2f\n", data, "read label (int32 on disk) as float, C order",
               stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].label, c_order); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "read label (int32 on disk) as uint8, C order",
+              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].label, compact); }));
   std::printf("%-11s | %-44s | %8.2f\n", data, "ScaleIntensity",
               stage_ms(n, rounds, [&](int64_t i) { scale_intensity(images[static_cast<size_t>(i)]); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "label foreground/background indices",
+  std::printf("%-11s | %-44s | %8.2f\n", data, "label indices, float32 label",
               stage_ms(n, rounds, [&](int64_t i) { label_indices(labels[static_cast<size_t>(i)]); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair (all of the above)",
+  std::printf("%-11s | %-44s | %8.2f\n", data, "label indices, uint8 label",
+              stage_ms(n, rounds, [&](int64_t i) { label_indices(compact_labels[static_cast<size_t>(i)]); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair, float32 label",
               stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i); }));
+  std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair, uint8 label (as trained)",
+              stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i, as_trained); }));
   for (const VolumeLayout layout : {VolumeLayout::kContiguous, VolumeLayout::kFileOrderView}) {
-    PairOptions po;
+    PairOptions po = as_trained;
     po.image_layout = layout;
     std::vector<Sample> cached;
     for (int64_t i = 0; i < n; ++i) cached.push_back(load_pair(pairs[static_cast<size_t>(i)], i, po));
@@ -104,7 +114,7 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
     std::printf("%-11s | %-44s | %8.2f\n", data,
                 c ? "4 crops + rot90 into batch rows, C-order image" : "4 crops + rot90 into batch rows, file-order image",
                 stage_ms(n, rounds, [&](int64_t i) {
-                  collate(augment.lazy(cached[static_cast<size_t>(i)], static_cast<uint64_t>(i)));
+                  collate(augment.lazy(cached[static_cast<size_t>(i)], static_cast<uint64_t>(i)), at::kFloat);
                 }));
   }
 }
@@ -149,7 +159,9 @@ int main(int argc, char** argv) {
     write_synthetic_dataset(synth);
     const auto pairs = pairs_from_folder(dir.string());
     stage_data.emplace_back(noise == 0.0 ? "noise-free" : "noisy", pairs);
-    const SampleSource from_files = [&](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i); };
+    PairOptions as_trained;  // what `volshard train` loads and caches
+    as_trained.compact_label = true;
+    const SampleSource from_files = [&](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i, as_trained); };
     CacheOptions co;
     const SampleCache cache(from_files, volumes, co);
     for (const char* mode : {"files", "cached"}) {

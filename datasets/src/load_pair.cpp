@@ -20,8 +20,8 @@ std::string spatial_text(const at::Tensor& t) {
 
 std::string PairOptions::config_key() const {
   // The layout is not part of the key: it changes strides, not values.
-  return std::string("load float32") + (scale_intensity ? "; scale_intensity [0, 1]" : "") + "; label float32" +
-         (label_indices ? "; label_indices" : "");
+  return std::string("load float32") + (scale_intensity ? "; scale_intensity [0, 1]" : "") +
+         (compact_label ? "; label uint8 if it fits" : "; label float32") + (label_indices ? "; label_indices" : "");
 }
 
 Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& options) {
@@ -31,6 +31,7 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
   image_read.layout = options.image_layout;
   image_read.count_nonfinite = false;  // ScaleIntensity sees NaN itself
   label_read.layout = VolumeLayout::kContiguous;
+  label_read.uint8_if_it_fits = options.compact_label;
   Volume image = read_volume(pair.image, image_read);
   Volume label = read_volume(pair.label, label_read);
   if (image.data.sizes().slice(1) != label.data.sizes().slice(1)) {

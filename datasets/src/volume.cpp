@@ -38,7 +38,12 @@ at::ScalarType scalar_type(NiftiDatatype t) {
   throw std::logic_error("no ATen type for " + to_string(t));
 }
 
+bool is_integer(NiftiDatatype t) { return t != NiftiDatatype::kFloat32 && t != NiftiDatatype::kFloat64; }
+
 NiftiDatatype output_type(const NiftiHeader& h, const ReadOptions& options) {
+  if (options.uint8_if_it_fits && is_integer(h.datatype) && !(options.apply_scaling && h.has_scaling())) {
+    return NiftiDatatype::kUint8;
+  }
   if (options.as_float) return NiftiDatatype::kFloat32;
   if (options.apply_scaling && h.has_scaling()) return NiftiDatatype::kFloat64;
   return natural_type(h.datatype);
@@ -91,6 +96,7 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
   spec.slope = h.scl_slope;
   spec.inter = h.scl_inter;
   spec.to_c_order = options.layout == VolumeLayout::kContiguous;
+  spec.narrow_to_uint8 = spec.dst_type == NiftiDatatype::kUint8 && h.datatype != NiftiDatatype::kUint8;
   const at::ScalarType dtype = scalar_type(spec.dst_type);
 
   Volume v;
@@ -106,15 +112,28 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
     storage = at::from_blob(voxels, {C, Z, Y, X}, [holder](void*) {}, at::TensorOptions().dtype(dtype));
     v.nonfinite_voxels = options.count_nonfinite ? count_nonfinite(voxels, storage.numel(), h.datatype) : -1;
   } else {
-    storage = file_order ? at::empty({C, Z, Y, X}, at::TensorOptions().dtype(dtype))
-                         : at::empty({C, X, Y, Z}, at::TensorOptions().dtype(dtype));
-    std::atomic<int64_t> bad{0};
-    const uint8_t* src = file.voxels();
-    void* dst = storage.data_ptr();
-    for_rows(Y, row_grain(cxyz), options.parallel, [&](int64_t jb, int64_t je) {
-      bad += copy_voxels(src, dst, spec, jb, je);
-    });
-    v.nonfinite_voxels = bad.load();
+    const auto copy = [&] {
+      const at::ScalarType type = scalar_type(spec.dst_type);
+      storage = file_order ? at::empty({C, Z, Y, X}, at::TensorOptions().dtype(type))
+                           : at::empty({C, X, Y, Z}, at::TensorOptions().dtype(type));
+      std::atomic<int64_t> bad{0};
+      const uint8_t* src = file.voxels();
+      void* dst = storage.data_ptr();
+      for_rows(Y, row_grain(cxyz), options.parallel, [&](int64_t jb, int64_t je) {
+        bad += copy_voxels(src, dst, spec, jb, je);
+      });
+      return bad.load();
+    };
+    const int64_t bad = copy();
+    if (spec.narrow_to_uint8 && bad > 0) {  // not a compact label after all: the usual output
+      ReadOptions usual = options;
+      usual.uint8_if_it_fits = false;
+      spec.dst_type = output_type(h, usual);
+      spec.narrow_to_uint8 = false;
+      v.nonfinite_voxels = copy();
+    } else {
+      v.nonfinite_voxels = spec.narrow_to_uint8 ? 0 : bad;
+    }
   }
   v.data = file_order ? storage.permute({0, 3, 2, 1}) : storage;
   for (size_t axis = 0; axis < 3; ++axis) {

@@ -62,6 +62,22 @@ inline D convert(S v, double slope, double inter) {
   }
 }
 
+// A narrowing read into uint8 (a compact label): 1 for a source value the
+// byte cannot hold. Other outputs hold every value: 0.
+template <class S, class D>
+inline int64_t not_a_byte(S v) {
+  if constexpr (std::is_same_v<D, uint8_t> && !std::is_same_v<S, uint8_t>) {
+    if constexpr (std::is_signed_v<S>) {
+      return v < 0 || v > 255;
+    } else {
+      return v > 255;
+    }
+  } else {
+    (void)v;
+    return 0;
+  }
+}
+
 // NaN/Inf by the exponent bits: branch-free, so loops over it vectorise.
 template <class D>
 inline int64_t nonfinite(D v) {
@@ -205,6 +221,77 @@ int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& s
 }
 #endif
 
+#if defined(__SSE2__)
+// int32 labels to uint8 in C order (a compact label read): 4 x 4 blocks
+// packed to bytes and transposed in a register. Returns 0 when every value
+// lies in [0, 255], else a positive count (values outside wrap, as
+// static_cast<uint8_t>; the caller then reads the volume another way).
+int64_t transpose_int32_to_bytes_sse(const uint8_t* src, uint8_t* dst, const VoxelCopySpec& spec, int64_t jb,
+                                     int64_t je) {
+  const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
+  const int64_t row_bytes = X * 4;
+  const PaddedRows rows = padded_rows(row_bytes, Y, Z);  // never direct here: see Kernel::run
+  const int64_t JB = rows.block;
+  const int64_t LS = rows.stride / 4;  // scratch elements per k-slice
+  const int64_t YZ = Y * Z;
+  const __m128i top = _mm_set1_epi32(255);
+  int64_t bad = 0;
+  const auto to_byte = [&bad](int32_t v) {
+    bad += v < 0 || v > 255;
+    return static_cast<uint8_t>(v);
+  };
+  for (int64_t c = 0; c < C; ++c) {
+    const uint8_t* sc = src + c * X * Y * Z * 4;
+    uint8_t* dc = dst + c * X * Y * Z;
+    for (int64_t j0 = jb; j0 < je; j0 += JB) {
+      const int64_t jn = std::min(JB, je - j0);
+      const auto* local = reinterpret_cast<const int32_t*>(rows.fill(sc, row_bytes, Y, Z, j0, jn));
+      for (int64_t jj = 0; jj < jn; ++jj) {
+        const int64_t j = j0 + jj;
+        __m128i outside = _mm_setzero_si128();  // bits set where some value left [0, 255]
+        int64_t i0 = 0;
+        for (; i0 + 4 <= X; i0 += 4) {
+          const int32_t* s = local + jj * X + i0;
+          uint8_t* d = dc + (i0 * Y + j) * Z;
+          int64_t k0 = 0;
+          for (; k0 + 4 <= Z; k0 += 4) {
+            const int32_t* sk = s + k0 * LS;
+            const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk));
+            const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + LS));
+            const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 2 * LS));
+            const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 3 * LS));
+            // outside [0, 255]: any bit above the low byte (negatives too)
+            const __m128i high = _mm_or_si128(_mm_or_si128(v0, v1), _mm_or_si128(v2, v3));
+            outside = _mm_or_si128(outside, _mm_andnot_si128(top, high));
+            // The low bytes (as static_cast<uint8_t>), packed to 16-bit lanes
+            // with four voxels of each i next to each other, then transposed:
+            // row i of the block is lane i of a 4 x 4 byte transpose.
+            const __m128i w01 = _mm_packs_epi32(_mm_and_si128(v0, top), _mm_and_si128(v1, top));  // k0, k0+1
+            const __m128i w23 = _mm_packs_epi32(_mm_and_si128(v2, top), _mm_and_si128(v3, top));  // k0+2, k0+3
+            const __m128i b = _mm_packus_epi16(w01, w23);  // byte 4 * k + i
+            // bytes (k, i) -> (i, k): interleave twice
+            const __m128i t0 = _mm_unpacklo_epi8(b, _mm_srli_si128(b, 4));   // k0/k1 pairs for i
+            const __m128i t1 = _mm_unpacklo_epi8(_mm_srli_si128(b, 8), _mm_srli_si128(b, 12));  // k2/k3 pairs
+            const __m128i rows4 = _mm_unpacklo_epi16(t0, t1);  // 4 bytes of row i at 4 * i
+            alignas(16) uint32_t four[4];
+            _mm_store_si128(reinterpret_cast<__m128i*>(four), rows4);
+            for (int q = 0; q < 4; ++q) std::memcpy(d + q * YZ + k0, &four[q], 4);
+          }
+          for (; k0 < Z; ++k0) {
+            for (int64_t q = 0; q < 4; ++q) d[q * YZ + k0] = to_byte(s[k0 * LS + q]);
+          }
+        }
+        for (; i0 < X; ++i0) {
+          for (int64_t k = 0; k < Z; ++k) dc[(i0 * Y + j) * Z + k] = to_byte(local[k * LS + jj * X + i0]);
+        }
+        if (_mm_movemask_epi8(_mm_cmpeq_epi8(outside, _mm_setzero_si128())) != 0xFFFF) ++bad;
+      }
+    }
+  }
+  return bad;
+}
+#endif
+
 // Tiles of TK x TI voxels (k by i) at one j: each source row segment and
 // each destination row segment is touched once, in one burst; 16 x 16 keeps
 // the tile in L1 and, for 4-byte outputs, writes whole 64-byte lines.
@@ -240,7 +327,9 @@ struct Kernel {
                 for (int64_t kk = 0; kk < kTile; ++kk) {
                   const uint8_t* row = base + kk * rows.stride;
                   for (int64_t ii = 0; ii < kTile; ++ii) {
-                    tile[ii][kk] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
+                    const S v = load<S, Swap>(row + ii * es);
+                    bad += not_a_byte<S, D>(v);
+                    tile[ii][kk] = convert<S, D, M>(v, slope, inter);
                   }
                 }
                 if constexpr (std::is_floating_point_v<D>) {
@@ -254,7 +343,9 @@ struct Kernel {
                 for (int64_t kk = 0; kk < nk; ++kk) {
                   const uint8_t* row = base + kk * rows.stride;
                   for (int64_t ii = 0; ii < ni; ++ii) {
-                    tile[kk][ii] = convert<S, D, M>(load<S, Swap>(row + ii * es), slope, inter);
+                    const S v = load<S, Swap>(row + ii * es);
+                    bad += not_a_byte<S, D>(v);
+                    tile[kk][ii] = convert<S, D, M>(v, slope, inter);
                     bad += nonfinite(tile[kk][ii]);
                   }
                 }
@@ -288,7 +379,9 @@ struct Kernel {
             }
           } else {
             for (int64_t i = 0; i < X; ++i) {
-              out[i] = convert<S, D, M>(load<S, Swap>(row + i * es), spec.slope, spec.inter);
+              const S v = load<S, Swap>(row + i * es);
+              bad += not_a_byte<S, D>(v);
+              out[i] = convert<S, D, M>(v, spec.slope, spec.inter);
               bad += nonfinite(out[i]);
             }
           }
@@ -311,6 +404,12 @@ struct Kernel {
       const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
       if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
         return transpose4_sse(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, false, true);
+      }
+    }
+    if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, uint8_t> && !Swap && M == kConvert) {
+      const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
+      if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
+        return transpose_int32_to_bytes_sse(src, d, spec, jb, je);
       }
     }
 #endif
@@ -346,6 +445,11 @@ int64_t dispatch_dst(const uint8_t* src, void* dst, const VoxelCopySpec& spec, i
       return dispatch_mode<S, double, Swap>(src, dst, spec, jb, je);
     default:
       break;
+  }
+  if constexpr (std::is_integral_v<S> && !std::is_same_v<S, uint8_t>) {
+    if (spec.dst_type == NiftiDatatype::kUint8 && spec.narrow_to_uint8) {
+      return dispatch_mode<S, uint8_t, Swap>(src, dst, spec, jb, je);
+    }
   }
   const bool natural =
       (spec.dst_type == NiftiDatatype::kUint8 && std::is_same_v<N, uint8_t>) ||

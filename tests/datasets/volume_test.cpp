@@ -119,6 +119,55 @@ TEST(ReadVolumeTest, Int32AsFloatEqualsACastOfTheInt32Read) {
   }
 }
 
+// A compact label read: uint8 when every value fits, through the SSE
+// transpose (int32, C order, sizes not multiples of 4), the tile kernel
+// (int16) and file order; one value out of [0, 255] anywhere gives the usual
+// output instead, with nothing wrapped.
+TEST(ReadVolumeTest, Uint8IfItFitsReadsCompactLabelsAndFallsBackWhenAValueDoesNot) {
+  const std::string dir = test_dir();
+  const std::vector<int64_t> shape{37, 33, 29};
+  const int64_t n = 37 * 33 * 29;
+  // {outlier value (0: none), where}: mid-volume goes through the 4 x 4
+  // blocks, n - 5 (the last k-slice of 29) through the scalar edge.
+  for (const auto& [outlier, at_voxel] : std::vector<std::pair<int32_t, int64_t>>{
+           {0, 0}, {-1, n / 2}, {300, n / 2}, {256, n - 5}, {-7, n - 5}}) {
+    std::vector<int32_t> values(static_cast<size_t>(n));
+    for (int64_t v = 0; v < n; ++v) values[static_cast<size_t>(v)] = static_cast<int32_t>((v * 2654435761u) % 256);
+    if (outlier != 0) values[static_cast<size_t>(at_voxel)] = outlier;
+    std::vector<uint8_t> int32_bytes(values.size() * 4), int16_bytes(values.size() * 2);
+    std::memcpy(int32_bytes.data(), values.data(), int32_bytes.size());
+    for (size_t v = 0; v < values.size(); ++v) {
+      const auto x = static_cast<int16_t>(values[v]);
+      std::memcpy(int16_bytes.data() + 2 * v, &x, 2);
+    }
+    write_bytes(dir + "/l32.nii", make_nifti(shape, NiftiDatatype::kInt32, int32_bytes));
+    write_bytes(dir + "/l16.nii", make_nifti(shape, NiftiDatatype::kInt16, int16_bytes));
+    for (const std::string name : {"/l32.nii", "/l16.nii"}) {
+      for (const VolumeLayout layout : {VolumeLayout::kContiguous, VolumeLayout::kFileOrderView}) {
+        ReadOptions compact;
+        compact.as_float = true;
+        compact.uint8_if_it_fits = true;
+        compact.layout = layout;
+        const Volume got = read_volume(dir + name, compact);
+        const Volume floats = read_volume_as_float(dir + name);
+        const std::string what = name + (layout == VolumeLayout::kContiguous ? " C order" : " file order") +
+                                 " outlier " + std::to_string(outlier);
+        EXPECT_EQ(got.data.scalar_type(), outlier == 0 ? at::kByte : at::kFloat) << what;
+        EXPECT_TRUE(at::equal(got.data.to(at::kFloat), floats.data)) << what;
+        EXPECT_EQ(got.nonfinite_voxels, 0) << what;
+      }
+    }
+  }
+  // Float files and scaled integers keep their usual output.
+  const std::string f = own_index_file<float>(dir + "/f.nii", {5, 4, 3}, NiftiDatatype::kFloat32);
+  ReadOptions compact;
+  compact.uint8_if_it_fits = true;
+  EXPECT_EQ(read_volume(f, compact).data.scalar_type(), at::kFloat);
+  const std::string u8 = own_index_file<uint8_t>(dir + "/u8.nii", {5, 4, 3}, NiftiDatatype::kUint8);
+  compact.as_float = true;
+  EXPECT_EQ(read_volume(u8, compact).data.scalar_type(), at::kByte);
+}
+
 TEST(ReadVolumeTest, FileOrderViewHasTheSameValuesWithoutTheTranspose) {
   const std::string dir = test_dir();
   const std::string path = own_index_file<float>(dir + "/v.nii.gz", {7, 6, 5, 3}, NiftiDatatype::kFloat32);
@@ -290,6 +339,13 @@ TEST(LoadPairTest, IsTheTutorialsDeterministicPrefixInEitherImageLayout) {
     EXPECT_EQ(s.meta.index, 4);
     EXPECT_EQ(s.meta.source, pair.image);
   }
+  PairOptions compact;
+  compact.compact_label = true;
+  const Sample c = load_pair(pair, 4, compact);
+  EXPECT_EQ(c.label.scalar_type(), at::kByte);
+  EXPECT_TRUE(at::equal(c.label, label.to(at::kByte)));
+  EXPECT_EQ(c.indices->foreground, load_pair(pair, 4).indices->foreground);
+  EXPECT_NE(compact.config_key(), PairOptions().config_key());
   PairOptions bare;
   bare.scale_intensity = false;
   bare.label_indices = false;

@@ -56,6 +56,36 @@ Sample toy_volume_file_order(int64_t index) {
   return s;
 }
 
+// The same volume with a compact uint8 label (PairOptions::compact_label).
+Sample toy_volume_compact_label(int64_t index) {
+  Sample s = toy_volume(index);
+  s.label = s.label.to(at::kByte);
+  return s;
+}
+
+// Batches are float32 labels (MONAI's) whatever the samples hold, and a
+// compact label gives the same batches, with 0 or 2 workers; label_dtype
+// nullopt keeps the samples' dtype.
+TEST(DataLoaderTest, CompactUint8LabelsGiveTheSameFloatBatches) {
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4};
+  for (const int64_t workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.workers = workers;
+    DataLoader floats(toy_volume, toy_pipeline(), o);
+    DataLoader compact(toy_volume_compact_label, toy_pipeline(), o);
+    const auto a = run_epoch(floats, indices, 1), b = run_epoch(compact, indices, 1);
+    ASSERT_FALSE(b.empty());
+    EXPECT_EQ(b[0].label.scalar_type(), at::kFloat);
+    EXPECT_TRUE(same_batches(a, b)) << workers << " workers";
+    o.label_dtype = std::nullopt;
+    DataLoader own(toy_volume_compact_label, toy_pipeline(), o);
+    const auto c = run_epoch(own, indices, 1);
+    EXPECT_EQ(c[0].label.scalar_type(), at::kByte);
+    EXPECT_TRUE(at::equal(c[0].label.to(at::kFloat), a[0].label));
+  }
+}
+
 TEST(DataLoaderTest, WorkersWriteCropsIntoTheBatchAsTheEagerPipelineMakesThemForAnySourceLayout) {
   LoaderOptions o;
   o.batch_size = 3;
@@ -98,7 +128,7 @@ TEST(DataLoaderTest, AVolumeWhoseCropsDoNotFitTheBatchIsNamed) {
       FAIL() << "no error with " << workers << " workers";
     } catch (const std::invalid_argument& e) {
       EXPECT_THAT(e.what(), HasSubstr("collate: sample"));
-      EXPECT_THAT(e.what(), HasSubstr("another shape than sample 0"));
+      EXPECT_THAT(e.what(), HasSubstr("another shape or dtype than sample 0"));
     }
   }
 }

@@ -595,6 +595,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   GradientReducer reducer(net.parameters(), comm);
 
   PairOptions train_pair;
+  train_pair.compact_label = true;  // uint8 in the cache; the loader's batches are float32
   CacheOptions cache_options;
   cache_options.cache_rate = o.cache_rate;
   cache_options.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));

@@ -40,33 +40,39 @@ std::vector<int64_t> row_shape(const at::Tensor& t, const std::array<int64_t, 3>
   return {t.size(0), spatial[0], spatial[1], spatial[2]};
 }
 
-// Uninitialised batch tensors of n rows shaped (and typed) as `first`.
-void allocate_rows(const Sample& first, int64_t n, at::Tensor& image, at::Tensor& label) {
+// Uninitialised batch tensors of n rows shaped (and typed) as `first`, the
+// label typed label_dtype when given.
+void allocate_rows(const Sample& first, int64_t n, std::optional<at::ScalarType> label_dtype, at::Tensor& image,
+                   at::Tensor& label) {
   const auto spatial = view_shape(first);
   std::vector<int64_t> image_shape{n}, label_shape{n};
   for (int64_t d : row_shape(first.image, spatial)) image_shape.push_back(d);
   for (int64_t d : row_shape(first.label, spatial)) label_shape.push_back(d);
   image = at::empty(image_shape, first.image.options());
-  label = at::empty(label_shape, first.label.options());
+  label = at::empty(label_shape, first.label.options().dtype(label_dtype.value_or(first.label.scalar_type())));
 }
 
-bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label_rows) {
+// Whether s goes into these rows: same shapes and image dtype; the label's
+// dtype too unless labels are converted to label_dtype.
+bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label_rows,
+          std::optional<at::ScalarType> label_dtype) {
   const auto spatial = view_shape(s);
   return image_rows.sizes().slice(1) == at::IntArrayRef(row_shape(s.image, spatial)) &&
          label_rows.sizes().slice(1) == at::IntArrayRef(row_shape(s.label, spatial)) &&
-         s.image.scalar_type() == image_rows.scalar_type() && s.label.scalar_type() == label_rows.scalar_type();
+         s.image.scalar_type() == image_rows.scalar_type() &&
+         (label_dtype || s.label.scalar_type() == label_rows.scalar_type());
 }
 
 }  // namespace
 
-Batch collate(std::vector<Sample> samples) {
+Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype) {
   Batch batch;
   if (samples.empty()) return batch;
-  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), batch.image, batch.label);
+  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), label_dtype, batch.image, batch.label);
   for (size_t k = 0; k < samples.size(); ++k) {
-    if (!fits(samples[k], batch.image, batch.label)) {
+    if (!fits(samples[k], batch.image, batch.label, label_dtype)) {
       throw std::invalid_argument("collate: sample " + std::to_string(k) + " (dataset index " +
-                                  std::to_string(samples[k].meta.index) + ") has another shape than sample 0");
+                                  std::to_string(samples[k].meta.index) + ") has another shape or dtype than sample 0");
     }
   }
   for (size_t k = 0; k < samples.size(); ++k) {
@@ -133,13 +139,13 @@ DataLoader::Result DataLoader::make_result(size_t position, uint64_t generation,
         const size_t begin = static_cast<size_t>(batch) * batch_size;
         const auto volumes = static_cast<int64_t>(std::min(indices_.size(), begin + batch_size) - begin);
         r.per_volume = static_cast<int64_t>(result.samples.size());
-        allocate_rows(result.samples[0], volumes * r.per_volume, r.image, r.label);
+        allocate_rows(result.samples[0], volumes * r.per_volume, options_.label_dtype, r.image, r.label);
       }
       rows = r;
     }
     if (static_cast<int64_t>(result.samples.size()) != rows.per_volume) return result;
     for (const Sample& s : result.samples) {
-      if (!fits(s, rows.image, rows.label)) return result;  // next() collates this batch (and names the misfit)
+      if (!fits(s, rows.image, rows.label, options_.label_dtype)) return result;  // next() collates this batch (and names the misfit)
     }
     for (size_t k = 0; k < result.samples.size(); ++k) {
       Sample& s = result.samples[k];
@@ -244,7 +250,7 @@ std::optional<Batch> DataLoader::next() {
     for (Result& r : parts) {
       for (Sample& s : r.samples) samples.push_back(std::move(s));
     }
-    batch = collate(std::move(samples));
+    batch = collate(std::move(samples), options_.label_dtype);
   }
   batch.step = next_batch_ - 1;
   batch.wait_seconds = waited;

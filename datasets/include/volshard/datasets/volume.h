@@ -52,6 +52,12 @@ struct ReadOptions {
   /// file-order read of float data (the count is free in a converting copy);
   /// nonfinite_voxels is then -1 where it was not counted.
   bool count_nonfinite = true;
+  /// A compact label: uint8 output when the file holds integers (any integer
+  /// datatype, no scaling applied) that all lie in [0, 255]. Otherwise, and
+  /// for float files, the output is what the options above say; data's
+  /// dtype tells which. A quarter of the memory of float32, and faster to
+  /// scan and crop.
+  bool uint8_if_it_fits = false;
 };
 
 struct Volume {
@@ -74,7 +80,8 @@ Volume read_volume(const std::string& path, const ReadOptions& options = {});
 /// dtype float32) returns, channel-first.
 Volume read_volume_as_float(const std::string& path, ReadOptions options = {});
 
-/// The element type read_volume gives for a header and options.
+/// The element type read_volume gives for a header and options (with
+/// uint8_if_it_fits: uint8 if the values fit, which only the voxels tell).
 at::ScalarType volume_dtype(const NiftiHeader& header, const ReadOptions& options = {});
 
 struct WriteOptions {

@@ -28,13 +28,18 @@ struct VoxelCopySpec {
   double inter = 0;
   /// true: file order -> C order (the transpose above); false: keep file order.
   bool to_c_order = true;
+  /// Allows dst_type uint8 from any integer source: values outside [0, 255]
+  /// wrap, and copy_voxels counts them (a compact label read: see
+  /// ReadOptions::uint8_if_it_fits).
+  bool narrow_to_uint8 = false;
 };
 
 /// Converts the voxels of rows j in [j_begin, j_end) of every channel (all
 /// rows: 0, Y). `src` holds the whole volume in file order and byte order,
 /// any alignment; `dst` the whole output, aligned for dst_type. Disjoint row
 /// ranges may run concurrently. Returns the number of NaN/Inf outputs
-/// (0 for integer outputs). Throws std::invalid_argument for a spec it cannot
+/// (0 for integer outputs), or with narrow_to_uint8 the number of values
+/// outside [0, 255]. Throws std::invalid_argument for a spec it cannot
 /// do (narrowing integer output, scaling to an integer type).
 int64_t copy_voxels(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t j_begin,
                     int64_t j_end);

@@ -40,6 +40,10 @@ struct LoaderOptions {
   int64_t workers = 2;           ///< 0: transforms run in next() on the caller's thread
   int64_t prefetch_batches = 2;  ///< batches prepared ahead of the consumer, >= 1
   uint64_t seed = 0;             ///< base seed; sample i of epoch e uses SeedStreams(seed).sample_seed(i, e)
+  /// The batches' label dtype: float32, as MONAI's, whatever the samples
+  /// hold (a compact uint8 label is widened as it is copied in). nullopt:
+  /// the first sample's, as the image's always is.
+  std::optional<at::ScalarType> label_dtype = at::kFloat;
   void validate() const;         ///< throws std::invalid_argument naming the value
 };
 
@@ -54,10 +58,11 @@ struct Batch {
   double wait_seconds = 0;       ///< how long next() blocked for this batch
 };
 
-/// Stacks samples into a Batch (dtypes of sample 0), applying pending views
-/// (Compose::lazy) on the way, so each crop is copied once; throws
-/// std::invalid_argument naming the first sample whose shape differs.
-Batch collate(std::vector<Sample> samples);
+/// Stacks samples into a Batch (image dtype of sample 0; label dtype
+/// label_dtype, or sample 0's), applying pending views (Compose::lazy) on the
+/// way, so each crop is copied once; throws std::invalid_argument naming the
+/// first sample whose shape or dtype differs.
+Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype = std::nullopt);
 
 class DataLoader {
  public:
