@@ -135,161 +135,132 @@ PaddedRows padded_rows(int64_t row_bytes, int64_t Y, int64_t Z) {
 }
 
 #if defined(__SSE2__)
-// The common cases, 4-byte voxels copied bit for bit (float32 or int32 in
-// host byte order) or int32 converted to float32 (integer labels read as
-// MONAI's float), get their own transpose: 4 x 4 blocks in SSE2 registers.
-// The source rows of a j-block are first copied into the padded scratch.
-int64_t transpose4_sse(const uint8_t* src, uint32_t* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je,
-                       bool count, bool int_to_float) {
-  const auto scalar = [int_to_float](uint32_t v) {
-    if (!int_to_float) return v;
-    const auto f = static_cast<float>(static_cast<int32_t>(v));
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    return bits;
-  };
-  const auto load4 = [int_to_float](const uint32_t* p) {
+// The common cases get their own transposes in SSE2 registers, 4 x 4 blocks
+// at a time: 4-byte voxels copied bit for bit (float32 or int32 in host
+// byte order), int32 converted to float32 (integer labels read as MONAI's
+// float), and int32 narrowed to uint8 (a compact label read). This walks the
+// volume for them: every channel and file row j in [jb, je), the rows of a
+// j-block first copied into the padded scratch; `op` converts a 4 x 4 block
+// (block), a single voxel at the edges (edge), and closes a row (end_row).
+// Returns op.bad.
+template <class T, class D, class Op>
+int64_t transpose4_walk(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je, Op& op) {
+  static_assert(sizeof(T) == 4, "4-byte voxels");
+  const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
+  const int64_t row_bytes = X * 4;
+  const PaddedRows rows = padded_rows(row_bytes, Y, Z);  // never direct here: see Kernel::run
+  const int64_t JB = rows.block;
+  const int64_t LS = rows.stride / 4;  // scratch elements per k-slice
+  const int64_t YZ = Y * Z;
+  for (int64_t c = 0; c < C; ++c) {
+    const uint8_t* sc = src + c * X * Y * Z * 4;
+    D* dc = dst + c * X * Y * Z;
+    for (int64_t j0 = jb; j0 < je; j0 += JB) {
+      const int64_t jn = std::min(JB, je - j0);
+      const auto* local = reinterpret_cast<const T*>(rows.fill(sc, row_bytes, Y, Z, j0, jn));
+      for (int64_t jj = 0; jj < jn; ++jj) {
+        const int64_t j = j0 + jj;
+        int64_t i0 = 0;
+        for (; i0 + 4 <= X; i0 += 4) {
+          const T* s = local + jj * X + i0;
+          D* d = dc + (i0 * Y + j) * Z;
+          int64_t k0 = 0;
+          for (; k0 + 4 <= Z; k0 += 4) op.block(s + k0 * LS, LS, d + k0, YZ);
+          for (; k0 < Z; ++k0) {
+            for (int64_t r = 0; r < 4; ++r) d[r * YZ + k0] = op.edge(s[k0 * LS + r]);
+          }
+        }
+        for (; i0 < X; ++i0) {
+          for (int64_t k = 0; k < Z; ++k) dc[(i0 * Y + j) * Z + k] = op.edge(local[k * LS + jj * X + i0]);
+        }
+        op.end_row();
+      }
+    }
+  }
+  return op.bad;
+}
+
+// Bit copies or int32 -> float32; counts NaN/Inf outputs when asked.
+struct Transpose4Bits {
+  bool count;
+  bool int_to_float;
+  int64_t bad = 0;
+  __m128i acc = _mm_setzero_si128();  // lanes: -count of NaN/Inf in this row
+  const __m128i mask = _mm_set1_epi32(0x7f800000);
+
+  __m128 load4(const uint32_t* p) const {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return int_to_float ? _mm_cvtepi32_ps(v) : _mm_castsi128_ps(v);  // cvtdq2ps rounds as static_cast
-  };
-  const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
-  const int64_t row_bytes = X * 4;
-  const PaddedRows rows = padded_rows(row_bytes, Y, Z);  // never direct here: see Kernel::run
-  const int64_t JB = rows.block;
-  const int64_t LS = rows.stride / 4;  // scratch elements per k-slice
-  const __m128i mask = _mm_set1_epi32(0x7f800000);
-  int64_t bad = 0;
-  const int64_t YZ = Y * Z;
-  for (int64_t c = 0; c < C; ++c) {
-    const uint8_t* sc = src + c * X * Y * Z * 4;
-    uint32_t* dc = dst + c * X * Y * Z;
-    for (int64_t j0 = jb; j0 < je; j0 += JB) {
-      const int64_t jn = std::min(JB, je - j0);
-      const auto* local = reinterpret_cast<const uint32_t*>(rows.fill(sc, row_bytes, Y, Z, j0, jn));
-      for (int64_t jj = 0; jj < jn; ++jj) {
-        const int64_t j = j0 + jj;
-        __m128i acc = _mm_setzero_si128();
-        int64_t i0 = 0;
-        for (; i0 + 4 <= X; i0 += 4) {
-          const uint32_t* s = local + jj * X + i0;
-          uint32_t* d = dc + (i0 * Y + j) * Z;
-          int64_t k0 = 0;
-          for (; k0 + 4 <= Z; k0 += 4) {
-            const uint32_t* sk = s + k0 * LS;
-            __m128 r0 = load4(sk);
-            __m128 r1 = load4(sk + LS);
-            __m128 r2 = load4(sk + 2 * LS);
-            __m128 r3 = load4(sk + 3 * LS);
-            if (count) {
-              auto is_bad = [&](__m128 r) {
-                const __m128i e = _mm_and_si128(_mm_castps_si128(r), mask);
-                acc = _mm_sub_epi32(acc, _mm_cmpeq_epi32(e, mask));
-              };
-              is_bad(r0);
-              is_bad(r1);
-              is_bad(r2);
-              is_bad(r3);
-            }
-            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(d + k0), _mm_castps_si128(r0));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(d + YZ + k0), _mm_castps_si128(r1));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * YZ + k0), _mm_castps_si128(r2));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * YZ + k0), _mm_castps_si128(r3));
-          }
-          for (; k0 < Z; ++k0) {
-            for (int64_t r = 0; r < 4; ++r) {
-              const uint32_t v = scalar(s[k0 * LS + r]);
-              d[r * YZ + k0] = v;
-              if (count) bad += (v & 0x7f800000u) == 0x7f800000u;
-            }
-          }
-        }
-        for (; i0 < X; ++i0) {
-          for (int64_t k = 0; k < Z; ++k) {
-            const uint32_t v = scalar(local[k * LS + jj * X + i0]);
-            dc[(i0 * Y + j) * Z + k] = v;
-            if (count) bad += (v & 0x7f800000u) == 0x7f800000u;
-          }
-        }
-        alignas(16) uint32_t lanes[4];
-        _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc);
-        bad += int64_t{lanes[0]} + lanes[1] + lanes[2] + lanes[3];
+  }
+  void block(const uint32_t* sk, int64_t LS, uint32_t* d, int64_t YZ) {
+    __m128 r0 = load4(sk);
+    __m128 r1 = load4(sk + LS);
+    __m128 r2 = load4(sk + 2 * LS);
+    __m128 r3 = load4(sk + 3 * LS);
+    if (count) {
+      for (const __m128 r : {r0, r1, r2, r3}) {
+        acc = _mm_sub_epi32(acc, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(r), mask), mask));
       }
     }
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_castps_si128(r0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + YZ), _mm_castps_si128(r1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * YZ), _mm_castps_si128(r2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * YZ), _mm_castps_si128(r3));
   }
-  return bad;
-}
-#endif
+  uint32_t edge(uint32_t v) {
+    if (int_to_float) {
+      const auto f = static_cast<float>(static_cast<int32_t>(v));
+      std::memcpy(&v, &f, 4);
+    }
+    if (count) bad += (v & 0x7f800000u) == 0x7f800000u;
+    return v;
+  }
+  void end_row() {
+    alignas(16) uint32_t lanes[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc);
+    bad += int64_t{lanes[0]} + lanes[1] + lanes[2] + lanes[3];
+    acc = _mm_setzero_si128();
+  }
+};
 
-#if defined(__SSE2__)
-// int32 labels to uint8 in C order (a compact label read): 4 x 4 blocks
-// packed to bytes and transposed in a register. Returns 0 when every value
-// lies in [0, 255], else a positive count (values outside wrap, as
-// static_cast<uint8_t>; the caller then reads the volume another way).
-int64_t transpose_int32_to_bytes_sse(const uint8_t* src, uint8_t* dst, const VoxelCopySpec& spec, int64_t jb,
-                                     int64_t je) {
-  const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
-  const int64_t row_bytes = X * 4;
-  const PaddedRows rows = padded_rows(row_bytes, Y, Z);  // never direct here: see Kernel::run
-  const int64_t JB = rows.block;
-  const int64_t LS = rows.stride / 4;  // scratch elements per k-slice
-  const int64_t YZ = Y * Z;
-  const __m128i top = _mm_set1_epi32(255);
+// int32 -> uint8: the low byte of each value, as static_cast<uint8_t>.
+// bad is 0 when every value lies in [0, 255], else positive (the caller
+// then reads the volume another way).
+struct Transpose4Bytes {
   int64_t bad = 0;
-  const auto to_byte = [&bad](int32_t v) {
+  __m128i outside = _mm_setzero_si128();  // bits set where some value left [0, 255]
+  const __m128i top = _mm_set1_epi32(255);
+
+  void block(const int32_t* sk, int64_t LS, uint8_t* d, int64_t YZ) {
+    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk));
+    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + LS));
+    const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 2 * LS));
+    const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 3 * LS));
+    // outside [0, 255]: any bit above the low byte (negatives too)
+    const __m128i high = _mm_or_si128(_mm_or_si128(v0, v1), _mm_or_si128(v2, v3));
+    outside = _mm_or_si128(outside, _mm_andnot_si128(top, high));
+    // The low bytes packed in order: byte 4 * q + i is (i, k0 + q).
+    const __m128i w01 = _mm_packs_epi32(_mm_and_si128(v0, top), _mm_and_si128(v1, top));
+    const __m128i w23 = _mm_packs_epi32(_mm_and_si128(v2, top), _mm_and_si128(v3, top));
+    const __m128i b = _mm_packus_epi16(w01, w23);
+    // (q, i) -> (i, q): pairs (k0, k0 + 1) and (k0 + 2, k0 + 3) of each i,
+    // then the two pairs side by side: dword i is output row i.
+    const __m128i t0 = _mm_unpacklo_epi8(b, _mm_srli_si128(b, 4));
+    const __m128i t1 = _mm_unpacklo_epi8(_mm_srli_si128(b, 8), _mm_srli_si128(b, 12));
+    alignas(16) uint32_t four[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(four), _mm_unpacklo_epi16(t0, t1));
+    for (int q = 0; q < 4; ++q) std::memcpy(d + q * YZ, &four[q], 4);
+  }
+  uint8_t edge(int32_t v) {
     bad += v < 0 || v > 255;
     return static_cast<uint8_t>(v);
-  };
-  for (int64_t c = 0; c < C; ++c) {
-    const uint8_t* sc = src + c * X * Y * Z * 4;
-    uint8_t* dc = dst + c * X * Y * Z;
-    for (int64_t j0 = jb; j0 < je; j0 += JB) {
-      const int64_t jn = std::min(JB, je - j0);
-      const auto* local = reinterpret_cast<const int32_t*>(rows.fill(sc, row_bytes, Y, Z, j0, jn));
-      for (int64_t jj = 0; jj < jn; ++jj) {
-        const int64_t j = j0 + jj;
-        __m128i outside = _mm_setzero_si128();  // bits set where some value left [0, 255]
-        int64_t i0 = 0;
-        for (; i0 + 4 <= X; i0 += 4) {
-          const int32_t* s = local + jj * X + i0;
-          uint8_t* d = dc + (i0 * Y + j) * Z;
-          int64_t k0 = 0;
-          for (; k0 + 4 <= Z; k0 += 4) {
-            const int32_t* sk = s + k0 * LS;
-            const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk));
-            const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + LS));
-            const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 2 * LS));
-            const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sk + 3 * LS));
-            // outside [0, 255]: any bit above the low byte (negatives too)
-            const __m128i high = _mm_or_si128(_mm_or_si128(v0, v1), _mm_or_si128(v2, v3));
-            outside = _mm_or_si128(outside, _mm_andnot_si128(top, high));
-            // The low bytes (as static_cast<uint8_t>), packed to 16-bit lanes
-            // with four voxels of each i next to each other, then transposed:
-            // row i of the block is lane i of a 4 x 4 byte transpose.
-            const __m128i w01 = _mm_packs_epi32(_mm_and_si128(v0, top), _mm_and_si128(v1, top));  // k0, k0+1
-            const __m128i w23 = _mm_packs_epi32(_mm_and_si128(v2, top), _mm_and_si128(v3, top));  // k0+2, k0+3
-            const __m128i b = _mm_packus_epi16(w01, w23);  // byte 4 * k + i
-            // bytes (k, i) -> (i, k): interleave twice
-            const __m128i t0 = _mm_unpacklo_epi8(b, _mm_srli_si128(b, 4));   // k0/k1 pairs for i
-            const __m128i t1 = _mm_unpacklo_epi8(_mm_srli_si128(b, 8), _mm_srli_si128(b, 12));  // k2/k3 pairs
-            const __m128i rows4 = _mm_unpacklo_epi16(t0, t1);  // 4 bytes of row i at 4 * i
-            alignas(16) uint32_t four[4];
-            _mm_store_si128(reinterpret_cast<__m128i*>(four), rows4);
-            for (int q = 0; q < 4; ++q) std::memcpy(d + q * YZ + k0, &four[q], 4);
-          }
-          for (; k0 < Z; ++k0) {
-            for (int64_t q = 0; q < 4; ++q) d[q * YZ + k0] = to_byte(s[k0 * LS + q]);
-          }
-        }
-        for (; i0 < X; ++i0) {
-          for (int64_t k = 0; k < Z; ++k) dc[(i0 * Y + j) * Z + k] = to_byte(local[k * LS + jj * X + i0]);
-        }
-        if (_mm_movemask_epi8(_mm_cmpeq_epi8(outside, _mm_setzero_si128())) != 0xFFFF) ++bad;
-      }
-    }
   }
-  return bad;
-}
+  void end_row() {
+    if (_mm_movemask_epi8(_mm_cmpeq_epi8(outside, _mm_setzero_si128())) != 0xFFFF) ++bad;
+    outside = _mm_setzero_si128();
+  }
+};
 #endif
 
 // Tiles of TK x TI voxels (k by i) at one j: each source row segment and
@@ -397,19 +368,22 @@ struct Kernel {
     if constexpr (sizeof(S) == 4 && std::is_same_v<S, D> && !Swap && M == kConvert) {
       const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
       if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
-        return transpose4_sse(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, std::is_floating_point_v<D>, false);
+        Transpose4Bits op{std::is_floating_point_v<D>, false};
+        return transpose4_walk<uint32_t>(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, op);
       }
     }
     if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, float> && !Swap && M == kConvert) {
       const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
       if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
-        return transpose4_sse(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, false, true);
+        Transpose4Bits op{false, true};
+        return transpose4_walk<uint32_t>(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, op);
       }
     }
     if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, uint8_t> && !Swap && M == kConvert) {
       const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
       if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
-        return transpose_int32_to_bytes_sse(src, d, spec, jb, je);
+        Transpose4Bytes op;
+        return transpose4_walk<int32_t>(src, d, spec, jb, je, op);
       }
     }
 #endif
