@@ -16,6 +16,7 @@
 #include "volshard/datasets/commands.h"
 #include "volshard/trainer/commands.h"
 #include "volshard/trainer/repro.h"
+#include "volshard/transforms/loader.h"  // tune_allocator_for_volumes
 
 namespace {
 
@@ -78,6 +79,9 @@ void add_train_options(CLI::App* cmd, volshard::TrainOptions& t, std::string& no
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread starts (train's communicator has a heartbeat thread):
+  // one malloc arena, large buffers kept (see tune_allocator_for_volumes).
+  volshard::tune_allocator_for_volumes();
   CLI::App app{"volshard: deterministic data pipelines for 3D segmentation"};
   app.require_subcommand(1);
   app.footer(R"(
