@@ -73,7 +73,8 @@ struct Sample {
   /// C x X x Y x Z, float32. Any strides without overlap (a file-order view
   /// from read_volume is fine); transforms' outputs are contiguous.
   at::Tensor image;
-  /// C x X x Y x Z, float32 (MONAI loads labels as float too), strides as image.
+  /// C x X x Y x Z, float32 (MONAI loads labels as float too) or a compact
+  /// uint8 (PairOptions::compact_label; batches widen it), any strides.
   at::Tensor label;
   /// Filled by the cache (else the crop scans the label): saves a scan per
   /// epoch. Shared, so copying a cached sample copies no index list. Refers to
