@@ -125,22 +125,13 @@ inline void copy_row(const In* src, int64_t step, int64_t n, Out* dst) {
 }
 
 #if VOLSHARD_SSE2
-// 4 x 4 float blocks: four strided rows of the source, each four unit-stride
-// (or reversed) elements, transposed in registers into four output rows.
-inline void transpose_block_4x4(const float* src, int64_t s_row, int64_t s_unit, float* dst, int64_t d_row) {
-  __m128 r0, r1, r2, r3;
-  if (s_unit == 1) {
-    r0 = _mm_loadu_ps(src);
-    r1 = _mm_loadu_ps(src + s_row);
-    r2 = _mm_loadu_ps(src + 2 * s_row);
-    r3 = _mm_loadu_ps(src + 3 * s_row);
-  } else {  // reversed: elements src[0], src[-1], src[-2], src[-3]
-    const auto rev = [](__m128 v) { return _mm_shuffle_ps(v, v, _MM_SHUFFLE(0, 1, 2, 3)); };
-    r0 = rev(_mm_loadu_ps(src - 3));
-    r1 = rev(_mm_loadu_ps(src + s_row - 3));
-    r2 = rev(_mm_loadu_ps(src + 2 * s_row - 3));
-    r3 = rev(_mm_loadu_ps(src + 3 * s_row - 3));
-  }
+// 4 x 4 float blocks: four rows of the plane buffer, s_row apart, each four
+// consecutive elements, transposed in registers into four output rows.
+inline void transpose_block_4x4(const float* src, int64_t s_row, float* dst, int64_t d_row) {
+  __m128 r0 = _mm_loadu_ps(src);
+  __m128 r1 = _mm_loadu_ps(src + s_row);
+  __m128 r2 = _mm_loadu_ps(src + 2 * s_row);
+  __m128 r3 = _mm_loadu_ps(src + 3 * s_row);
   _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
   _mm_storeu_ps(dst, r0);
   _mm_storeu_ps(dst + d_row, r1);
@@ -198,7 +189,7 @@ void gather_transposing(const In* in, int64_t na, int64_t sa, int64_t nb, int64_
 #if VOLSHARD_SSE2
       if constexpr (std::is_same_v<Out, float>) {
         if (rows == 4) {
-          for (; c + 4 <= n2; c += 4) transpose_block_4x4(plane + c * na + a, na, 1, dst + c, da);
+          for (; c + 4 <= n2; c += 4) transpose_block_4x4(plane + c * na + a, na, dst + c, da);
         }
       }
 #endif
