@@ -70,6 +70,13 @@ double stage_ms(int64_t volumes, int rounds, Fn fn) {
   return ms[ms.size() / 2];
 }
 
+// What `volshard train` loads and caches: a compact uint8 label.
+PairOptions as_trained() {
+  PairOptions o;
+  o.compact_label = true;
+  return o;
+}
+
 // Where one volume's time goes, one thread, median over the volumes.
 void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
   const auto n = static_cast<int64_t>(pairs.size());
@@ -84,8 +91,7 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
     labels.push_back(read_volume(p.label, c_order).data);
     compact_labels.push_back(read_volume(p.label, compact).data);
   }
-  PairOptions as_trained;
-  as_trained.compact_label = true;
+  const PairOptions trained = as_trained();
   const Compose augment = tutorial_augmentation();
   std::printf("%-11s | %-44s | %8.2f\n", data, "read image, C order",
               stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].image, c_order); }));
@@ -104,9 +110,9 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
   std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair, float32 label",
               stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i); }));
   std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair, uint8 label (as trained)",
-              stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i, as_trained); }));
+              stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i, trained); }));
   for (const VolumeLayout layout : {VolumeLayout::kContiguous, VolumeLayout::kFileOrderView}) {
-    PairOptions po = as_trained;
+    PairOptions po = trained;
     po.image_layout = layout;
     std::vector<Sample> cached;
     for (int64_t i = 0; i < n; ++i) cached.push_back(load_pair(pairs[static_cast<size_t>(i)], i, po));
@@ -159,9 +165,8 @@ int main(int argc, char** argv) {
     write_synthetic_dataset(synth);
     const auto pairs = pairs_from_folder(dir.string());
     stage_data.emplace_back(noise == 0.0 ? "noise-free" : "noisy", pairs);
-    PairOptions as_trained;  // what `volshard train` loads and caches
-    as_trained.compact_label = true;
-    const SampleSource from_files = [&](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i, as_trained); };
+    const PairOptions loading = as_trained();
+    const SampleSource from_files = [&](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i, loading); };
     CacheOptions co;
     const SampleCache cache(from_files, volumes, co);
     for (const char* mode : {"files", "cached"}) {
