@@ -31,6 +31,11 @@ void LoaderOptions::validate() const {
   if (prefetch_batches < 1) {
     throw std::invalid_argument("DataLoader: prefetch_batches=" + std::to_string(prefetch_batches) + " must be >= 1");
   }
+  if (pin_memory == PinMemory::kOn && !at::hasCUDA()) {
+    throw std::invalid_argument(
+        "DataLoader: pin_memory=on needs a CUDA build of LibTorch and a visible GPU (at::hasCUDA() is false); "
+        "use auto or off");
+  }
 }
 
 namespace {
@@ -41,15 +46,17 @@ std::vector<int64_t> row_shape(const at::Tensor& t, const std::array<int64_t, 3>
 }
 
 // Uninitialised batch tensors of n rows shaped (and typed) as `first`, the
-// label typed label_dtype when given.
-void allocate_rows(const Sample& first, int64_t n, std::optional<at::ScalarType> label_dtype, at::Tensor& image,
-                   at::Tensor& label) {
+// label typed label_dtype when given; pinned: in page-locked memory, which
+// the workers then write the crops into directly (no second copy to pin).
+void allocate_rows(const Sample& first, int64_t n, std::optional<at::ScalarType> label_dtype, bool pinned,
+                   at::Tensor& image, at::Tensor& label) {
   const auto spatial = view_shape(first);
   std::vector<int64_t> image_shape{n}, label_shape{n};
   for (int64_t d : row_shape(first.image, spatial)) image_shape.push_back(d);
   for (int64_t d : row_shape(first.label, spatial)) label_shape.push_back(d);
-  image = at::empty(image_shape, first.image.options());
-  label = at::empty(label_shape, first.label.options().dtype(label_dtype.value_or(first.label.scalar_type())));
+  image = at::empty(image_shape, first.image.options().pinned_memory(pinned));
+  label = at::empty(label_shape,
+                    first.label.options().dtype(label_dtype.value_or(first.label.scalar_type())).pinned_memory(pinned));
 }
 
 // Whether s goes into these rows: same shapes and image dtype; the label's
@@ -65,10 +72,10 @@ bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label
 
 }  // namespace
 
-Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype) {
+Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype, bool pinned) {
   Batch batch;
   if (samples.empty()) return batch;
-  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), label_dtype, batch.image, batch.label);
+  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), label_dtype, pinned, batch.image, batch.label);
   for (size_t k = 0; k < samples.size(); ++k) {
     if (!fits(samples[k], batch.image, batch.label, label_dtype)) {
       throw std::invalid_argument("collate: sample " + std::to_string(k) + " (dataset index " +
@@ -87,6 +94,7 @@ DataLoader::DataLoader(SampleSource source, Compose transforms, LoaderOptions op
     : source_(std::move(source)), transforms_(std::move(transforms)), options_(options) {
   options_.validate();
   if (!source_) throw std::invalid_argument("DataLoader: source is empty");
+  pinned_ = options_.pin_memory == PinMemory::kOn || (options_.pin_memory == PinMemory::kAuto && at::hasCUDA());
   for (int64_t w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
 }
 
@@ -139,7 +147,7 @@ DataLoader::Result DataLoader::make_result(size_t position, uint64_t generation,
         const size_t begin = static_cast<size_t>(batch) * batch_size;
         const auto volumes = static_cast<int64_t>(std::min(indices_.size(), begin + batch_size) - begin);
         r.per_volume = static_cast<int64_t>(result.samples.size());
-        allocate_rows(result.samples[0], volumes * r.per_volume, options_.label_dtype, r.image, r.label);
+        allocate_rows(result.samples[0], volumes * r.per_volume, options_.label_dtype, pinned_, r.image, r.label);
       }
       rows = r;
     }
@@ -250,7 +258,7 @@ std::optional<Batch> DataLoader::next() {
     for (Result& r : parts) {
       for (Sample& s : r.samples) samples.push_back(std::move(s));
     }
-    batch = collate(std::move(samples), options_.label_dtype);
+    batch = collate(std::move(samples), options_.label_dtype, pinned_);
   }
   batch.step = next_batch_ - 1;
   batch.wait_seconds = waited;

@@ -34,6 +34,15 @@ bool tune_allocator_for_volumes();
 /// scaled, or a copy from a cache). Called from worker threads concurrently.
 using SampleSource = std::function<Sample(int64_t index)>;
 
+/// Whether batches live in page-locked (pinned) host memory, from which a
+/// GPU copies asynchronously (`tensor.to(device, non_blocking)`), as PyTorch's
+/// DataLoader(pin_memory=True).
+enum class PinMemory {
+  kAuto,  ///< pinned when this LibTorch has CUDA and sees a GPU (at::hasCUDA()), else pageable
+  kOff,   ///< pageable
+  kOn,    ///< pinned; without CUDA, validate() refuses it
+};
+
 struct LoaderOptions {
   int64_t batch_size = 2;        ///< volumes per batch, >= 1
   bool drop_last_batch = false;  ///< drop a short last batch
@@ -44,6 +53,7 @@ struct LoaderOptions {
   /// hold (a compact uint8 label is widened as it is copied in). nullopt:
   /// the first sample's, as the image's always is.
   std::optional<at::ScalarType> label_dtype = at::kFloat;
+  PinMemory pin_memory = PinMemory::kAuto;
   void validate() const;         ///< throws std::invalid_argument naming the value
 };
 
@@ -61,8 +71,10 @@ struct Batch {
 /// Stacks samples into a Batch (image dtype of sample 0; label dtype
 /// label_dtype, or sample 0's), applying pending views (Compose::lazy) on the
 /// way, so each crop is copied once; throws std::invalid_argument naming the
-/// first sample whose shape or dtype differs.
-Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype = std::nullopt);
+/// first sample whose shape or dtype differs. `pinned`: the batch's tensors
+/// in pinned host memory (needs CUDA).
+Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype = std::nullopt,
+              bool pinned = false);
 
 class DataLoader {
  public:
@@ -81,6 +93,8 @@ class DataLoader {
   /// Steps of the current epoch.
   int64_t num_batches() const { return num_batches_; }
   const LoaderOptions& options() const { return options_; }
+  /// Whether this loader's batches are pinned (pin_memory, kAuto resolved).
+  bool pinned() const { return pinned_; }
 
  private:
   struct Result;
@@ -92,6 +106,7 @@ class DataLoader {
   SampleSource source_;
   Compose transforms_;
   LoaderOptions options_;
+  bool pinned_ = false;
   std::vector<int64_t> indices_;
   int64_t epoch_ = 0;
   int64_t num_batches_ = 0;
