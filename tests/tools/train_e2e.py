@@ -346,6 +346,23 @@ class ReproTest(Base):
         self.assertEqual(len(seen[4]), 16)
         self.assertEqual(set(map(key, seen[4])), set(map(key, seen[1])))
 
+    def test_a_resumed_trace_holds_each_step_once_and_a_fresh_run_starts_it_anew(self):
+        common = ("--val-every", 0, "--checkpoint-every", 1)
+        rows = lambda path: sorted(json.dumps(r, sort_keys=True) for r in trace(path))
+        ref, ref_trace = self.out("ref"), self.out("ref.trace")
+        self.train(ref, "--trace-samples", ref_trace, *common)
+        out, out_trace = self.out("cut"), self.out("cut.trace")
+        self.train(out, "--trace-samples", out_trace, "--max-steps", 2, *common)
+        # What a run killed after its checkpoint of step 2 leaves: step 3 traced, and a torn line.
+        later = [dict(r, step=3) for r in trace(out_trace) if r["step"] == 2]
+        with open(out_trace, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in later) + '{"epoch": 0, "ste')
+        self.train(out, "--trace-samples", out_trace, "--resume", out, *common)
+        self.assertEqual(rows(ref_trace), rows(out_trace))
+        again = self.out("again")
+        self.train(again, "--trace-samples", out_trace, *common)  # a fresh run over the old file
+        self.assertEqual(rows(ref_trace), rows(out_trace))
+
     def test_elastic_resume_between_world_sizes_skips_and_repeats_nothing(self):
         for before, after in ((2, 1), (1, 2)):
             out = self.out("elastic_%d_%d" % (before, after))

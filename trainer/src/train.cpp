@@ -337,19 +337,28 @@ class LineFile {
   int fd_ = -1;
 };
 
-// Keeps the lines of metrics.jsonl that a resumed run does not redo.
-void truncate_metrics(const std::string& path, int64_t keep_steps_upto, int64_t keep_epochs_below) {
+// Rewrites a JSON-lines file (atomically) with the lines `keep` accepts; a
+// torn last line, which a killed writer leaves, is dropped. A missing file
+// stays missing.
+template <class Keep>
+void keep_json_lines(const std::string& path, Keep keep) {
   std::ifstream in(path);
   if (!in) return;
   std::string kept, line;
   while (std::getline(in, line)) {
     const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;  // a torn last line
-    const bool keep = j.value("type", "") == "step" ? j.value("step", int64_t{0}) <= keep_steps_upto
-                                                    : j.value("epoch", int64_t{0}) < keep_epochs_below;
-    if (keep) kept += line + "\n";
+    if (j.is_discarded()) continue;
+    if (keep(j)) kept += line + "\n";
   }
   write_file_atomic(path, {kept.data()}, {kept.size()});
+}
+
+// Keeps the lines of metrics.jsonl that a resumed run does not redo.
+void truncate_metrics(const std::string& path, int64_t keep_steps_upto, int64_t keep_epochs_below) {
+  keep_json_lines(path, [&](const json& j) {
+    return j.value("type", "") == "step" ? j.value("step", int64_t{0}) <= keep_steps_upto
+                                         : j.value("epoch", int64_t{0}) < keep_epochs_below;
+  });
 }
 
 // curves.png: training loss and validation Dice per epoch, from metrics.jsonl.
@@ -624,6 +633,14 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
     metrics = LineFile(metrics_path, !resumed);
   }
   if (!o.trace_samples.empty()) {
+    // The lead starts the trace anew, or on resume drops the steps that a
+    // killed run traced after its last checkpoint (they are traced again),
+    // before any rank appends.
+    if (lead && resumed) {
+      keep_json_lines(o.trace_samples, [&](const json& j) { return j.value("step", int64_t{0}) <= global_step; });
+    } else if (lead) {
+      LineFile(o.trace_samples, true);
+    }
     comm.barrier();
     trace = LineFile(o.trace_samples, false);
   }
