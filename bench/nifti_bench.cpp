@@ -112,9 +112,10 @@ double load_nifti_clib(const std::string& path) {
   return p;
 }
 
-double load_ours(const std::string& path, volshard::VolumeLayout layout) {
+double load_ours(const std::string& path, volshard::VolumeLayout layout, bool count_nonfinite = true) {
   volshard::ReadOptions o;
   o.layout = layout;
+  o.count_nonfinite = count_nonfinite;
   const volshard::Volume v = volshard::read_volume(path, o);
   const float* p = v.data.data_ptr<float>();
   return static_cast<double>(p[0]) + p[v.data.numel() / 2] + p[v.data.numel() - 1];
@@ -241,6 +242,12 @@ int main(int argc, char** argv) {
                   timed([](const std::string& p) { return load_ours(p, volshard::VolumeLayout::kContiguous); }), {}});
   rows.push_back({"volshard, file-order view", false,
                   timed([](const std::string& p) { return load_ours(p, volshard::VolumeLayout::kFileOrderView); }), {}});
+  // As load_pair reads images: ScaleIntensity meets any NaN itself, so the
+  // reader skips its counting pass.
+  rows.push_back({"volshard, view, no NaN count", false,
+                  timed([](const std::string& p) {
+                    return load_ours(p, volshard::VolumeLayout::kFileOrderView, false);
+                  }), {}});
   double loadavg[3] = {0, 0, 0};
   if (getloadavg(loadavg, 3) < 0) loadavg[0] = -1;
   printf("bench_nifti: 128^3 float32 .nii.gz written by nibabel %s; median of %d interleaved rounds;\n"
