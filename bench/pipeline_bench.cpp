@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -78,6 +79,25 @@ double loads_per_second(const SampleSource& load, int64_t volumes, int64_t worke
   }
   std::sort(runs.begin(), runs.end());
   return runs[1];
+}
+
+// This VM's memory bandwidth at the moment: bytes memcpy copies per second
+// between two 64 MiB buffers (median of 9). Decompressing, scaling and
+// cropping one volume writes and reads on the order of 100 MB, so a run's
+// rows are read next to it.
+double memcpy_gb_per_s() {
+  constexpr size_t kBytes = size_t{64} << 20;
+  std::vector<char> a(kBytes, 1), b(kBytes, 2);
+  std::vector<double> gbs;
+  for (int r = 0; r < 9; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), kBytes);
+    gbs.push_back(static_cast<double>(kBytes) / 1e9 /
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    a[static_cast<size_t>(r)] = b[kBytes - 1 - static_cast<size_t>(r)];  // keep the copies
+  }
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[gbs.size() / 2];
 }
 
 // Median milliseconds of fn over the volumes, `rounds` times each.
@@ -173,6 +193,7 @@ int main(int argc, char** argv) {
   const int epochs = 2;
   const auto root = std::filesystem::temp_directory_path() / ("volshard_bench_pipeline_" + std::to_string(::getpid()));
 
+  const double bandwidth_before = memcpy_gb_per_s();
   std::printf("tutorial pipeline, %lld synthetic 128^3 .nii.gz volumes x %d epochs, batch 2, 96^3 x 4 crops, "
               "rot90 p=0.5; volshard: median of 3 runs; malloc tuned: %s\n",
               static_cast<long long>(volumes), epochs, tuned ? "yes" : "no");
@@ -215,6 +236,9 @@ int main(int argc, char** argv) {
   }
   std::printf("(load_pair v/s: the same threads running only load_pair, as trained (read, scale, label\n"
               "indices): the ceiling of the files rows, whatever the crops cost)\n");
+  std::printf("memcpy of 64 MiB, one thread: %.1f GB/s before the table, %.1f GB/s after it (this VM's\n"
+              "neighbours move it from run to run)\n",
+              bandwidth_before, memcpy_gb_per_s());
   std::printf("\nper 128^3 volume, one thread, median ms (MONAI 1.4.0 on this kind of machine, platform notes: LoadImaged\n"
               "image + label 42, ScaleIntensityd 11.8, RandCropByPosNegLabeld 12.9, RandRotate90d 4.7)\n");
   std::printf("%-11s | %-44s | %8s\n", "data", "stage", "ms");
