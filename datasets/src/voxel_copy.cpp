@@ -365,25 +365,20 @@ struct Kernel {
   static int64_t run(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
     D* d = static_cast<D*>(dst);
 #if defined(__SSE2__)
-    if constexpr (sizeof(S) == 4 && std::is_same_v<S, D> && !Swap && M == kConvert) {
-      const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
-      if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
-        Transpose4Bits op{std::is_floating_point_v<D>, false};
-        return transpose4_walk<uint32_t>(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, op);
-      }
-    }
-    if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, float> && !Swap && M == kConvert) {
-      const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
-      if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
-        Transpose4Bits op{false, true};
-        return transpose4_walk<uint32_t>(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, op);
-      }
-    }
-    if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, uint8_t> && !Swap && M == kConvert) {
-      const int64_t Z = spec.cxyz[3], row_bytes = spec.cxyz[1] * 4;
-      if (spec.to_c_order && !padded_rows(row_bytes, spec.cxyz[2], Z).direct) {
-        Transpose4Bytes op;
-        return transpose4_walk<int32_t>(src, d, spec, jb, je, op);
+    // 4-byte voxels into C order through the padded scratch: one SSE walk,
+    // with an op per conversion.
+    if constexpr (sizeof(S) == 4 && !Swap && M == kConvert) {
+      if (spec.to_c_order && !padded_rows(spec.cxyz[1] * 4, spec.cxyz[2], spec.cxyz[3]).direct) {
+        if constexpr (std::is_same_v<S, D>) {
+          Transpose4Bits op{std::is_floating_point_v<D>, false};
+          return transpose4_walk<uint32_t>(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, op);
+        } else if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, float>) {
+          Transpose4Bits op{false, true};
+          return transpose4_walk<uint32_t>(src, reinterpret_cast<uint32_t*>(d), spec, jb, je, op);
+        } else if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, uint8_t>) {
+          Transpose4Bytes op;
+          return transpose4_walk<int32_t>(src, d, spec, jb, je, op);
+        }
       }
     }
 #endif
