@@ -439,13 +439,17 @@ class ScaleIntensity final : public Transform {
   ScaleIntensityOptions options_;
 };
 
+// The samples with their pending views applied.
+std::vector<Sample> materialize_each(std::vector<Sample> samples) {
+  for (auto& s : samples) s = materialize(std::move(s));
+  return samples;
+}
+
 // Crops, rotations and flips: lazy() composes the view, operator() applies it.
 class Geometric : public Transform {
  public:
   std::vector<Sample> operator()(Sample sample, StreamRng& rng) const final {
-    std::vector<Sample> out = lazy(std::move(sample), rng);
-    for (auto& s : out) s = materialize(std::move(s));
-    return out;
+    return materialize_each(lazy(std::move(sample), rng));
   }
 };
 
@@ -556,9 +560,7 @@ std::vector<Sample> Compose::lazy(Sample sample, uint64_t sample_seed) const {
 }
 
 std::vector<Sample> Compose::operator()(Sample sample, uint64_t sample_seed) const {
-  std::vector<Sample> out = lazy(std::move(sample), sample_seed);
-  for (auto& s : out) s = materialize(std::move(s));
-  return out;
+  return materialize_each(lazy(std::move(sample), sample_seed));
 }
 
 Compose tutorial_augmentation(std::array<int64_t, 3> crop, int64_t num_samples) {
