@@ -32,8 +32,26 @@ namespace {
 
 using namespace volshard;
 
-// Volumes per second over `epochs` epochs, median of three runs (this VM's
-// neighbours swing single runs by up to 2x).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The median over `runs` runs of units per second, where run() does the work
+// and returns how many units it did (this VM's neighbours swing single runs
+// by up to 2x).
+template <class Run>
+double median_per_second(int runs, Run run) {
+  std::vector<double> rates;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double units = run(r);
+    rates.push_back(units / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(rates);
+}
+
+// Volumes per second over `epochs` epochs, median of three runs.
 double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t workers, int epochs) {
   LoaderOptions o;
   o.batch_size = 2;
@@ -42,31 +60,24 @@ double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t w
   DistributedSamplerOptions so;
   so.dataset_size = volumes;
   DistributedSampler sampler(so);
-  std::vector<double> runs;
-  for (int run = 0; run < 3; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
+  return median_per_second(3, [&](int) {
     int64_t seen = 0;
     for (int e = 0; e < epochs; ++e) {
       sampler.set_epoch(e);
       loader.start_epoch(sampler.iterate().to_vector(), e);
       while (auto b = loader.next()) seen += b->image.size(0) / 4;
     }
-    runs.push_back(static_cast<double>(seen) /
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(runs.begin(), runs.end());
-  return runs[1];
+    return static_cast<double>(seen);
+  });
 }
 
 // The ceiling of the files rows: volumes per second that `workers` threads
 // reach running load_pair alone (read, scale, label indices; no crops),
 // median of three runs of `epochs` passes over the volumes.
 double loads_per_second(const SampleSource& load, int64_t volumes, int64_t workers, int epochs) {
-  std::vector<double> runs;
-  for (int run = 0; run < 3; ++run) {
+  return median_per_second(3, [&](int) {
     std::atomic<int64_t> next{0};
     const int64_t total = volumes * epochs;
-    const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
     for (int64_t w = 0; w < workers; ++w) {
       threads.emplace_back([&] {
@@ -74,11 +85,8 @@ double loads_per_second(const SampleSource& load, int64_t volumes, int64_t worke
       });
     }
     for (auto& t : threads) t.join();
-    runs.push_back(static_cast<double>(total) /
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(runs.begin(), runs.end());
-  return runs[1];
+    return static_cast<double>(total);
+  });
 }
 
 // This VM's memory bandwidth at the moment: bytes memcpy copies per second
@@ -88,16 +96,11 @@ double loads_per_second(const SampleSource& load, int64_t volumes, int64_t worke
 double memcpy_gb_per_s() {
   constexpr size_t kBytes = size_t{64} << 20;
   std::vector<char> a(kBytes, 1), b(kBytes, 2);
-  std::vector<double> gbs;
-  for (int r = 0; r < 9; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
+  return median_per_second(9, [&](int r) {
     std::memcpy(b.data(), a.data(), kBytes);
-    gbs.push_back(static_cast<double>(kBytes) / 1e9 /
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     a[static_cast<size_t>(r)] = b[kBytes - 1 - static_cast<size_t>(r)];  // keep the copies
-  }
-  std::sort(gbs.begin(), gbs.end());
-  return gbs[gbs.size() / 2];
+    return static_cast<double>(kBytes) / 1e9;
+  });
 }
 
 // Median milliseconds of fn over the volumes, `rounds` times each.
@@ -111,8 +114,7 @@ double stage_ms(int64_t volumes, int rounds, Fn fn) {
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median(ms);
 }
 
 // What `volshard train` loads and caches: a compact uint8 label.
@@ -138,35 +140,27 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
   }
   const PairOptions trained = as_trained();
   const Compose augment = tutorial_augmentation();
-  std::printf("%-11s | %-44s | %8.2f\n", data, "read image, C order",
-              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].image, c_order); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "read image, file-order view",
-              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].image, file_order); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "read label (int32 on disk) as float, C order",
-              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].label, c_order); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "read label (int32 on disk) as uint8, C order",
-              stage_ms(n, rounds, [&](int64_t i) { read_volume(pairs[static_cast<size_t>(i)].label, compact); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "ScaleIntensity",
-              stage_ms(n, rounds, [&](int64_t i) { scale_intensity(images[static_cast<size_t>(i)]); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "label indices, float32 label",
-              stage_ms(n, rounds, [&](int64_t i) { label_indices(labels[static_cast<size_t>(i)]); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "label indices, uint8 label",
-              stage_ms(n, rounds, [&](int64_t i) { label_indices(compact_labels[static_cast<size_t>(i)]); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair, float32 label",
-              stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i); }));
-  std::printf("%-11s | %-44s | %8.2f\n", data, "load_pair, uint8 label (as trained)",
-              stage_ms(n, rounds, [&](int64_t i) { load_pair(pairs[static_cast<size_t>(i)], i, trained); }));
+  const auto row = [&](const char* stage, auto fn) {
+    std::printf("%-11s | %-44s | %8.2f\n", data, stage, stage_ms(n, rounds, fn));
+  };
+  const auto pair = [&](int64_t i) -> const ImageLabelPair& { return pairs[static_cast<size_t>(i)]; };
+  row("read image, C order", [&](int64_t i) { read_volume(pair(i).image, c_order); });
+  row("read image, file-order view", [&](int64_t i) { read_volume(pair(i).image, file_order); });
+  row("read label (int32 on disk) as float, C order", [&](int64_t i) { read_volume(pair(i).label, c_order); });
+  row("read label (int32 on disk) as uint8, C order", [&](int64_t i) { read_volume(pair(i).label, compact); });
+  row("ScaleIntensity", [&](int64_t i) { scale_intensity(images[static_cast<size_t>(i)]); });
+  row("label indices, float32 label", [&](int64_t i) { label_indices(labels[static_cast<size_t>(i)]); });
+  row("label indices, uint8 label", [&](int64_t i) { label_indices(compact_labels[static_cast<size_t>(i)]); });
+  row("load_pair, float32 label", [&](int64_t i) { load_pair(pair(i), i); });
+  row("load_pair, uint8 label (as trained)", [&](int64_t i) { load_pair(pair(i), i, trained); });
   for (const VolumeLayout layout : {VolumeLayout::kContiguous, VolumeLayout::kFileOrderView}) {
     PairOptions po = trained;
     po.image_layout = layout;
     std::vector<Sample> cached;
-    for (int64_t i = 0; i < n; ++i) cached.push_back(load_pair(pairs[static_cast<size_t>(i)], i, po));
-    const bool c = layout == VolumeLayout::kContiguous;
-    std::printf("%-11s | %-44s | %8.2f\n", data,
-                c ? "4 crops + rot90 into batch rows, C-order image" : "4 crops + rot90 into batch rows, file-order image",
-                stage_ms(n, rounds, [&](int64_t i) {
-                  collate(augment.lazy(cached[static_cast<size_t>(i)], static_cast<uint64_t>(i)), at::kFloat);
-                }));
+    for (int64_t i = 0; i < n; ++i) cached.push_back(load_pair(pair(i), i, po));
+    row(layout == VolumeLayout::kContiguous ? "4 crops + rot90 into batch rows, C-order image"
+                                            : "4 crops + rot90 into batch rows, file-order image",
+        [&](int64_t i) { collate(augment.lazy(cached[static_cast<size_t>(i)], static_cast<uint64_t>(i)), at::kFloat); });
   }
 }
 
