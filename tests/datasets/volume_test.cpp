@@ -4,22 +4,25 @@
 #include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <cstring>
 #include <sys/resource.h>
 
 #include <csignal>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
 #include "nifti_test_util.h"
+#include "volshard/datasets/load_pair.h"
+#include "volshard/transforms/transforms.h"
 
 namespace volshard {
 namespace {
 
 using ::testing::HasSubstr;
 using namespace volshard::testing;
+
+Affine identity_affine() { return Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}}; }
 
 // Writes a NIfTI whose voxels hold their own file-order index.
 template <class T>
@@ -261,10 +264,10 @@ TEST(WriteVolumeTest, RoundTripsEveryDtypeShapeAndAffine) {
 TEST(WriteVolumeTest, OneChannelWritesAThreeDimensionalFile) {
   const std::string dir = test_dir();
   const at::Tensor data = at::rand({1, 4, 5, 6});
-  write_volume(dir + "/one.nii.gz", data, Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}});
+  write_volume(dir + "/one.nii.gz", data, identity_affine());
   const NiftiHeader h = read_nifti_header(dir + "/one.nii.gz");
   EXPECT_EQ(h.dim[0], 3);
-  write_volume(dir + "/xyz.nii", data[0], Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}});
+  write_volume(dir + "/xyz.nii", data[0], identity_affine());
   EXPECT_TRUE(at::equal(read_volume(dir + "/xyz.nii").data, data));
 }
 
@@ -309,16 +312,6 @@ TEST(WriteVolumeTest, DiskFullLeavesTheOldFileAndNoTemporary) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
 }
 
-}  // namespace
-}  // namespace volshard
-
-#include "volshard/datasets/load_pair.h"
-#include "volshard/transforms/transforms.h"
-
-namespace volshard {
-namespace {
-
-Affine identity_affine() { return Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}}; }
 
 TEST(LoadPairTest, IsTheTutorialsDeterministicPrefixInEitherImageLayout) {
   const std::string dir = test_dir();

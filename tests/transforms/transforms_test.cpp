@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <cmath>
 #include <map>
@@ -295,11 +296,6 @@ TEST(ComposeTest, EachStepHasItsOwnStreamSoLaterStepsDoNotChangeEarlierDraws) {
   for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].meta.crop_start, b[k].meta.crop_start);
 }
 
-}  // namespace
-}  // namespace volshard
-
-namespace volshard {
-namespace {
 
 // The fast strided kernels against ATen's own ops, for every k and axis pair.
 TEST(FastKernelsTest, Rot90EqualsTorchRot90ForEveryKAndAxisPair) {
@@ -344,13 +340,6 @@ TEST(FastKernelsTest, CropAndFlipEqualSliceAndTorchFlip) {
   EXPECT_TRUE(at::equal(apply_crop(ints, c, 0).image, cropped.image.to(at::kInt)));
 }
 
-}  // namespace
-}  // namespace volshard
-
-#include <rapidcheck/gtest.h>
-
-namespace volshard {
-namespace {
 
 // The same tensor values in another memory layout: spatial axes stored in the
 // order `order` (e.g. {2, 1, 0}: a NIfTI file-order view), still dense.
