@@ -59,7 +59,9 @@ size_t gzip_isize(const std::vector<uint8_t>& in) {
 }
 
 // A checksum of the voxels so that no row can skip its work.
-double probe(const float* v) { return static_cast<double>(v[0]) + v[kVoxelBytes / 8] + v[kVoxelBytes / 4 - 1]; }
+double probe(const float* v) {
+  return static_cast<double>(v[0]) + v[kVoxelBytes / 8] + v[kVoxelBytes / 4 - 1];
+}
 
 double load_zlib(const std::string& path) {
   const auto in = slurp(path);
@@ -81,7 +83,8 @@ double load_libdeflate(const std::string& path) {
   std::unique_ptr<uint8_t[]> out(new uint8_t[n]);
   static thread_local libdeflate_decompressor* d = libdeflate_alloc_decompressor();
   size_t got = 0;
-  if (libdeflate_gzip_decompress(d, in.data(), in.size(), out.get(), n, &got) != LIBDEFLATE_SUCCESS) {
+  if (libdeflate_gzip_decompress(d, in.data(), in.size(), out.get(), n, &got) !=
+      LIBDEFLATE_SUCCESS) {
     throw std::runtime_error("libdeflate failed on " + path);
   }
   return probe(reinterpret_cast<const float*>(out.get() + 352));
@@ -112,7 +115,8 @@ double load_nifti_clib(const std::string& path) {
   return p;
 }
 
-double load_ours(const std::string& path, volshard::VolumeLayout layout, bool count_nonfinite = true) {
+double load_ours(const std::string& path, volshard::VolumeLayout layout,
+                 bool count_nonfinite = true) {
   volshard::ReadOptions o;
   o.layout = layout;
   o.count_nonfinite = count_nonfinite;
@@ -219,7 +223,8 @@ int main(int argc, char** argv) {
   const std::string dir = tmpl;
   Python py(python, script);
   if (!py.ok()) {
-    fprintf(stderr, "bench_nifti: %s %s did not start (nibabel missing?)\n", python.c_str(), script.c_str());
+    fprintf(stderr, "bench_nifti: %s %s did not start (nibabel missing?)\n", python.c_str(),
+            script.c_str());
     std::filesystem::remove_all(dir);
     return 1;
   }
@@ -230,7 +235,9 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   auto nibabel = [&py](const char* mode) {
-    return [&py, mode](const std::string& path) { return std::stod(py.ask("load " + path + " " + mode)); };
+    return [&py, mode](const std::string& path) {
+      return std::stod(py.ask("load " + path + " " + mode));
+    };
   };
   rows.push_back({"nibabel dataobj (F order)", false, nibabel("dataobj"), {}});
   rows.push_back({"nibabel C order (MONAI reader)", false, nibabel("monai"), {}});
@@ -238,21 +245,32 @@ int main(int argc, char** argv) {
   rows.push_back({"raw zlib inflate", true, timed(load_zlib), {}});
   rows.push_back({"raw libdeflate", true, timed(load_libdeflate), {}});
   rows.push_back({"raw ISA-L igzip", true, timed(load_isal), {}});
-  rows.push_back({"volshard read_volume", false,
-                  timed([](const std::string& p) { return load_ours(p, volshard::VolumeLayout::kContiguous); }), {}});
-  rows.push_back({"volshard, file-order view", false,
-                  timed([](const std::string& p) { return load_ours(p, volshard::VolumeLayout::kFileOrderView); }), {}});
+  rows.push_back({"volshard read_volume",
+                  false,
+                  timed([](const std::string& p) {
+                    return load_ours(p, volshard::VolumeLayout::kContiguous);
+                  }),
+                  {}});
+  rows.push_back({"volshard, file-order view",
+                  false,
+                  timed([](const std::string& p) {
+                    return load_ours(p, volshard::VolumeLayout::kFileOrderView);
+                  }),
+                  {}});
   // As load_pair reads images: ScaleIntensity meets any NaN itself, so the
   // reader skips its counting pass.
-  rows.push_back({"volshard, view, no NaN count", false,
+  rows.push_back({"volshard, view, no NaN count",
+                  false,
                   timed([](const std::string& p) {
                     return load_ours(p, volshard::VolumeLayout::kFileOrderView, false);
-                  }), {}});
+                  }),
+                  {}});
   double loadavg[3] = {0, 0, 0};
   if (getloadavg(loadavg, 3) < 0) loadavg[0] = -1;
-  printf("bench_nifti: 128^3 float32 .nii.gz written by nibabel %s; median of %d interleaved rounds;\n"
-         "MB/s = decompressed voxel MB (8.39) / time; load average at start %.2f\n",
-         "(default compresslevel)", rounds, loadavg[0]);
+  printf(
+      "bench_nifti: 128^3 float32 .nii.gz written by nibabel %s; median of %d interleaved rounds;\n"
+      "MB/s = decompressed voxel MB (8.39) / time; load average at start %.2f\n",
+      "(default compresslevel)", rounds, loadavg[0]);
   int status = 0;
   for (const std::string kind : {"noisy", "clean"}) {
     const std::string path = dir + "/" + kind + ".nii.gz";
@@ -274,17 +292,23 @@ int main(int argc, char** argv) {
         raw_name = r.name;
       }
     }
-    printf("\n%s: %s, %.2f MB on disk (ratio %.2f)\n", kind.c_str(), kind == "noisy" ? "uniform noise" : "constant spheres on zeros",
-           static_cast<double>(file_size) / 1e6, static_cast<double>(kVoxelBytes + 352) / static_cast<double>(file_size));
-    printf("| %-31s | %9s | %9s | %8s | %10s | %12s |\n", "reader", "ms/volume", "volumes/s", "MB/s", "x nibabel", "x fastest raw");
-    printf("|%s|%s|%s|%s|%s|%s|\n", std::string(33, '-').c_str(), std::string(11, '-').c_str(), std::string(11, '-').c_str(),
-           std::string(10, '-').c_str(), std::string(12, '-').c_str(), std::string(14, '-').c_str());
+    printf("\n%s: %s, %.2f MB on disk (ratio %.2f)\n", kind.c_str(),
+           kind == "noisy" ? "uniform noise" : "constant spheres on zeros",
+           static_cast<double>(file_size) / 1e6,
+           static_cast<double>(kVoxelBytes + 352) / static_cast<double>(file_size));
+    printf("| %-31s | %9s | %9s | %8s | %10s | %12s |\n", "reader", "ms/volume", "volumes/s",
+           "MB/s", "x nibabel", "x fastest raw");
+    printf("|%s|%s|%s|%s|%s|%s|\n", std::string(33, '-').c_str(), std::string(11, '-').c_str(),
+           std::string(11, '-').c_str(), std::string(10, '-').c_str(), std::string(12, '-').c_str(),
+           std::string(14, '-').c_str());
     for (auto& r : rows) {
       const double ms = median(r.samples) * 1e3;
       printf("| %-31s | %9.2f | %9.1f | %8.0f | %10.2f | %12.2f |\n", r.name.c_str(), ms, 1e3 / ms,
              static_cast<double>(kVoxelBytes) / 1e6 / (ms / 1e3), nib_ms / ms, raw_ms / ms);
     }
-    printf("(x nibabel: nibabel dataobj's ms / the row's ms; x fastest raw: %s's ms / the row's ms)\n", raw_name.c_str());
+    printf(
+        "(x nibabel: nibabel dataobj's ms / the row's ms; x fastest raw: %s's ms / the row's ms)\n",
+        raw_name.c_str());
   }
   std::filesystem::remove_all(dir);
   return status;

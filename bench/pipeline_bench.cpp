@@ -46,13 +46,15 @@ double median_per_second(int runs, Run run) {
   for (int r = 0; r < runs; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     const double units = run(r);
-    rates.push_back(units / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    rates.push_back(units /
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return median(rates);
 }
 
 // Volumes per second over `epochs` epochs, median of three runs.
-double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t workers, int epochs) {
+double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t workers,
+                          int epochs) {
   LoaderOptions o;
   o.batch_size = 2;
   o.workers = workers;
@@ -111,7 +113,8 @@ double stage_ms(int64_t volumes, int rounds, Fn fn) {
     for (int64_t i = 0; i < volumes; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       fn(i);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
   return median(ms);
@@ -143,14 +146,20 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
   const auto row = [&](const char* stage, auto fn) {
     std::printf("%-11s | %-44s | %8.2f\n", data, stage, stage_ms(n, rounds, fn));
   };
-  const auto pair = [&](int64_t i) -> const ImageLabelPair& { return pairs[static_cast<size_t>(i)]; };
+  const auto pair = [&](int64_t i) -> const ImageLabelPair& {
+    return pairs[static_cast<size_t>(i)];
+  };
   row("read image, C order", [&](int64_t i) { read_volume(pair(i).image, c_order); });
   row("read image, file-order view", [&](int64_t i) { read_volume(pair(i).image, file_order); });
-  row("read label (int32 on disk) as float, C order", [&](int64_t i) { read_volume(pair(i).label, c_order); });
-  row("read label (int32 on disk) as uint8, C order", [&](int64_t i) { read_volume(pair(i).label, compact); });
+  row("read label (int32 on disk) as float, C order",
+      [&](int64_t i) { read_volume(pair(i).label, c_order); });
+  row("read label (int32 on disk) as uint8, C order",
+      [&](int64_t i) { read_volume(pair(i).label, compact); });
   row("ScaleIntensity", [&](int64_t i) { scale_intensity(images[static_cast<size_t>(i)]); });
-  row("label indices, float32 label", [&](int64_t i) { label_indices(labels[static_cast<size_t>(i)]); });
-  row("label indices, uint8 label", [&](int64_t i) { label_indices(compact_labels[static_cast<size_t>(i)]); });
+  row("label indices, float32 label",
+      [&](int64_t i) { label_indices(labels[static_cast<size_t>(i)]); });
+  row("label indices, uint8 label",
+      [&](int64_t i) { label_indices(compact_labels[static_cast<size_t>(i)]); });
   row("load_pair, float32 label", [&](int64_t i) { load_pair(pair(i), i); });
   row("load_pair, uint8 label (as trained)", [&](int64_t i) { load_pair(pair(i), i, trained); });
   for (const VolumeLayout layout : {VolumeLayout::kContiguous, VolumeLayout::kFileOrderView}) {
@@ -160,14 +169,17 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
     for (int64_t i = 0; i < n; ++i) cached.push_back(load_pair(pair(i), i, po));
     row(layout == VolumeLayout::kContiguous ? "4 crops + rot90 into batch rows, C-order image"
                                             : "4 crops + rot90 into batch rows, file-order image",
-        [&](int64_t i) { collate(augment.lazy(cached[static_cast<size_t>(i)], static_cast<uint64_t>(i)), at::kFloat); });
+        [&](int64_t i) {
+          collate(augment.lazy(cached[static_cast<size_t>(i)], static_cast<uint64_t>(i)),
+                  at::kFloat);
+        });
   }
 }
 
-double python_baseline(const std::string& script, const std::string& dir, const char* mode, int64_t workers,
-                       int epochs) {
-  const std::string cmd = "/usr/bin/python3 " + script + " " + dir + " " + mode + " " + std::to_string(workers) + " " +
-                          std::to_string(epochs) + " 2>/dev/null";
+double python_baseline(const std::string& script, const std::string& dir, const char* mode,
+                       int64_t workers, int epochs) {
+  const std::string cmd = "/usr/bin/python3 " + script + " " + dir + " " + mode + " " +
+                          std::to_string(workers) + " " + std::to_string(epochs) + " 2>/dev/null";
   double v = 0;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     if (std::fscanf(p, "%lf", &v) != 1) v = 0;
@@ -181,18 +193,22 @@ double python_baseline(const std::string& script, const std::string& dir, const 
 int main(int argc, char** argv) {
   const std::string script = argc > 1 ? argv[1] : "bench/pipeline_baseline.py";
   at::set_num_threads(1);
-  const bool tuned = std::getenv("VOLSHARD_BENCH_UNTUNED_MALLOC") == nullptr && tune_allocator_for_volumes();
+  const bool tuned =
+      std::getenv("VOLSHARD_BENCH_UNTUNED_MALLOC") == nullptr && tune_allocator_for_volumes();
   const bool quick = std::getenv("VOLSHARD_BENCH_QUICK") != nullptr;
   const int64_t volumes = quick ? 8 : 24;
   const int epochs = 2;
-  const auto root = std::filesystem::temp_directory_path() / ("volshard_bench_pipeline_" + std::to_string(::getpid()));
+  const auto root = std::filesystem::temp_directory_path() /
+                    ("volshard_bench_pipeline_" + std::to_string(::getpid()));
 
   const double bandwidth_before = memcpy_gb_per_s();
-  std::printf("tutorial pipeline, %lld synthetic 128^3 .nii.gz volumes x %d epochs, batch 2, 96^3 x 4 crops, "
-              "rot90 p=0.5; volshard: median of 3 runs; malloc tuned: %s\n",
-              static_cast<long long>(volumes), epochs, tuned ? "yes" : "no");
-  std::printf("%-11s %-7s | %7s | %12s %9s | %15s %7s | %14s\n", "data", "source", "threads", "volshard v/s", "crops/s",
-              "numpy+torch v/s", "ratio", "load_pair v/s");
+  std::printf(
+      "tutorial pipeline, %lld synthetic 128^3 .nii.gz volumes x %d epochs, batch 2, 96^3 x 4 "
+      "crops, "
+      "rot90 p=0.5; volshard: median of 3 runs; malloc tuned: %s\n",
+      static_cast<long long>(volumes), epochs, tuned ? "yes" : "no");
+  std::printf("%-11s %-7s | %7s | %12s %9s | %15s %7s | %14s\n", "data", "source", "threads",
+              "volshard v/s", "crops/s", "numpy+torch v/s", "ratio", "load_pair v/s");
   std::printf("%s\n", std::string(101, '-').c_str());
   std::vector<std::pair<std::string, std::vector<ImageLabelPair>>> stage_data;
   for (double noise : {0.0, 0.2}) {
@@ -206,13 +222,16 @@ int main(int argc, char** argv) {
     const auto pairs = pairs_from_folder(dir.string());
     stage_data.emplace_back(noise == 0.0 ? "noise-free" : "noisy", pairs);
     const PairOptions loading = as_trained();
-    const SampleSource from_files = [&](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i, loading); };
+    const SampleSource from_files = [&](int64_t i) {
+      return load_pair(pairs[static_cast<size_t>(i)], i, loading);
+    };
     CacheOptions co;
     const SampleCache cache(from_files, volumes, co);
     for (const char* mode : {"files", "cached"}) {
       const bool cached = std::string(mode) == "cached";
       for (int64_t workers : {1, 2}) {
-        const double ours = volumes_per_second(cached ? cache.source() : from_files, volumes, workers, epochs);
+        const double ours =
+            volumes_per_second(cached ? cache.source() : from_files, volumes, workers, epochs);
         const double base = python_baseline(script, dir.string(), mode, workers, epochs);
         char base_text[32] = "n/a", ratio[32] = "n/a", ceiling[32] = "";
         if (base > 0) {
@@ -223,22 +242,30 @@ int main(int argc, char** argv) {
           std::snprintf(ceiling, sizeof ceiling, "%.1f",
                         loads_per_second(from_files, volumes, workers, epochs));
         }
-        std::printf("%-11s %-7s | %7lld | %12.1f %9.1f | %15s %7s | %14s\n", noise == 0.0 ? "noise-free" : "noisy",
-                    mode, static_cast<long long>(workers), ours, 4 * ours, base_text, ratio, ceiling);
+        std::printf("%-11s %-7s | %7lld | %12.1f %9.1f | %15s %7s | %14s\n",
+                    noise == 0.0 ? "noise-free" : "noisy", mode, static_cast<long long>(workers),
+                    ours, 4 * ours, base_text, ratio, ceiling);
       }
     }
   }
-  std::printf("(load_pair v/s: the same threads running only load_pair, as trained (read, scale, label\n"
-              "indices): the ceiling of the files rows, whatever the crops cost)\n");
-  std::printf("memcpy of 64 MiB, one thread: %.1f GB/s before the table, %.1f GB/s after it (this VM's\n"
-              "neighbours move it from run to run)\n",
-              bandwidth_before, memcpy_gb_per_s());
-  std::printf("\nper 128^3 volume, one thread, median ms (MONAI 1.4.0 on this kind of machine, platform notes: LoadImaged\n"
-              "image + label 42, ScaleIntensityd 11.8, RandCropByPosNegLabeld 12.9, RandRotate90d 4.7)\n");
+  std::printf(
+      "(load_pair v/s: the same threads running only load_pair, as trained (read, scale, label\n"
+      "indices): the ceiling of the files rows, whatever the crops cost)\n");
+  std::printf(
+      "memcpy of 64 MiB, one thread: %.1f GB/s before the table, %.1f GB/s after it (this VM's\n"
+      "neighbours move it from run to run)\n",
+      bandwidth_before, memcpy_gb_per_s());
+  std::printf(
+      "\nper 128^3 volume, one thread, median ms (MONAI 1.4.0 on this kind of machine, platform "
+      "notes: LoadImaged\n"
+      "image + label 42, ScaleIntensityd 11.8, RandCropByPosNegLabeld 12.9, RandRotate90d 4.7)\n");
   std::printf("%-11s | %-44s | %8s\n", "data", "stage", "ms");
   std::printf("%s\n", std::string(69, '-').c_str());
   for (const auto& [name, pairs] : stage_data) print_stages(pairs, name.c_str());
   std::filesystem::remove_all(root);
-  std::printf("MONAI 1.4.0 on this kind of machine (platform notes, not this run): 12.6 v/s from files, 15.6 with\n"
-              "CacheDataset, 20.8 with CacheDataset + ThreadDataLoader, 11.9 on noisy files (2 workers).\n");
+  std::printf(
+      "MONAI 1.4.0 on this kind of machine (platform notes, not this run): 12.6 v/s from files, "
+      "15.6 with\n"
+      "CacheDataset, 20.8 with CacheDataset + ThreadDataLoader, 11.9 on noisy files (2 "
+      "workers).\n");
 }

@@ -44,10 +44,12 @@ Measure volshard_once(int64_t n, int64_t world, int64_t rank) {
     const long before = rss_bytes();
     const auto t0 = std::chrono::steady_clock::now();
     const auto indices = sampler.indices();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    Measure m{seconds, static_cast<double>(ru.ru_maxrss * 1024L - before), indices.size() == sampler.num_samples()};
+    Measure m{seconds, static_cast<double>(ru.ru_maxrss * 1024L - before),
+              indices.size() == sampler.num_samples()};
     if (write(fd[1], &m, sizeof m) != static_cast<ssize_t>(sizeof m)) _exit(1);
     _exit(0);
   }
@@ -62,8 +64,8 @@ Measure volshard_once(int64_t n, int64_t world, int64_t rank) {
 }
 
 Measure torch_once(const std::string& script, int64_t n, int64_t world, int64_t rank) {
-  const std::string cmd = "/usr/bin/python3 " + script + " " + std::to_string(n) + " " + std::to_string(world) +
-                          " " + std::to_string(rank) + " 2>/dev/null";
+  const std::string cmd = "/usr/bin/python3 " + script + " " + std::to_string(n) + " " +
+                          std::to_string(world) + " " + std::to_string(rank) + " 2>/dev/null";
   Measure m;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     m.ok = fscanf(p, "%lf %lf", &m.seconds, &m.extra_peak_bytes) == 2;
@@ -95,8 +97,10 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {1000000, 10000000, 100000000};
   if (quick) sizes.pop_back();
 
-  std::printf("DistributedSampler, one rank's indices (W=%lld, rank %lld, shuffle, epoch 0); best of runs\n",
-              static_cast<long long>(world), static_cast<long long>(rank));
+  std::printf(
+      "DistributedSampler, one rank's indices (W=%lld, rank %lld, shuffle, epoch 0); best of "
+      "runs\n",
+      static_cast<long long>(world), static_cast<long long>(rank));
   std::printf("%-11s | %12s %12s %9s | %14s %10s %14s\n", "n", "volshard s", "PyTorch s", "speedup",
               "volshard peak", "peak/(4n)", "PyTorch peak");
   std::printf("%s\n", std::string(95, '-').c_str());
@@ -104,7 +108,8 @@ int main(int argc, char** argv) {
   for (const int64_t n : sizes) {
     const int reps = n >= 100000000 ? 3 : 5;
     const Measure ours = best_of(reps, [&] { return volshard_once(n, world, rank); });
-    const Measure torch = best_of(n >= 100000000 ? 1 : 3, [&] { return torch_once(script, n, world, rank); });
+    const Measure torch =
+        best_of(n >= 100000000 ? 1 : 3, [&] { return torch_once(script, n, world, rank); });
     if (!ours.ok) {
       std::printf("%-11lld | volshard run failed\n", static_cast<long long>(n));
       status = 1;
@@ -116,9 +121,9 @@ int main(int argc, char** argv) {
       std::snprintf(speedup, sizeof speedup, "%.1fx", torch.seconds / ours.seconds);
       std::snprintf(torch_mb, sizeof torch_mb, "%.0f MB", torch.extra_peak_bytes / 1e6);
     }
-    std::printf("%-11lld | %12.3f %12s %9s | %11.0f MB %10.2f %14s\n", static_cast<long long>(n), ours.seconds,
-                torch_s, speedup, ours.extra_peak_bytes / 1e6, ours.extra_peak_bytes / (4.0 * static_cast<double>(n)),
-                torch_mb);
+    std::printf("%-11lld | %12.3f %12s %9s | %11.0f MB %10.2f %14s\n", static_cast<long long>(n),
+                ours.seconds, torch_s, speedup, ours.extra_peak_bytes / 1e6,
+                ours.extra_peak_bytes / (4.0 * static_cast<double>(n)), torch_mb);
   }
   std::printf("peak = resident-set high-water mark above the process's size before the call\n");
   return status;

@@ -30,13 +30,18 @@ namespace {
 void check_cache_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("SampleCache: cache_dir=" + dir + ": cannot create the folder: " + ec.message());
+  if (ec)
+    throw std::runtime_error("SampleCache: cache_dir=" + dir +
+                             ": cannot create the folder: " + ec.message());
   static std::atomic<uint64_t> counter{0};
-  const std::string probe = (std::filesystem::path(dir) / (".write-probe-" + std::to_string(::getpid()) + "-" +
-                                                            std::to_string(counter++))).string();
+  const std::string probe =
+      (std::filesystem::path(dir) /
+       (".write-probe-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
+          .string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
-    throw std::runtime_error("SampleCache: cache_dir=" + dir + " is not writable: " + std::strerror(errno));
+    throw std::runtime_error("SampleCache: cache_dir=" + dir +
+                             " is not writable: " + std::strerror(errno));
   }
   ::close(fd);
   ::unlink(probe.c_str());
@@ -53,19 +58,28 @@ ItemFiles files_of(std::vector<ImageLabelPair> pairs) {
 
 void CacheOptions::validate() const {
   if (!(cache_rate >= 0.0 && cache_rate <= 1.0)) {
-    throw std::invalid_argument("SampleCache: cache_rate=" + std::to_string(cache_rate) + " must be in [0, 1]");
+    throw std::invalid_argument("SampleCache: cache_rate=" + std::to_string(cache_rate) +
+                                " must be in [0, 1]");
   }
-  if (max_bytes < -1) throw std::invalid_argument("SampleCache: max_bytes=" + std::to_string(max_bytes) + " must be >= -1");
-  if (threads < 1) throw std::invalid_argument("SampleCache: threads=" + std::to_string(threads) + " must be >= 1");
+  if (max_bytes < -1)
+    throw std::invalid_argument("SampleCache: max_bytes=" + std::to_string(max_bytes) +
+                                " must be >= -1");
+  if (threads < 1)
+    throw std::invalid_argument("SampleCache: threads=" + std::to_string(threads) +
+                                " must be >= 1");
   if (!cache_dir.empty() && !item_files) {
-    throw std::invalid_argument("SampleCache: cache_dir=" + cache_dir +
-                                " needs item_files (the files whose contents key each item's entry)");
+    throw std::invalid_argument(
+        "SampleCache: cache_dir=" + cache_dir +
+        " needs item_files (the files whose contents key each item's entry)");
   }
 }
 
 int64_t sample_bytes(const Sample& s) {
-  const auto tensor = [](const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
-  const size_t indices = s.indices ? s.indices->foreground.size() + s.indices->background.size() : 0;
+  const auto tensor = [](const at::Tensor& t) {
+    return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  };
+  const size_t indices =
+      s.indices ? s.indices->foreground.size() + s.indices->background.size() : 0;
   return tensor(s.image) + tensor(s.label) + static_cast<int64_t>(indices * sizeof(int32_t));
 }
 
@@ -77,7 +91,8 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
       counters_(std::make_shared<Counters>()) {
   const CacheOptions& options = options_;
   options.validate();
-  if (size < 0) throw std::invalid_argument("SampleCache: size=" + std::to_string(size) + " must be >= 0");
+  if (size < 0)
+    throw std::invalid_argument("SampleCache: size=" + std::to_string(size) + " must be >= 0");
   if (!prepare_) throw std::invalid_argument("SampleCache: prepare is empty");
   if (!options.cache_dir.empty()) check_cache_dir(options.cache_dir);
   const auto wanted = static_cast<int64_t>(static_cast<double>(size) * options.cache_rate);
@@ -103,7 +118,9 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
         full = true;
       }
       const int64_t d = ++done;
-      if (bar) std::fprintf(stderr, "\rcaching %lld/%lld", static_cast<long long>(d), static_cast<long long>(wanted));
+      if (bar)
+        std::fprintf(stderr, "\rcaching %lld/%lld", static_cast<long long>(d),
+                     static_cast<long long>(wanted));
     }
   };
   std::vector<std::thread> pool;
@@ -135,8 +152,10 @@ Sample SampleCache::load_or_prepare(int64_t index) const {
     ++counters_->prepared;
     return prepare_(index);
   }
-  const detail::EntryKey key = detail::make_entry_key(options_.config_key, options_.item_files(index), index);
-  const std::string path = (std::filesystem::path(options_.cache_dir) / detail::entry_file_name(key.hash)).string();
+  const detail::EntryKey key =
+      detail::make_entry_key(options_.config_key, options_.item_files(index), index);
+  const std::string path =
+      (std::filesystem::path(options_.cache_dir) / detail::entry_file_name(key.hash)).string();
   try {
     if (auto loaded = detail::read_entry(path, key, index)) {
       ++counters_->loaded;
@@ -153,8 +172,8 @@ Sample SampleCache::load_or_prepare(int64_t index) const {
     detail::write_entry(path, key, index, s);
   } catch (const std::exception& e) {
     // The sample itself is fine; only the next run loses its head start.
-    warn("SampleCache: cannot write the entry of item " + std::to_string(index) + " (kept in memory only): " +
-         e.what());
+    warn("SampleCache: cannot write the entry of item " + std::to_string(index) +
+         " (kept in memory only): " + e.what());
   }
   return s;
 }
@@ -169,7 +188,8 @@ std::string SampleCache::entry_path(int64_t index) const {
     throw std::out_of_range("SampleCache: index=" + std::to_string(index) + " out of range [0, " +
                             std::to_string(size_) + ")");
   }
-  const detail::EntryKey key = detail::make_entry_key(options_.config_key, options_.item_files(index), index);
+  const detail::EntryKey key =
+      detail::make_entry_key(options_.config_key, options_.item_files(index), index);
   return (std::filesystem::path(options_.cache_dir) / detail::entry_file_name(key.hash)).string();
 }
 

@@ -43,15 +43,16 @@ struct DtypeCode {
   uint8_t code;
 };
 // Our own codes: at::ScalarType's numbering is not a file format.
-constexpr DtypeCode kDtypes[] = {{at::kByte, 1},  {at::kChar, 2},   {at::kShort, 3}, {at::kInt, 4},
-                                 {at::kLong, 5},  {at::kHalf, 6},   {at::kFloat, 7}, {at::kDouble, 8},
-                                 {at::kBool, 9},  {at::kBFloat16, 10}};
+constexpr DtypeCode kDtypes[] = {
+    {at::kByte, 1}, {at::kChar, 2},  {at::kShort, 3},  {at::kInt, 4},  {at::kLong, 5},
+    {at::kHalf, 6}, {at::kFloat, 7}, {at::kDouble, 8}, {at::kBool, 9}, {at::kBFloat16, 10}};
 
 uint8_t dtype_code(at::ScalarType type) {
   for (const auto& d : kDtypes) {
     if (d.type == type) return d.code;
   }
-  throw std::invalid_argument(std::string("SampleCache: cannot store a tensor of dtype ") + c10::toString(type));
+  throw std::invalid_argument(std::string("SampleCache: cannot store a tensor of dtype ") +
+                              c10::toString(type));
 }
 
 class Writer {
@@ -106,10 +107,12 @@ struct Array {
   size_t size;
 };
 
-void put_tensor(Writer& w, const at::Tensor& t, std::vector<Array>& arrays, std::vector<at::Tensor>& keep) {
+void put_tensor(Writer& w, const at::Tensor& t, std::vector<Array>& arrays,
+                std::vector<at::Tensor>& keep) {
   w.pod<uint8_t>(t.defined() ? 1 : 0);
   if (!t.defined()) return;
-  if (!t.device().is_cpu()) throw std::invalid_argument("SampleCache: cannot store a tensor on " + t.device().str());
+  if (!t.device().is_cpu())
+    throw std::invalid_argument("SampleCache: cannot store a tensor on " + t.device().str());
   const at::Tensor c = t.contiguous();
   keep.push_back(c);
   w.pod<uint8_t>(dtype_code(c.scalar_type()));
@@ -159,7 +162,8 @@ void read_at(int fd, void* out, uint64_t size, uint64_t offset, const char* what
       if (errno == EINTR) continue;
       throw BadEntry(std::string("reading the ") + what + " failed: " + std::strerror(errno));
     }
-    if (n == 0) throw BadEntry(std::string("the file ended inside the ") + what + " (changed while read?)");
+    if (n == 0)
+      throw BadEntry(std::string("the file ended inside the ") + what + " (changed while read?)");
     done += static_cast<uint64_t>(n);
   }
 }
@@ -174,14 +178,17 @@ at::Tensor get_tensor(Reader& r, const char* what, uint64_t file_size, uint64_t&
   for (const auto& d : kDtypes) {
     if (d.code == code) dtype = &d;
   }
-  if (!dtype) throw BadEntry(std::string("unknown dtype code ") + std::to_string(code) + " for the " + what);
+  if (!dtype)
+    throw BadEntry(std::string("unknown dtype code ") + std::to_string(code) + " for the " + what);
   const auto ndim = r.pod<uint32_t>(what);
-  if (ndim > 16) throw BadEntry(std::string("the ") + what + " has " + std::to_string(ndim) + " dimensions");
+  if (ndim > 16)
+    throw BadEntry(std::string("the ") + what + " has " + std::to_string(ndim) + " dimensions");
   std::vector<int64_t> sizes(ndim);
   uint64_t bytes = c10::elementSize(dtype->type);
   for (auto& d : sizes) {
     d = r.pod<int64_t>(what);
-    if (d < 0) throw BadEntry(std::string("the ") + what + " has a negative size " + std::to_string(d));
+    if (d < 0)
+      throw BadEntry(std::string("the ") + what + " has a negative size " + std::to_string(d));
     if (d > 0 && bytes > file_size / static_cast<uint64_t>(d)) {
       throw BadEntry(std::string("the ") + what + "'s shape needs more bytes than the file has");
     }
@@ -189,24 +196,27 @@ at::Tensor get_tensor(Reader& r, const char* what, uint64_t file_size, uint64_t&
   }
   const auto stored = r.pod<uint64_t>(what);
   if (stored != bytes) {
-    throw BadEntry(std::string("the ") + what + " has " + std::to_string(stored) + " bytes, its shape needs " +
-                   std::to_string(bytes));
+    throw BadEntry(std::string("the ") + what + " has " + std::to_string(stored) +
+                   " bytes, its shape needs " + std::to_string(bytes));
   }
   const auto hash = r.pod<uint64_t>(what);
   array_bytes += bytes;
-  if (array_bytes > file_size) throw BadEntry(std::string("the ") + what + " does not fit in the file");
+  if (array_bytes > file_size)
+    throw BadEntry(std::string("the ") + what + " does not fit in the file");
   at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype->type));
   plan.push_back({t.data_ptr(), bytes, hash, what});
   return t;
 }
 
-void get_ints(Reader& r, const char* what, uint64_t file_size, uint64_t& array_bytes, std::vector<int32_t>& out,
-              std::vector<Planned>& plan) {
+void get_ints(Reader& r, const char* what, uint64_t file_size, uint64_t& array_bytes,
+              std::vector<int32_t>& out, std::vector<Planned>& plan) {
   const auto count = r.pod<uint64_t>(what);
   const auto hash = r.pod<uint64_t>(what);
-  if (count > file_size / sizeof(int32_t)) throw BadEntry(std::string("the ") + what + " do not fit in the file");
+  if (count > file_size / sizeof(int32_t))
+    throw BadEntry(std::string("the ") + what + " do not fit in the file");
   array_bytes += count * sizeof(int32_t);
-  if (array_bytes > file_size) throw BadEntry(std::string("the ") + what + " do not fit in the file");
+  if (array_bytes > file_size)
+    throw BadEntry(std::string("the ") + what + " do not fit in the file");
   out.resize(static_cast<size_t>(count));
   plan.push_back({out.data(), count * sizeof(int32_t), hash, what});
 }
@@ -225,7 +235,8 @@ uint32_t get_u32(const uint8_t* p) {
 
 }  // namespace
 
-EntryKey make_entry_key(const std::string& config_key, std::vector<std::string> files, int64_t index) {
+EntryKey make_entry_key(const std::string& config_key, std::vector<std::string> files,
+                        int64_t index) {
   if (files.empty()) {
     throw std::invalid_argument("SampleCache: item_files(" + std::to_string(index) +
                                 ") gave no files; an entry is keyed by its files' contents");
@@ -316,37 +327,43 @@ std::optional<Sample> read_entry(const std::string& path, const EntryKey& key, i
     if (errno == ENOENT) return std::nullopt;
     throw BadEntry(std::string("cannot open: ") + std::strerror(errno));
   }
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) throw BadEntry(std::string("cannot stat: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0)
+    throw BadEntry(std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw BadEntry("not a regular file");
   const auto actual = static_cast<uint64_t>(st.st_size);
   if (actual < kHeaderBytes) {
-    throw BadEntry("truncated: " + std::to_string(actual) + " bytes, less than the " + std::to_string(kHeaderBytes) +
-                   "-byte header");
+    throw BadEntry("truncated: " + std::to_string(actual) + " bytes, less than the " +
+                   std::to_string(kHeaderBytes) + "-byte header");
   }
   uint8_t header[kHeaderBytes];
   read_at(fd.get(), header, kHeaderBytes, 0, "header");
-  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) throw BadEntry("not a volshard cache entry (bad magic)");
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0)
+    throw BadEntry("not a volshard cache entry (bad magic)");
   if (get_u32(header + 8) != kFormatVersion) {
     throw BadEntry("format version " + std::to_string(get_u32(header + 8)) + ", this build reads " +
                    std::to_string(kFormatVersion));
   }
-  if (get_u32(header + 12) != kByteOrderTag) throw BadEntry("written on a machine of another byte order");
+  if (get_u32(header + 12) != kByteOrderTag)
+    throw BadEntry("written on a machine of another byte order");
   if (get_u64(header + 56) != xxh64(header, 56)) throw BadEntry("header checksum mismatch");
   if (get_u64(header + 48) != 0) throw BadEntry("reserved header field is not 0");
   if (get_u64(header + 16) != key.hash) throw BadEntry("made for another key than its name says");
   const uint64_t recorded = get_u64(header + 24);
   if (actual < recorded) {
-    throw BadEntry("truncated: " + std::to_string(actual) + " of " + std::to_string(recorded) + " bytes");
+    throw BadEntry("truncated: " + std::to_string(actual) + " of " + std::to_string(recorded) +
+                   " bytes");
   }
   if (actual > recorded) {
-    throw BadEntry(std::to_string(actual) + " bytes where the header says " + std::to_string(recorded));
+    throw BadEntry(std::to_string(actual) + " bytes where the header says " +
+                   std::to_string(recorded));
   }
   const uint64_t meta_size = get_u64(header + 32);
   if (meta_size > actual - kHeaderBytes) throw BadEntry("the meta section is larger than the file");
   std::vector<uint8_t> meta(static_cast<size_t>(meta_size));
   read_at(fd.get(), meta.data(), meta_size, kHeaderBytes, "meta section");
-  if (xxh64(meta.data(), meta.size()) != get_u64(header + 40)) throw BadEntry("meta section checksum mismatch");
+  if (xxh64(meta.data(), meta.size()) != get_u64(header + 40))
+    throw BadEntry("meta section checksum mismatch");
 
   Reader r(meta.data(), meta.size());
   if (r.str("config_key") != key.config_key) throw BadEntry("made for another config_key");
@@ -385,15 +402,17 @@ std::optional<Sample> read_entry(const std::string& path, const EntryKey& key, i
     indices.voxels = r.pod<int64_t>("the index lists' voxel count");
     get_ints(r, "foreground indices", actual, array_bytes, indices.foreground, plan);
     get_ints(r, "background indices", actual, array_bytes, indices.background, plan);
-    const int64_t label_voxels = s.label.defined() && s.label.dim() == 4 ? s.label.numel() / s.label.size(0) : -1;
+    const int64_t label_voxels =
+        s.label.defined() && s.label.dim() == 4 ? s.label.numel() / s.label.size(0) : -1;
     if (indices.voxels != 0 && (indices.voxels != label_voxels || !indices.background.empty())) {
-      throw BadEntry("the index lists cover " + std::to_string(indices.voxels) + " voxels, the label has " +
-                     std::to_string(label_voxels));
+      throw BadEntry("the index lists cover " + std::to_string(indices.voxels) +
+                     " voxels, the label has " + std::to_string(label_voxels));
     }
   }
   if (!r.at_end()) throw BadEntry("the meta section has bytes past its last field");
   if (kHeaderBytes + meta_size + array_bytes != actual) {
-    throw BadEntry("header, meta and arrays add up to " + std::to_string(kHeaderBytes + meta_size + array_bytes) +
+    throw BadEntry("header, meta and arrays add up to " +
+                   std::to_string(kHeaderBytes + meta_size + array_bytes) +
                    " bytes, the file has " + std::to_string(actual));
   }
   uint64_t offset = kHeaderBytes + meta_size;

@@ -16,14 +16,15 @@ namespace volshard::detail {
 /// What an entry is for: the prepare configuration and its files' contents.
 struct EntryKey {
   std::string config_key;
-  std::vector<std::string> files;    ///< as item_files gave them (paths are not part of the key)
-  std::vector<FileDigest> digests;   ///< one per file
-  uint64_t hash = 0;                 ///< XXH64 of the format version, config_key and digests
+  std::vector<std::string> files;   ///< as item_files gave them (paths are not part of the key)
+  std::vector<FileDigest> digests;  ///< one per file
+  uint64_t hash = 0;                ///< XXH64 of the format version, config_key and digests
 };
 
 /// Digests the files and derives the key; throws std::runtime_error naming a
 /// file that cannot be read, std::invalid_argument for an empty list.
-EntryKey make_entry_key(const std::string& config_key, std::vector<std::string> files, int64_t index);
+EntryKey make_entry_key(const std::string& config_key, std::vector<std::string> files,
+                        int64_t index);
 
 /// "<16 hex digits>.vscache"
 std::string entry_file_name(uint64_t hash);

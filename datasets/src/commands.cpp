@@ -20,8 +20,10 @@ namespace volshard {
 
 void write_synthetic_dataset(const SynthOptions& o) {
   validate(o.volume);
-  if (o.count < 0) throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be >= 0");
-  if (o.threads < 1) throw std::invalid_argument("synth: threads=" + std::to_string(o.threads) + " must be >= 1");
+  if (o.count < 0)
+    throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be >= 0");
+  if (o.threads < 1)
+    throw std::invalid_argument("synth: threads=" + std::to_string(o.threads) + " must be >= 1");
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) throw std::runtime_error(o.out_dir + ": cannot create the folder: " + ec.message());
@@ -86,12 +88,18 @@ VolumeInfo describe_volume(const std::string& path) {
 }
 
 std::string to_json(const VolumeInfo& info) {
-  nlohmann::ordered_json doc = {{"path", info.path},       {"shape", info.shape},
-                                {"dtype", info.dtype},     {"nifti_version", info.version},
-                                {"spacing_mm", info.spacing_mm}, {"affine", info.affine},
-                                {"scaled", info.scaled},   {"min", info.min},
-                                {"max", info.max},         {"mean", info.mean},
-                                {"sum", info.sum},         {"nonfinite", info.nonfinite}};
+  nlohmann::ordered_json doc = {{"path", info.path},
+                                {"shape", info.shape},
+                                {"dtype", info.dtype},
+                                {"nifti_version", info.version},
+                                {"spacing_mm", info.spacing_mm},
+                                {"affine", info.affine},
+                                {"scaled", info.scaled},
+                                {"min", info.min},
+                                {"max", info.max},
+                                {"mean", info.mean},
+                                {"sum", info.sum},
+                                {"nonfinite", info.nonfinite}};
   return doc.dump();
 }
 
@@ -99,15 +107,17 @@ std::string to_text(const VolumeInfo& info) {
   std::ostringstream os;
   os << info.path << "\n  shape";
   for (size_t k = 0; k < info.shape.size(); ++k) os << (k ? " x " : " ") << info.shape[k];
-  os << "  " << info.dtype << (info.scaled ? " (scaled)" : "") << "  NIfTI-" << info.version << "\n  spacing "
-     << info.spacing_mm[0] << " x " << info.spacing_mm[1] << " x " << info.spacing_mm[2] << " mm\n";
+  os << "  " << info.dtype << (info.scaled ? " (scaled)" : "") << "  NIfTI-" << info.version
+     << "\n  spacing " << info.spacing_mm[0] << " x " << info.spacing_mm[1] << " x "
+     << info.spacing_mm[2] << " mm\n";
   os << std::setprecision(6);
   for (const auto& row : info.affine) {
     os << "  affine";
     for (double x : row) os << ' ' << std::setw(10) << x;
     os << '\n';
   }
-  os << "  min " << info.min << "  max " << info.max << "  mean " << info.mean << "  sum " << info.sum;
+  os << "  min " << info.min << "  max " << info.max << "  mean " << info.mean << "  sum "
+     << info.sum;
   if (info.nonfinite > 0) os << "  non-finite voxels " << info.nonfinite;
   os << '\n';
   return os.str();

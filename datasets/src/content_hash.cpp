@@ -54,7 +54,8 @@ inline uint64_t merge_round(uint64_t acc, uint64_t value) {
 
 }  // namespace
 
-Xxh64::Xxh64(uint64_t seed) : acc_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1}, seed_(seed), buffer_{} {}
+Xxh64::Xxh64(uint64_t seed)
+    : acc_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1}, seed_(seed), buffer_{} {}
 
 void Xxh64::update(const void* data, size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -66,7 +67,8 @@ void Xxh64::update(const void* data, size_t size) {
     p += take;
     size -= take;
     if (buffered_ < sizeof(buffer_)) return;
-    for (int lane = 0; lane < 4; ++lane) acc_[lane] = xxh_round(acc_[lane], read64(buffer_ + 8 * lane));
+    for (int lane = 0; lane < 4; ++lane)
+      acc_[lane] = xxh_round(acc_[lane], read64(buffer_ + 8 * lane));
     buffered_ = 0;
   }
   // Four independent lanes: the multiplies of one stripe overlap.
@@ -133,8 +135,9 @@ FileDigest digest_file(const std::string& path) {
     int fd;
     ~Closer() { ::close(fd); }
   } const closer{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
   constexpr size_t kBlock = size_t{1} << 20;
   const std::unique_ptr<unsigned char[]> block(new unsigned char[kBlock]);

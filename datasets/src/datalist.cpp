@@ -21,7 +21,8 @@ std::vector<std::string> matching(const fs::path& folder, const std::string& glo
   std::error_code ec;
   for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (it->is_regular_file(ec) && fnmatch(glob.c_str(), name.c_str(), 0) == 0) names.push_back(name);
+    if (it->is_regular_file(ec) && fnmatch(glob.c_str(), name.c_str(), 0) == 0)
+      names.push_back(name);
   }
   if (ec) throw std::runtime_error(folder.string() + ": cannot list the folder: " + ec.message());
   std::sort(names.begin(), names.end(), natural_less);
@@ -65,23 +66,27 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder, const std::string& image_glob,
+std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
+                                              const std::string& image_glob,
                                               const std::string& label_glob) {
   const auto images = matching(folder, image_glob);
   const auto labels = matching(folder, label_glob);
   if (images.empty() || images.size() != labels.size()) {
-    throw std::runtime_error(folder + ": " + std::to_string(images.size()) + " images match '" + image_glob + "' but " +
-                             std::to_string(labels.size()) + " labels match '" + label_glob + "'" +
-                             (images.empty() ? "" : "; images: " + listed(images) + "; labels: " + listed(labels)));
+    throw std::runtime_error(
+        folder + ": " + std::to_string(images.size()) + " images match '" + image_glob + "' but " +
+        std::to_string(labels.size()) + " labels match '" + label_glob + "'" +
+        (images.empty() ? "" : "; images: " + listed(images) + "; labels: " + listed(labels)));
   }
   std::vector<ImageLabelPair> pairs;
   for (size_t k = 0; k < images.size(); ++k) {
-    pairs.push_back({(fs::path(folder) / images[k]).string(), (fs::path(folder) / labels[k]).string()});
+    pairs.push_back(
+        {(fs::path(folder) / images[k]).string(), (fs::path(folder) / labels[k]).string()});
   }
   return pairs;
 }
 
-std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path, const std::string& section) {
+std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path,
+                                                const std::string& section) {
   std::ifstream in(datalist_path);
   if (!in) throw std::runtime_error(datalist_path + ": cannot open the datalist");
   nlohmann::json doc;
@@ -91,10 +96,13 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
     throw std::runtime_error(datalist_path + ": not valid JSON: " + e.what());
   }
   if (!doc.is_object() || !doc.contains(section) || !doc[section].is_array()) {
-    throw std::runtime_error(datalist_path + ": no \"" + section + "\" list of {\"image\", \"label\"} entries");
+    throw std::runtime_error(datalist_path + ": no \"" + section +
+                             "\" list of {\"image\", \"label\"} entries");
   }
   const fs::path base = fs::path(datalist_path).parent_path();
-  const auto resolve = [&](const std::string& p) { return fs::path(p).is_absolute() ? p : (base / p).string(); };
+  const auto resolve = [&](const std::string& p) {
+    return fs::path(p).is_absolute() ? p : (base / p).string();
+  };
   std::vector<ImageLabelPair> pairs;
   std::vector<std::string> missing;
   const auto& entries = doc[section];
@@ -103,17 +111,19 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
     const std::string where = datalist_path + ": " + section + "[" + std::to_string(k) + "]";
     if (!e.is_object()) throw std::runtime_error(where + " is not an object");
     for (const char* key : {"image", "label"}) {
-      if (!e.contains(key) || !e[key].is_string()) throw std::runtime_error(where + " has no string \"" + key + "\"");
+      if (!e.contains(key) || !e[key].is_string())
+        throw std::runtime_error(where + " has no string \"" + key + "\"");
     }
-    ImageLabelPair pair{resolve(e["image"].get<std::string>()), resolve(e["label"].get<std::string>())};
+    ImageLabelPair pair{resolve(e["image"].get<std::string>()),
+                        resolve(e["label"].get<std::string>())};
     for (const auto* p : {&pair.image, &pair.label}) {
       if (!fs::exists(*p)) missing.push_back(*p);
     }
     pairs.push_back(std::move(pair));
   }
   if (!missing.empty()) {
-    throw std::runtime_error(datalist_path + ": " + std::to_string(missing.size()) + " files do not exist: " +
-                             listed(missing));
+    throw std::runtime_error(datalist_path + ": " + std::to_string(missing.size()) +
+                             " files do not exist: " + listed(missing));
   }
   if (pairs.empty()) throw std::runtime_error(datalist_path + ": \"" + section + "\" is empty");
   return pairs;

@@ -102,8 +102,9 @@ size_t zlib_stream(const uint8_t* data, size_t size, uint8_t* out, size_t out_si
         inflateReset(z.get());
         continue;
       }
-      fail(path, "truncated: the gzip data holds " + std::to_string(total_out) + " bytes, the header needs " +
-                     std::to_string(needed) + " (vox_offset + voxel data)");
+      fail(path, "truncated: the gzip data holds " + std::to_string(total_out) +
+                     " bytes, the header needs " + std::to_string(needed) +
+                     " (vox_offset + voxel data)");
     }
     if (ret == Z_DATA_ERROR) {
       fail(path, std::string("corrupt gzip data after ") + std::to_string(total_out) +
@@ -147,10 +148,12 @@ std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_
       continue;
     }
     if (ret == Z_DATA_ERROR) {
-      fail(path, std::string("corrupt gzip data in the header (zlib: ") + (z->msg ? z->msg : "data error") + ")");
+      fail(path, std::string("corrupt gzip data in the header (zlib: ") +
+                     (z->msg ? z->msg : "data error") + ")");
     }
     if (ret == Z_MEM_ERROR) throw std::bad_alloc();
-    if (consumed == 0 && produced == 0) break;  // input exhausted: the parser reports the short header
+    if (consumed == 0 && produced == 0)
+      break;  // input exhausted: the parser reports the short header
   }
   out.resize(have);
   return out;
@@ -173,7 +176,8 @@ void gunzip_nifti(const uint8_t* data, size_t size, const std::string& path,
   bool try_libdeflate = size >= 18;
   if (try_libdeflate) {
     const uint8_t* t = data + size - 4;
-    const uint64_t isize = uint64_t{t[0]} | uint64_t{t[1]} << 8 | uint64_t{t[2]} << 16 | uint64_t{t[3]} << 24;
+    const uint64_t isize =
+        uint64_t{t[0]} | uint64_t{t[1]} << 8 | uint64_t{t[2]} << 16 | uint64_t{t[3]} << 24;
     if ((needed & 0xffffffffu) != isize) {
       uint64_t candidate = (needed & ~uint64_t{0xffffffffu}) | isize;
       if (candidate < needed) candidate += uint64_t{1} << 32;
@@ -189,15 +193,17 @@ void gunzip_nifti(const uint8_t* data, size_t size, const std::string& path,
   file.bytes = ByteBuffer::allocate(static_cast<size_t>(out_size));
   if (try_libdeflate) {
     size_t in_used = 0, out_got = 0;
-    const libdeflate_result r = libdeflate_gzip_decompress_ex(
-        thread_decompressor(), data, size, file.bytes.data.get(), static_cast<size_t>(out_size), &in_used, &out_got);
+    const libdeflate_result r =
+        libdeflate_gzip_decompress_ex(thread_decompressor(), data, size, file.bytes.data.get(),
+                                      static_cast<size_t>(out_size), &in_used, &out_got);
     if (r == LIBDEFLATE_SUCCESS && out_got >= needed) {
       file.bytes.size = out_got;
       return;
     }
     if (r == LIBDEFLATE_SUCCESS && in_used >= size) {
-      fail(path, "truncated: the gzip data holds " + std::to_string(out_got) + " bytes, the header needs " +
-                     std::to_string(needed) + " (vox_offset + voxel data)");
+      fail(path, "truncated: the gzip data holds " + std::to_string(out_got) +
+                     " bytes, the header needs " + std::to_string(needed) +
+                     " (vox_offset + voxel data)");
     }
     // Multi-member, a longer stream than ISIZE said, or corruption: zlib
     // decides, and names the problem.

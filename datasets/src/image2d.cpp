@@ -30,7 +30,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
     int fd;
     ~Closer() { ::close(fd); }
   } const closer{fd};
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   if (st.st_size > INT_MAX) fail(path, "larger than the 2 GiB OpenCV decodes from memory");
@@ -91,8 +91,9 @@ std::string shape_text(const at::Tensor& t) {
 }  // namespace
 
 at::Tensor read_image_2d(const std::string& path, const Read2DOptions& options) {
-  const int flags = options.image_grayscale ? cv::IMREAD_GRAYSCALE | cv::IMREAD_ANYDEPTH | cv::IMREAD_IGNORE_ORIENTATION
-                                            : kAsStored;
+  const int flags = options.image_grayscale
+                        ? cv::IMREAD_GRAYSCALE | cv::IMREAD_ANYDEPTH | cv::IMREAD_IGNORE_ORIENTATION
+                        : kAsStored;
   const cv::Mat image = decode(path, flags);
   return to_channel_first(image, image.channels() >= 3 ? 3 : image.channels());
 }
@@ -110,7 +111,8 @@ at::Tensor read_mask_2d(const std::string& path) {
         for (int c = 1; c < C; ++c) {
           if (row[x * C + c] != row[x * C]) {
             fail(path, "a mask needs one channel; this one has " + std::to_string(C) +
-                           " whose values differ (row " + std::to_string(r) + ", column " + std::to_string(x) +
+                           " whose values differ (row " + std::to_string(r) + ", column " +
+                           std::to_string(x) +
                            "): a colour or palette image? Store class indices as grayscale");
           }
         }
@@ -120,13 +122,15 @@ at::Tensor read_mask_2d(const std::string& path) {
   return to_channel_first(mask, 1);
 }
 
-Sample read_image_pair_2d(const std::string& image_path, const std::string& mask_path, const Read2DOptions& options) {
+Sample read_image_pair_2d(const std::string& image_path, const std::string& mask_path,
+                          const Read2DOptions& options) {
   Sample s;
   s.image = read_image_2d(image_path, options);
   s.label = read_mask_2d(mask_path);
   if (s.image.size(1) != s.label.size(1) || s.image.size(2) != s.label.size(2)) {
-    throw std::runtime_error("read_image_pair_2d: image " + image_path + " is " + shape_text(s.image) + " but mask " +
-                             mask_path + " is " + shape_text(s.label));
+    throw std::runtime_error("read_image_pair_2d: image " + image_path + " is " +
+                             shape_text(s.image) + " but mask " + mask_path + " is " +
+                             shape_text(s.label));
   }
   s.meta.source = image_path;
   return s;

@@ -13,7 +13,8 @@ namespace volshard {
 namespace {
 
 std::string spatial_text(const at::Tensor& t) {
-  return std::to_string(t.size(1)) + "x" + std::to_string(t.size(2)) + "x" + std::to_string(t.size(3));
+  return std::to_string(t.size(1)) + "x" + std::to_string(t.size(2)) + "x" +
+         std::to_string(t.size(3));
 }
 
 }  // namespace
@@ -21,7 +22,8 @@ std::string spatial_text(const at::Tensor& t) {
 std::string PairOptions::config_key() const {
   // The layout is not part of the key: it changes strides, not values.
   return std::string("load float32") + (scale_intensity ? "; scale_intensity [0, 1]" : "") +
-         (compact_label ? "; label uint8 if it fits" : "; label float32") + (label_indices ? "; label_indices" : "");
+         (compact_label ? "; label uint8 if it fits" : "; label float32") +
+         (label_indices ? "; label_indices" : "");
 }
 
 Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& options) {
@@ -35,14 +37,16 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
   Volume image = read_volume(pair.image, image_read);
   Volume label = read_volume(pair.label, label_read);
   if (image.data.sizes().slice(1) != label.data.sizes().slice(1)) {
-    throw std::runtime_error("image " + pair.image + " has spatial shape " + spatial_text(image.data) + " but label " +
-                             pair.label + " has " + spatial_text(label.data));
+    throw std::runtime_error("image " + pair.image + " has spatial shape " +
+                             spatial_text(image.data) + " but label " + pair.label + " has " +
+                             spatial_text(label.data));
   }
   Sample s;
   s.image = std::move(image.data);
   if (options.scale_intensity) scale_intensity_(s.image);  // in place: the tensor was just read
   s.label = std::move(label.data);
-  if (options.label_indices) s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
+  if (options.label_indices)
+    s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
   s.meta.index = index;
   s.meta.source = pair.image;
   return s;

@@ -72,7 +72,15 @@ class FieldReader {
 
 bool supported_datatype(int64_t code) {
   switch (code) {
-    case 2: case 4: case 8: case 16: case 64: case 256: case 512: case 768: case 1024:
+    case 2:
+    case 4:
+    case 8:
+    case 16:
+    case 64:
+    case 256:
+    case 512:
+    case 768:
+    case 1024:
       return true;
     default:
       return false;
@@ -81,14 +89,22 @@ bool supported_datatype(int64_t code) {
 
 std::string datatype_name(int64_t code) {
   switch (code) {
-    case 0: return "unknown";
-    case 1: return "binary";
-    case 32: return "complex64";
-    case 128: return "RGB24";
-    case 1536: return "float128";
-    case 1792: return "complex128";
-    case 2048: return "complex256";
-    case 2304: return "RGBA32";
+    case 0:
+      return "unknown";
+    case 1:
+      return "binary";
+    case 32:
+      return "complex64";
+    case 128:
+      return "RGB24";
+    case 1536:
+      return "float128";
+    case 1792:
+      return "complex128";
+    case 2048:
+      return "complex256";
+    case 2304:
+      return "RGBA32";
     default:
       if (supported_datatype(code)) return to_string(static_cast<NiftiDatatype>(code));
       return "not a NIfTI code";
@@ -97,7 +113,8 @@ std::string datatype_name(int64_t code) {
 
 int32_t bswap32(int32_t v) {
   const auto u = static_cast<uint32_t>(v);
-  return static_cast<int32_t>((u >> 24) | ((u >> 8) & 0xff00u) | ((u << 8) & 0xff0000u) | (u << 24));
+  return static_cast<int32_t>((u >> 24) | ((u >> 8) & 0xff00u) | ((u << 8) & 0xff0000u) |
+                              (u << 24));
 }
 
 // The layouts (byte offsets) of the fields we use, NIfTI-1 and NIfTI-2.
@@ -106,34 +123,52 @@ struct Layout {
       pixdim, vox_offset, scl_slope, scl_inter, cal_max, cal_min, xyzt_units, xyzt_units_size,
       descrip, qform_code, sform_code, code_size, quatern, srow, intent_name, real_size;
 };
-constexpr Layout kLayout1{40, 2, 56, 4, 68, 2, 70, 72, 76, 108, 112, 116, 124, 128, 123, 1,
-                          148, 252, 254, 2, 256, 280, 328, 4};
-constexpr Layout kLayout2{16, 8, 80, 8, 504, 4, 12, 14, 104, 168, 176, 184, 192, 200, 500, 4,
-                          240, 344, 348, 4, 352, 400, 508, 8};
+constexpr Layout kLayout1{40,  2,   56,  4, 68,  2,   70,  72, 76,  108, 112, 116,
+                          124, 128, 123, 1, 148, 252, 254, 2,  256, 280, 328, 4};
+constexpr Layout kLayout2{16,  8,   80,  8, 504, 4,   12,  14, 104, 168, 176, 184,
+                          192, 200, 500, 4, 240, 344, 348, 4,  352, 400, 508, 8};
 
 }  // namespace
 
 std::string to_string(NiftiDatatype type) {
   switch (type) {
-    case NiftiDatatype::kUint8: return "uint8";
-    case NiftiDatatype::kInt16: return "int16";
-    case NiftiDatatype::kInt32: return "int32";
-    case NiftiDatatype::kFloat32: return "float32";
-    case NiftiDatatype::kFloat64: return "float64";
-    case NiftiDatatype::kInt8: return "int8";
-    case NiftiDatatype::kUint16: return "uint16";
-    case NiftiDatatype::kUint32: return "uint32";
-    case NiftiDatatype::kInt64: return "int64";
+    case NiftiDatatype::kUint8:
+      return "uint8";
+    case NiftiDatatype::kInt16:
+      return "int16";
+    case NiftiDatatype::kInt32:
+      return "int32";
+    case NiftiDatatype::kFloat32:
+      return "float32";
+    case NiftiDatatype::kFloat64:
+      return "float64";
+    case NiftiDatatype::kInt8:
+      return "int8";
+    case NiftiDatatype::kUint16:
+      return "uint16";
+    case NiftiDatatype::kUint32:
+      return "uint32";
+    case NiftiDatatype::kInt64:
+      return "int64";
   }
   return "datatype " + std::to_string(static_cast<int>(type));
 }
 
 int64_t element_size(NiftiDatatype type) {
   switch (type) {
-    case NiftiDatatype::kUint8: case NiftiDatatype::kInt8: return 1;
-    case NiftiDatatype::kInt16: case NiftiDatatype::kUint16: return 2;
-    case NiftiDatatype::kInt32: case NiftiDatatype::kUint32: case NiftiDatatype::kFloat32: return 4;
-    case NiftiDatatype::kFloat64: case NiftiDatatype::kInt64: return 8;
+    case NiftiDatatype::kUint8:
+    case NiftiDatatype::kInt8:
+      return 1;
+    case NiftiDatatype::kInt16:
+    case NiftiDatatype::kUint16:
+      return 2;
+    case NiftiDatatype::kInt32:
+    case NiftiDatatype::kUint32:
+    case NiftiDatatype::kFloat32:
+      return 4;
+    case NiftiDatatype::kFloat64:
+    case NiftiDatatype::kInt64:
+      return 8;
   }
   return 1;
 }
@@ -208,13 +243,20 @@ Affine nifti_qform_affine(const NiftiHeader& h) {
     const LD wX = w * X, wY = w * Y, wZ = w * Z;
     const LD xX = b * X, xY = b * Y, xZ = b * Z;
     const LD yY = c * Y, yZ = c * Z, zZ = d * Z;
-    rot[0][0] = 1.0L - (yY + zZ); rot[0][1] = xY - wZ;          rot[0][2] = xZ + wY;
-    rot[1][0] = xY + wZ;          rot[1][1] = 1.0L - (xX + zZ); rot[1][2] = yZ - wX;
-    rot[2][0] = xZ - wY;          rot[2][1] = yZ + wX;          rot[2][2] = 1.0L - (xX + yY);
+    rot[0][0] = 1.0L - (yY + zZ);
+    rot[0][1] = xY - wZ;
+    rot[0][2] = xZ + wY;
+    rot[1][0] = xY + wZ;
+    rot[1][1] = 1.0L - (xX + zZ);
+    rot[1][2] = yZ - wX;
+    rot[2][0] = xZ - wY;
+    rot[2][1] = yZ + wX;
+    rot[2][2] = 1.0L - (xX + yY);
   }
   // vox[-1] *= qfac in the header's precision (float32 for NIfTI-1).
   double vz = h.pixdim[3] * h.pixdim[0];
-  if (h.version == 1) vz = static_cast<float>(static_cast<float>(h.pixdim[3]) * static_cast<float>(h.pixdim[0]));
+  if (h.version == 1)
+    vz = static_cast<float>(static_cast<float>(h.pixdim[3]) * static_cast<float>(h.pixdim[0]));
   const LD vox[3] = {h.pixdim[1], h.pixdim[2], vz};
   Affine a{};
   for (int i = 0; i < 3; ++i) {
@@ -247,8 +289,9 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
     h.big_endian = !host_big;
     sizeof_hdr = bswap32(sizeof_hdr);
   } else {
-    fail(path, "sizeof_hdr=" + std::to_string(sizeof_hdr) +
-                   " is neither 348 (NIfTI-1) nor 540 (NIfTI-2) in either byte order: not a NIfTI file");
+    fail(path,
+         "sizeof_hdr=" + std::to_string(sizeof_hdr) +
+             " is neither 348 (NIfTI-1) nor 540 (NIfTI-2) in either byte order: not a NIfTI file");
   }
   h.version = sizeof_hdr == kNifti1HeaderSize ? 1 : 2;
   h.header_size = sizeof_hdr;
@@ -262,16 +305,19 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   // Magic: single-file only.
   if (h.version == 1) {
     const std::string magic = f.str(344, 4);
-    if (magic == "ni1") fail(path, "magic=\"ni1\": a .hdr/.img pair header; only single-file .nii is supported");
+    if (magic == "ni1")
+      fail(path, "magic=\"ni1\": a .hdr/.img pair header; only single-file .nii is supported");
     if (magic != "n+1") fail(path, "magic=\"" + magic + "\" must be \"n+1\" for a NIfTI-1 file");
   } else {
     const std::string magic = f.str(4, 4);
-    if (magic == "ni2") fail(path, "magic=\"ni2\": a .hdr/.img pair header; only single-file .nii is supported");
+    if (magic == "ni2")
+      fail(path, "magic=\"ni2\": a .hdr/.img pair header; only single-file .nii is supported");
     if (magic != "n+2") fail(path, "magic=\"" + magic + "\" must be \"n+2\" for a NIfTI-2 file");
     const uint8_t eol[4] = {f.byte(8), f.byte(9), f.byte(10), f.byte(11)};
     const bool ok = (eol[0] == 13 && eol[1] == 10 && eol[2] == 26 && eol[3] == 10) ||
                     (eol[0] == 0 && eol[1] == 0 && eol[2] == 0 && eol[3] == 0);
-    if (!ok) fail(path, "magic[4..7] (eol_check) is not 13,10,26,10: corrupted by an EOL conversion");
+    if (!ok)
+      fail(path, "magic[4..7] (eol_check) is not 13,10,26,10: corrupted by an EOL conversion");
   }
 
   auto dim_at = [&](int i) {
@@ -286,7 +332,8 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   if (h.version == 1 && ndim >= 3 && h.dim[1] == -1 && h.dim[2] == 1 && h.dim[3] == 1) {
     const int64_t glmin = f.i32(144);
     if (glmin <= 0) {
-      fail(path, "dim[1]=-1 (FreeSurfer long vector) needs glmin >= 1, got glmin=" + std::to_string(glmin));
+      fail(path, "dim[1]=-1 (FreeSurfer long vector) needs glmin >= 1, got glmin=" +
+                     std::to_string(glmin));
     }
     h.shape[0] = glmin;
   } else if (ndim >= 3 && h.dim[1] == 27307 && h.dim[2] == 1 && h.dim[3] == 6) {
@@ -296,10 +343,12 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   int64_t nvox = 1;
   for (int64_t i = 0; i < ndim; ++i) {
     const int64_t d = h.shape[static_cast<size_t>(i)];
-    if (d < 1) fail(path, "dim[" + std::to_string(i + 1) + "]=" + std::to_string(d) + " must be >= 1");
+    if (d < 1)
+      fail(path, "dim[" + std::to_string(i + 1) + "]=" + std::to_string(d) + " must be >= 1");
     if (i >= 4 && d != 1) {
-      fail(path, "dim[" + std::to_string(i + 1) + "]=" + std::to_string(d) +
-                     ": at most 4 dimensions (x, y, z, channels) are supported; dim[5..7] must be 1");
+      fail(path,
+           "dim[" + std::to_string(i + 1) + "]=" + std::to_string(d) +
+               ": at most 4 dimensions (x, y, z, channels) are supported; dim[5..7] must be 1");
     }
     if (__builtin_mul_overflow(nvox, d, &nvox)) {
       fail(path, "dim[1.." + std::to_string(ndim) + "]: the voxel count overflows int64");
@@ -329,8 +378,9 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
     h.vox_offset = f.i64(L.vox_offset);
   }
   if (h.vox_offset < min_offset) {
-    fail(path, "vox_offset=" + std::to_string(h.vox_offset) + " must be >= " +
-                   std::to_string(min_offset) + " for a single-file NIfTI-" + std::to_string(h.version));
+    fail(path, "vox_offset=" + std::to_string(h.vox_offset) +
+                   " must be >= " + std::to_string(min_offset) + " for a single-file NIfTI-" +
+                   std::to_string(h.version));
   }
   const int64_t esize = element_size(h.datatype);
   int64_t data_bytes = 0, end = 0;
@@ -361,7 +411,8 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   h.scl_slope = real(L.scl_slope);
   h.scl_inter = real(L.scl_inter);
   if (std::isfinite(h.scl_slope) && h.scl_slope != 0 && !std::isfinite(h.scl_inter)) {
-    fail(path, "scl_inter=" + fmt(h.scl_inter) + " must be finite when scl_slope=" + fmt(h.scl_slope));
+    fail(path,
+         "scl_inter=" + fmt(h.scl_inter) + " must be finite when scl_slope=" + fmt(h.scl_slope));
   }
   h.cal_max = real(L.cal_max);
   h.cal_min = real(L.cal_min);

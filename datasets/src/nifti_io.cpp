@@ -1,8 +1,8 @@
 // Reading NIfTI files from disk and writing them atomically.
 
 #include <fcntl.h>
-#include <signal.h>
 #include <libdeflate.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,7 +61,7 @@ class Fd {
 Fd open_for_reading(const std::string& path, int64_t& file_size) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) fail_errno(path, "cannot open", errno);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail_errno(path, "cannot stat", errno);
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   file_size = static_cast<int64_t>(st.st_size);
@@ -73,14 +73,16 @@ void read_exactly(int fd, uint8_t* out, size_t size, int64_t offset, const std::
   size_t done = 0;
   while (done < size) {
     const size_t chunk = std::min<size_t>(size - done, size_t{1} << 30);
-    const ssize_t n = ::pread(fd, out + done, chunk, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    const ssize_t n =
+        ::pread(fd, out + done, chunk, static_cast<off_t>(offset + static_cast<int64_t>(done)));
     if (n < 0) {
       if (errno == EINTR) continue;
       fail_errno(path, "read failed", errno);
     }
     if (n == 0) {
-      fail(path, "truncated: the file ended after " + std::to_string(offset + static_cast<int64_t>(done)) +
-                     " bytes while reading " + std::to_string(size) + " bytes at offset " + std::to_string(offset));
+      fail(path, "truncated: the file ended after " +
+                     std::to_string(offset + static_cast<int64_t>(done)) + " bytes while reading " +
+                     std::to_string(size) + " bytes at offset " + std::to_string(offset));
     }
     done += static_cast<size_t>(n);
   }
@@ -89,10 +91,19 @@ void read_exactly(int fd, uint8_t* out, size_t size, int64_t offset, const std::
 void put(std::vector<uint8_t>& b, size_t offset, const void* value, size_t n) {
   std::memcpy(b.data() + offset, value, n);  // little-endian hosts only (checked below)
 }
-void put_i16(std::vector<uint8_t>& b, size_t o, int64_t v) { const auto x = static_cast<int16_t>(v); put(b, o, &x, 2); }
-void put_i32(std::vector<uint8_t>& b, size_t o, int64_t v) { const auto x = static_cast<int32_t>(v); put(b, o, &x, 4); }
+void put_i16(std::vector<uint8_t>& b, size_t o, int64_t v) {
+  const auto x = static_cast<int16_t>(v);
+  put(b, o, &x, 2);
+}
+void put_i32(std::vector<uint8_t>& b, size_t o, int64_t v) {
+  const auto x = static_cast<int32_t>(v);
+  put(b, o, &x, 4);
+}
 void put_i64(std::vector<uint8_t>& b, size_t o, int64_t v) { put(b, o, &v, 8); }
-void put_f32(std::vector<uint8_t>& b, size_t o, double v) { const auto x = static_cast<float>(v); put(b, o, &x, 4); }
+void put_f32(std::vector<uint8_t>& b, size_t o, double v) {
+  const auto x = static_cast<float>(v);
+  put(b, o, &x, 4);
+}
 void put_f64(std::vector<uint8_t>& b, size_t o, double v) { put(b, o, &v, 8); }
 
 struct Qform {
@@ -195,26 +206,31 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
     const uint16_t one = 1;
     uint8_t first;
     std::memcpy(&first, &one, 1);
-    if (first != 1) throw std::logic_error("encode_nifti_header: big-endian hosts are not supported");
+    if (first != 1)
+      throw std::logic_error("encode_nifti_header: big-endian hosts are not supported");
   }
   if (spec.version != 1 && spec.version != 2) {
-    throw std::invalid_argument("NiftiWriteSpec: version=" + std::to_string(spec.version) + " must be 1 or 2");
+    throw std::invalid_argument("NiftiWriteSpec: version=" + std::to_string(spec.version) +
+                                " must be 1 or 2");
   }
   const auto ndim = static_cast<int64_t>(spec.shape.size());
   if (ndim < 1 || ndim > 7) {
-    throw std::invalid_argument("NiftiWriteSpec: shape has " + std::to_string(ndim) + " dims, must have 1..7");
+    throw std::invalid_argument("NiftiWriteSpec: shape has " + std::to_string(ndim) +
+                                " dims, must have 1..7");
   }
   for (int64_t i = 0; i < ndim; ++i) {
     const int64_t d = spec.shape[static_cast<size_t>(i)];
     const int64_t max = spec.version == 1 ? 32767 : std::numeric_limits<int64_t>::max();
     if (d < 1 || d > max) {
-      throw std::invalid_argument("NiftiWriteSpec: shape[" + std::to_string(i) + "]=" + std::to_string(d) +
-                                  " must be in [1, " + std::to_string(max) + "]" +
-                                  (spec.version == 1 ? " (NIfTI-1 stores int16 dims; use version=2)" : ""));
+      throw std::invalid_argument(
+          "NiftiWriteSpec: shape[" + std::to_string(i) + "]=" + std::to_string(d) +
+          " must be in [1, " + std::to_string(max) + "]" +
+          (spec.version == 1 ? " (NIfTI-1 stores int16 dims; use version=2)" : ""));
     }
   }
   if (!spec.spacing_mm.empty() && spec.spacing_mm.size() != 3) {
-    throw std::invalid_argument("NiftiWriteSpec: spacing_mm has " + std::to_string(spec.spacing_mm.size()) +
+    throw std::invalid_argument("NiftiWriteSpec: spacing_mm has " +
+                                std::to_string(spec.spacing_mm.size()) +
                                 " values, must have 0 or 3");
   }
   const Affine& a = spec.affine;
@@ -260,11 +276,14 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
   if (v1) {
     put_i32(b, 0, 348);
     put_i16(b, 40, ndim);
-    for (int i = 1; i < 8; ++i) put_i16(b, 40 + 2 * static_cast<size_t>(i), i <= ndim ? spec.shape[static_cast<size_t>(i - 1)] : 1);
+    for (int i = 1; i < 8; ++i)
+      put_i16(b, 40 + 2 * static_cast<size_t>(i),
+              i <= ndim ? spec.shape[static_cast<size_t>(i - 1)] : 1);
     put_i16(b, 70, static_cast<int64_t>(spec.datatype));
     put_i16(b, 72, esize * 8);
     put_f32(b, 76, q.qfac);
-    for (int i = 1; i < 8; ++i) put_f32(b, 76 + 4 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
+    for (int i = 1; i < 8; ++i)
+      put_f32(b, 76 + 4 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
     put_f32(b, 108, 352);
     put_f32(b, 112, nan);
     put_f32(b, 116, nan);
@@ -277,7 +296,8 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
     put_f32(b, 264, q.d);
     for (int i = 0; i < 3; ++i) put_f32(b, 268 + 4 * static_cast<size_t>(i), a[i][3]);
     for (int r = 0; r < 3; ++r)
-      for (int c = 0; c < 4; ++c) put_f32(b, 280 + 16 * static_cast<size_t>(r) + 4 * static_cast<size_t>(c), a[r][c]);
+      for (int c = 0; c < 4; ++c)
+        put_f32(b, 280 + 16 * static_cast<size_t>(r) + 4 * static_cast<size_t>(c), a[r][c]);
     std::memcpy(b.data() + 344, "n+1", 4);
   } else {
     put_i32(b, 0, 540);
@@ -285,9 +305,12 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
     put_i16(b, 12, static_cast<int64_t>(spec.datatype));
     put_i16(b, 14, esize * 8);
     put_i64(b, 16, ndim);
-    for (int i = 1; i < 8; ++i) put_i64(b, 16 + 8 * static_cast<size_t>(i), i <= ndim ? spec.shape[static_cast<size_t>(i - 1)] : 1);
+    for (int i = 1; i < 8; ++i)
+      put_i64(b, 16 + 8 * static_cast<size_t>(i),
+              i <= ndim ? spec.shape[static_cast<size_t>(i - 1)] : 1);
     put_f64(b, 104, q.qfac);
-    for (int i = 1; i < 8; ++i) put_f64(b, 104 + 8 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
+    for (int i = 1; i < 8; ++i)
+      put_f64(b, 104 + 8 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
     put_i64(b, 168, 544);
     put_f64(b, 176, nan);
     put_f64(b, 184, nan);
@@ -299,7 +322,8 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
     put_f64(b, 368, q.d);
     for (int i = 0; i < 3; ++i) put_f64(b, 376 + 8 * static_cast<size_t>(i), a[i][3]);
     for (int r = 0; r < 3; ++r)
-      for (int c = 0; c < 4; ++c) put_f64(b, 400 + 32 * static_cast<size_t>(r) + 8 * static_cast<size_t>(c), a[r][c]);
+      for (int c = 0; c < 4; ++c)
+        put_f64(b, 400 + 32 * static_cast<size_t>(r) + 8 * static_cast<size_t>(c), a[r][c]);
     put_i32(b, 500, 2);  // xyzt_units: mm
   }
   return b;
@@ -307,7 +331,8 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
 
 std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t size, int level) {
   if (level < 1 || level > 12) {
-    throw std::invalid_argument("gzip_compress: level=" + std::to_string(level) + " must be in 1..12");
+    throw std::invalid_argument("gzip_compress: level=" + std::to_string(level) +
+                                " must be in 1..12");
   }
   std::unique_ptr<libdeflate_compressor, void (*)(libdeflate_compressor*)> c(
       libdeflate_alloc_compressor(level), libdeflate_free_compressor);
@@ -332,9 +357,12 @@ InjectedFault injected_fault(const std::string& path) {
   if (spec == nullptr || *spec == '\0') return InjectedFault::kNone;
   const std::string s = spec;
   const size_t colon = s.rfind(':');
-  if (colon == std::string::npos || path.find(s.substr(0, colon)) == std::string::npos) return InjectedFault::kNone;
+  if (colon == std::string::npos || path.find(s.substr(0, colon)) == std::string::npos)
+    return InjectedFault::kNone;
   const std::string mode = s.substr(colon + 1);
-  return mode == "kill" ? InjectedFault::kKill : mode == "enospc" ? InjectedFault::kNoSpace : InjectedFault::kNone;
+  return mode == "kill"     ? InjectedFault::kKill
+         : mode == "enospc" ? InjectedFault::kNoSpace
+                            : InjectedFault::kNone;
 }
 
 }  // namespace
@@ -342,13 +370,15 @@ InjectedFault injected_fault(const std::string& path) {
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
                        const std::vector<size_t>& sizes, bool sync) {
   const InjectedFault fault = injected_fault(path);
-  if (parts.size() != sizes.size()) throw std::invalid_argument("write_file_atomic: parts and sizes differ in length");
+  if (parts.size() != sizes.size())
+    throw std::invalid_argument("write_file_atomic: parts and sizes differ in length");
   std::string tmp;
   Fd fd;
   for (int attempt = 0; attempt < 100 && fd.get() < 0; ++attempt) {
-    const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_temp_counter++) + "-" +
-          std::to_string(now % 1000000007u);
+    const auto now =
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_temp_counter++) +
+          "-" + std::to_string(now % 1000000007u);
     Fd opened(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
     if (opened.get() >= 0) {
       fd = Fd(opened.release());
@@ -371,16 +401,21 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
       if (fault != InjectedFault::kNone && written >= total / 2) {
         if (fault == InjectedFault::kKill) ::kill(::getpid(), SIGKILL);
         abandon("write failed after " + std::to_string(written) + " of " + std::to_string(total) +
-                    " bytes (injected)", ENOSPC);
+                    " bytes (injected)",
+                ENOSPC);
       }
       size_t chunk = std::min<size_t>(sizes[p] - done, size_t{1} << 30);
-      if (fault != InjectedFault::kNone) chunk = std::min<size_t>(chunk, std::max<uint64_t>(total / 2 - written, 1));
+      if (fault != InjectedFault::kNone)
+        chunk = std::min<size_t>(chunk, std::max<uint64_t>(total / 2 - written, 1));
       const ssize_t n = ::write(fd.get(), data + done, chunk);
       if (n < 0) {
         if (errno == EINTR) continue;
-        abandon("write failed after " + std::to_string(written) + " of " + std::to_string(total) + " bytes", errno);
+        abandon("write failed after " + std::to_string(written) + " of " + std::to_string(total) +
+                    " bytes",
+                errno);
       }
-      if (n == 0) abandon("write made no progress after " + std::to_string(written) + " bytes", EIO);
+      if (n == 0)
+        abandon("write made no progress after " + std::to_string(written) + " bytes", EIO);
       done += static_cast<size_t>(n);
       written += static_cast<uint64_t>(n);
     }
@@ -398,7 +433,9 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
   }
   // The new name survives a power cut only once the directory is synced too.
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   const int dir_fd = sync ? ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
   if (dir_fd >= 0) {
     ::fsync(dir_fd);
@@ -406,14 +443,15 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
   }
 }
 
-void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void* voxels, size_t size,
-                 const NiftiWriteOptions& options) {
+void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void* voxels,
+                 size_t size, const NiftiWriteOptions& options) {
   const std::vector<uint8_t> header = encode_nifti_header(spec);
   uint64_t expected = static_cast<uint64_t>(element_size(spec.datatype));
   for (const int64_t d : spec.shape) expected *= static_cast<uint64_t>(d);
   if (expected != size) {
-    throw std::invalid_argument("write_nifti: " + path + ": " + std::to_string(size) + " voxel bytes given, shape and " +
-                                to_string(spec.datatype) + " need " + std::to_string(expected));
+    throw std::invalid_argument("write_nifti: " + path + ": " + std::to_string(size) +
+                                " voxel bytes given, shape and " + to_string(spec.datatype) +
+                                " need " + std::to_string(expected));
   }
   int level = options.gzip_level;
   if (level < 0) {
@@ -456,12 +494,14 @@ NiftiHeader read_nifti_header(const std::string& path, const NiftiReadOptions& o
   uint8_t head[540];
   const auto head_size = static_cast<size_t>(std::min<int64_t>(file_size, 540));
   read_exactly(fd.get(), head, head_size, 0, path);
-  if (!detail::is_gzip(head, head_size)) return parse_nifti_header(head, head_size, path, file_size, options);
+  if (!detail::is_gzip(head, head_size))
+    return parse_nifti_header(head, head_size, path, file_size, options);
   // Inflate only the start: read compressed chunks until 540 bytes come out.
   std::vector<uint8_t> compressed;
   size_t chunk = 4096;
   for (;;) {
-    const auto want = static_cast<size_t>(std::min<int64_t>(file_size, static_cast<int64_t>(compressed.size() + chunk)));
+    const auto want = static_cast<size_t>(
+        std::min<int64_t>(file_size, static_cast<int64_t>(compressed.size() + chunk)));
     const size_t old = compressed.size();
     compressed.resize(want);
     read_exactly(fd.get(), compressed.data() + old, want - old, static_cast<int64_t>(old), path);

@@ -46,8 +46,8 @@ std::string prefix() { return "make_test_image_3d: "; }
 
 int64_t NumpyRandomState::randint(int64_t lo, int64_t hi) {
   if (lo >= hi) {
-    throw std::invalid_argument("NumpyRandomState::randint: lo=" + std::to_string(lo) + " must be < hi=" +
-                                std::to_string(hi));
+    throw std::invalid_argument("NumpyRandomState::randint: lo=" + std::to_string(lo) +
+                                " must be < hi=" + std::to_string(hi));
   }
   // numpy's random_bounded_uint64_fill (legacy, masked): offsets are taken
   // mod 2^64, and ranges below 2^32 use single 32-bit draws.
@@ -74,7 +74,8 @@ double NumpyRandomState::uniform(double lo, double hi) {
   const double range = hi - lo;
   if (!std::isfinite(range)) {
     throw std::invalid_argument("NumpyRandomState::uniform: hi - lo = " + std::to_string(range) +
-                                " must be finite (lo=" + std::to_string(lo) + ", hi=" + std::to_string(hi) + ")");
+                                " must be finite (lo=" + std::to_string(lo) +
+                                ", hi=" + std::to_string(hi) + ")");
   }
   return lo + range * random();
 }
@@ -82,8 +83,9 @@ double NumpyRandomState::uniform(double lo, double hi) {
 void NumpyRandomState::uniform_fill(double lo, double hi, double* out, size_t count) {
   const double range = hi - lo;
   if (!std::isfinite(range)) {
-    throw std::invalid_argument("NumpyRandomState::uniform_fill: hi - lo = " + std::to_string(range) +
-                                " must be finite (lo=" + std::to_string(lo) + ", hi=" + std::to_string(hi) + ")");
+    throw std::invalid_argument(
+        "NumpyRandomState::uniform_fill: hi - lo = " + std::to_string(range) +
+        " must be finite (lo=" + std::to_string(lo) + ", hi=" + std::to_string(hi) + ")");
   }
   uint32_t raw[2 * kBlock];
   while (count > 0) {
@@ -109,27 +111,32 @@ void NumpyRandomState::skip_doubles(uint64_t count) {
 void validate(const SyntheticOptions& o) {
   // MONAI's three checks first, in MONAI's order.
   if (o.rad_max <= o.rad_min) {
-    throw std::invalid_argument(prefix() + "rad_max=" + std::to_string(o.rad_max) + " must be > rad_min=" +
-                                std::to_string(o.rad_min));
+    throw std::invalid_argument(prefix() + "rad_max=" + std::to_string(o.rad_max) +
+                                " must be > rad_min=" + std::to_string(o.rad_min));
   }
   if (o.rad_min < 1) {
-    throw std::invalid_argument(prefix() + "rad_min=" + std::to_string(o.rad_min) + " must be >= 1");
+    throw std::invalid_argument(prefix() + "rad_min=" + std::to_string(o.rad_min) +
+                                " must be >= 1");
   }
-  const std::pair<const char*, int64_t> sizes[] = {{"height", o.height}, {"width", o.width}, {"depth", o.depth}};
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"height", o.height}, {"width", o.width}, {"depth", o.depth}};
   for (const auto& [name, size] : sizes) {
-    if (size < 0) throw std::invalid_argument(prefix() + name + "=" + std::to_string(size) + " must be >= 0");
+    if (size < 0)
+      throw std::invalid_argument(prefix() + name + "=" + std::to_string(size) + " must be >= 0");
   }
   const int64_t min_size = std::min({o.height, o.width, o.depth});
   if (min_size <= 2 * static_cast<int64_t>(o.rad_max)) {
-    throw std::invalid_argument(prefix() + "min(height, width, depth)=" + std::to_string(min_size) +
-                                " must be > 2 * rad_max=" + std::to_string(2 * static_cast<int64_t>(o.rad_max)));
+    throw std::invalid_argument(
+        prefix() + "min(height, width, depth)=" + std::to_string(min_size) +
+        " must be > 2 * rad_max=" + std::to_string(2 * static_cast<int64_t>(o.rad_max)));
   }
   int64_t plane = 0, voxels = 0;
-  if (__builtin_mul_overflow(o.height, o.width, &plane) || __builtin_mul_overflow(plane, o.depth, &voxels) ||
+  if (__builtin_mul_overflow(o.height, o.width, &plane) ||
+      __builtin_mul_overflow(plane, o.depth, &voxels) ||
       static_cast<uint64_t>(voxels) > SIZE_MAX / sizeof(double)) {
-    throw std::invalid_argument(prefix() + "height=" + std::to_string(o.height) + " x width=" +
-                                std::to_string(o.width) + " x depth=" + std::to_string(o.depth) +
-                                " voxels overflow");
+    throw std::invalid_argument(prefix() + "height=" + std::to_string(o.height) +
+                                " x width=" + std::to_string(o.width) +
+                                " x depth=" + std::to_string(o.depth) + " voxels overflow");
   }
   if (o.num_seg_classes < 1) {
     throw std::invalid_argument(prefix() + "num_seg_classes=" + std::to_string(o.num_seg_classes) +
@@ -161,7 +168,8 @@ SyntheticVolume make_test_image_3d(const SyntheticOptions& o, NumpyRandomState& 
     s.y = rs.randint(rad_max, w - rad_max);
     s.z = rs.randint(rad_max, d - rad_max);
     s.radius = rs.randint(o.rad_min, rad_max);
-    s.value = o.num_seg_classes > 1 ? std::ceil(rs.random() * o.num_seg_classes) : rs.random() * 0.5 + 0.5;
+    s.value = o.num_seg_classes > 1 ? std::ceil(rs.random() * o.num_seg_classes)
+                                    : rs.random() * 0.5 + 0.5;
     vol.spheres.push_back(s);
 
     const auto fvalue = static_cast<float>(s.value);
@@ -170,9 +178,11 @@ SyntheticVolume make_test_image_3d(const SyntheticOptions& o, NumpyRandomState& 
     // MONAI tests every voxel of the volume; only the bounding box can hold
     // (i-x)^2 + (j-y)^2 + (k-z)^2 <= r^2. Clipping is for safety: with
     // x in [rad_max, h - rad_max) and r < rad_max the box is always inside.
-    for (int64_t i = std::max<int64_t>(0, s.x - s.radius); i <= std::min(h - 1, s.x + s.radius); ++i) {
+    for (int64_t i = std::max<int64_t>(0, s.x - s.radius); i <= std::min(h - 1, s.x + s.radius);
+         ++i) {
       const int64_t di2 = (i - s.x) * (i - s.x);
-      for (int64_t j = std::max<int64_t>(0, s.y - s.radius); j <= std::min(w - 1, s.y + s.radius); ++j) {
+      for (int64_t j = std::max<int64_t>(0, s.y - s.radius); j <= std::min(w - 1, s.y + s.radius);
+           ++j) {
         const int64_t rest = r2 - di2 - (j - s.y) * (j - s.y);
         if (rest < 0) continue;
         const int64_t half = isqrt(rest);
@@ -225,13 +235,16 @@ uint32_t synthetic_volume_seed(uint64_t seed, int64_t index) {
       derive_seed(seed, Stream::kShared, 0, kSyntheticSeedPurpose + static_cast<uint64_t>(index)));
 }
 
-std::vector<SyntheticVolume> make_volumes(const SyntheticOptions& options, uint64_t seed, int64_t first,
-                                          int64_t count, int threads) {
+std::vector<SyntheticVolume> make_volumes(const SyntheticOptions& options, uint64_t seed,
+                                          int64_t first, int64_t count, int threads) {
   validate(options);
-  if (first < 0) throw std::invalid_argument("make_volumes: first=" + std::to_string(first) + " must be >= 0");
-  if (count < 0) throw std::invalid_argument("make_volumes: count=" + std::to_string(count) + " must be >= 0");
+  if (first < 0)
+    throw std::invalid_argument("make_volumes: first=" + std::to_string(first) + " must be >= 0");
+  if (count < 0)
+    throw std::invalid_argument("make_volumes: count=" + std::to_string(count) + " must be >= 0");
   if (threads < 1) {
-    throw std::invalid_argument("make_volumes: threads=" + std::to_string(threads) + " must be >= 1");
+    throw std::invalid_argument("make_volumes: threads=" + std::to_string(threads) +
+                                " must be >= 1");
   }
   std::vector<SyntheticVolume> volumes(static_cast<size_t>(count));
   // Each volume depends only on its own seed, so any split over threads gives

@@ -18,30 +18,45 @@ namespace {
 
 NiftiDatatype natural_type(NiftiDatatype disk) {
   switch (disk) {
-    case NiftiDatatype::kUint16: return NiftiDatatype::kInt32;
-    case NiftiDatatype::kUint32: return NiftiDatatype::kInt64;
-    default: return disk;
+    case NiftiDatatype::kUint16:
+      return NiftiDatatype::kInt32;
+    case NiftiDatatype::kUint32:
+      return NiftiDatatype::kInt64;
+    default:
+      return disk;
   }
 }
 
 at::ScalarType scalar_type(NiftiDatatype t) {
   switch (t) {
-    case NiftiDatatype::kUint8: return at::kByte;
-    case NiftiDatatype::kInt8: return at::kChar;
-    case NiftiDatatype::kInt16: return at::kShort;
-    case NiftiDatatype::kInt32: return at::kInt;
-    case NiftiDatatype::kInt64: return at::kLong;
-    case NiftiDatatype::kFloat32: return at::kFloat;
-    case NiftiDatatype::kFloat64: return at::kDouble;
-    case NiftiDatatype::kUint16: case NiftiDatatype::kUint32: break;
+    case NiftiDatatype::kUint8:
+      return at::kByte;
+    case NiftiDatatype::kInt8:
+      return at::kChar;
+    case NiftiDatatype::kInt16:
+      return at::kShort;
+    case NiftiDatatype::kInt32:
+      return at::kInt;
+    case NiftiDatatype::kInt64:
+      return at::kLong;
+    case NiftiDatatype::kFloat32:
+      return at::kFloat;
+    case NiftiDatatype::kFloat64:
+      return at::kDouble;
+    case NiftiDatatype::kUint16:
+    case NiftiDatatype::kUint32:
+      break;
   }
   throw std::logic_error("no ATen type for " + to_string(t));
 }
 
-bool is_integer(NiftiDatatype t) { return t != NiftiDatatype::kFloat32 && t != NiftiDatatype::kFloat64; }
+bool is_integer(NiftiDatatype t) {
+  return t != NiftiDatatype::kFloat32 && t != NiftiDatatype::kFloat64;
+}
 
 NiftiDatatype output_type(const NiftiHeader& h, const ReadOptions& options) {
-  if (options.uint8_if_it_fits && is_integer(h.datatype) && !(options.apply_scaling && h.has_scaling())) {
+  if (options.uint8_if_it_fits && is_integer(h.datatype) &&
+      !(options.apply_scaling && h.has_scaling())) {
     return NiftiDatatype::kUint8;
   }
   if (options.as_float) return NiftiDatatype::kFloat32;
@@ -96,7 +111,8 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
   spec.slope = h.scl_slope;
   spec.inter = h.scl_inter;
   spec.to_c_order = options.layout == VolumeLayout::kContiguous;
-  spec.narrow_to_uint8 = spec.dst_type == NiftiDatatype::kUint8 && h.datatype != NiftiDatatype::kUint8;
+  spec.narrow_to_uint8 =
+      spec.dst_type == NiftiDatatype::kUint8 && h.datatype != NiftiDatatype::kUint8;
   const at::ScalarType dtype = scalar_type(spec.dst_type);
 
   Volume v;
@@ -109,8 +125,10 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
     // The decompressed file becomes the tensor's storage.
     auto holder = std::make_shared<ByteBuffer>(std::move(file.bytes));
     void* voxels = holder->data.get() + h.vox_offset;
-    storage = at::from_blob(voxels, {C, Z, Y, X}, [holder](void*) {}, at::TensorOptions().dtype(dtype));
-    v.nonfinite_voxels = options.count_nonfinite ? count_nonfinite(voxels, storage.numel(), h.datatype) : -1;
+    storage = at::from_blob(
+        voxels, {C, Z, Y, X}, [holder](void*) {}, at::TensorOptions().dtype(dtype));
+    v.nonfinite_voxels =
+        options.count_nonfinite ? count_nonfinite(voxels, storage.numel(), h.datatype) : -1;
   } else {
     const auto copy = [&] {
       const at::ScalarType type = scalar_type(spec.dst_type);
@@ -119,9 +137,8 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
       std::atomic<int64_t> bad{0};
       const uint8_t* src = file.voxels();
       void* dst = storage.data_ptr();
-      for_rows(Y, row_grain(cxyz), options.parallel, [&](int64_t jb, int64_t je) {
-        bad += copy_voxels(src, dst, spec, jb, je);
-      });
+      for_rows(Y, row_grain(cxyz), options.parallel,
+               [&](int64_t jb, int64_t je) { bad += copy_voxels(src, dst, spec, jb, je); });
       return bad.load();
     };
     const int64_t bad = copy();
@@ -162,13 +179,27 @@ void write_volume(const std::string& path, const at::Tensor& data, const Affine&
   }
   NiftiDatatype type;
   switch (data.scalar_type()) {
-    case at::kByte: type = NiftiDatatype::kUint8; break;
-    case at::kChar: type = NiftiDatatype::kInt8; break;
-    case at::kShort: type = NiftiDatatype::kInt16; break;
-    case at::kInt: type = NiftiDatatype::kInt32; break;
-    case at::kLong: type = NiftiDatatype::kInt64; break;
-    case at::kFloat: type = NiftiDatatype::kFloat32; break;
-    case at::kDouble: type = NiftiDatatype::kFloat64; break;
+    case at::kByte:
+      type = NiftiDatatype::kUint8;
+      break;
+    case at::kChar:
+      type = NiftiDatatype::kInt8;
+      break;
+    case at::kShort:
+      type = NiftiDatatype::kInt16;
+      break;
+    case at::kInt:
+      type = NiftiDatatype::kInt32;
+      break;
+    case at::kLong:
+      type = NiftiDatatype::kInt64;
+      break;
+    case at::kFloat:
+      type = NiftiDatatype::kFloat32;
+      break;
+    case at::kDouble:
+      type = NiftiDatatype::kFloat64;
+      break;
     default:
       fail(std::string("dtype ") + c10::toString(data.scalar_type()) +
            " cannot be written; use uint8, int8, int16, int32, int64, float32 or float64");
@@ -178,7 +209,9 @@ void write_volume(const std::string& path, const at::Tensor& data, const Affine&
   t = t.contiguous();
   const std::array<int64_t, 4> cxyz{t.size(0), t.size(1), t.size(2), t.size(3)};
   for (int64_t i = 0; i < 4; ++i) {
-    if (cxyz[static_cast<size_t>(i)] < 1) fail("data has an empty dimension (size " + std::to_string(cxyz[static_cast<size_t>(i)]) + ")");
+    if (cxyz[static_cast<size_t>(i)] < 1)
+      fail("data has an empty dimension (size " + std::to_string(cxyz[static_cast<size_t>(i)]) +
+           ")");
   }
   NiftiWriteSpec spec;
   spec.shape = {cxyz[1], cxyz[2], cxyz[3]};
@@ -192,9 +225,8 @@ void write_volume(const std::string& path, const at::Tensor& data, const Affine&
   ByteBuffer buffer = ByteBuffer::allocate(nbytes);
   const void* src = t.data_ptr();
   uint8_t* dst = buffer.data.get();
-  for_rows(cxyz[2], row_grain(cxyz), options.parallel, [&](int64_t jb, int64_t je) {
-    c_order_to_file_order(src, dst, type, cxyz, jb, je);
-  });
+  for_rows(cxyz[2], row_grain(cxyz), options.parallel,
+           [&](int64_t jb, int64_t je) { c_order_to_file_order(src, dst, type, cxyz, jb, je); });
   NiftiWriteOptions write_options;
   write_options.gzip_level = options.gzip_level;
   write_nifti(path, spec, buffer.data.get(), nbytes, write_options);

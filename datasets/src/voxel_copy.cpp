@@ -19,10 +19,22 @@ enum Mode { kConvert, kScaleMul, kScaleMulAdd };
 
 template <size_t N>
 struct UintOf;
-template <> struct UintOf<1> { using type = uint8_t; };
-template <> struct UintOf<2> { using type = uint16_t; };
-template <> struct UintOf<4> { using type = uint32_t; };
-template <> struct UintOf<8> { using type = uint64_t; };
+template <>
+struct UintOf<1> {
+  using type = uint8_t;
+};
+template <>
+struct UintOf<2> {
+  using type = uint16_t;
+};
+template <>
+struct UintOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct UintOf<8> {
+  using type = uint64_t;
+};
 
 template <class U>
 U bswap(U v) {
@@ -101,15 +113,17 @@ inline int64_t nonfinite(D v) {
 // one set; the scratch pads each slice by a cache line. Blocks of up to 8
 // rows, about 384 KB (L2), per thread.
 struct PaddedRows {
-  int64_t block = 1;     // rows per block
-  int64_t stride = 0;    // bytes between k-slices at what fill() returns
-  bool direct = false;   // no scratch: fill() returns the file's rows in place
+  int64_t block = 1;    // rows per block
+  int64_t stride = 0;   // bytes between k-slices at what fill() returns
+  bool direct = false;  // no scratch: fill() returns the file's rows in place
   uint8_t* scratch = nullptr;
 
-  const uint8_t* fill(const uint8_t* channel, int64_t row_bytes, int64_t Y, int64_t Z, int64_t j0, int64_t jn) const {
+  const uint8_t* fill(const uint8_t* channel, int64_t row_bytes, int64_t Y, int64_t Z, int64_t j0,
+                      int64_t jn) const {
     if (direct) return channel + j0 * row_bytes;
     for (int64_t k = 0; k < Z; ++k) {
-      std::memcpy(scratch + k * stride, channel + (k * Y + j0) * row_bytes, static_cast<size_t>(jn * row_bytes));
+      std::memcpy(scratch + k * stride, channel + (k * Y + j0) * row_bytes,
+                  static_cast<size_t>(jn * row_bytes));
     }
     return scratch;
   }
@@ -121,7 +135,8 @@ constexpr int64_t kMaxScratchBytes = int64_t{64} << 20;
 
 PaddedRows padded_rows(int64_t row_bytes, int64_t Y, int64_t Z) {
   PaddedRows r;
-  r.block = std::max<int64_t>(1, std::min<int64_t>(8, (int64_t{384} << 10) / std::max<int64_t>(1, Z * row_bytes)));
+  r.block = std::max<int64_t>(
+      1, std::min<int64_t>(8, (int64_t{384} << 10) / std::max<int64_t>(1, Z * row_bytes)));
   r.stride = (r.block * row_bytes + 63) / 64 * 64 + 64;
   if (r.stride > kMaxScratchBytes / Z) {
     r.direct = true;
@@ -144,7 +159,8 @@ PaddedRows padded_rows(int64_t row_bytes, int64_t Y, int64_t Z) {
 // (block), a single voxel at the edges (edge), and closes a row (end_row).
 // Returns op.bad.
 template <class T, class D, class Op>
-int64_t transpose4_walk(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je, Op& op) {
+int64_t transpose4_walk(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb,
+                        int64_t je, Op& op) {
   static_assert(sizeof(T) == 4, "4-byte voxels");
   const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
   const int64_t row_bytes = X * 4;
@@ -171,7 +187,8 @@ int64_t transpose4_walk(const uint8_t* src, D* dst, const VoxelCopySpec& spec, i
           }
         }
         for (; i0 < X; ++i0) {
-          for (int64_t k = 0; k < Z; ++k) dc[(i0 * Y + j) * Z + k] = op.edge(local[k * LS + jj * X + i0]);
+          for (int64_t k = 0; k < Z; ++k)
+            dc[(i0 * Y + j) * Z + k] = op.edge(local[k * LS + jj * X + i0]);
         }
         op.end_row();
       }
@@ -190,7 +207,8 @@ struct Transpose4Bits {
 
   __m128 load4(const uint32_t* p) const {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return int_to_float ? _mm_cvtepi32_ps(v) : _mm_castsi128_ps(v);  // cvtdq2ps rounds as static_cast
+    return int_to_float ? _mm_cvtepi32_ps(v)
+                        : _mm_castsi128_ps(v);  // cvtdq2ps rounds as static_cast
   }
   void block(const uint32_t* sk, int64_t LS, uint32_t* d, int64_t YZ) {
     __m128 r0 = load4(sk);
@@ -270,7 +288,8 @@ constexpr int64_t kTile = 16;
 
 template <class S, class D, bool Swap, int M>
 struct Kernel {
-  static int64_t to_c_order(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+  static int64_t to_c_order(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb,
+                            int64_t je) {
     const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
     const double slope = spec.slope, inter = spec.inter;
     constexpr auto es = static_cast<int64_t>(sizeof(S));
@@ -333,7 +352,8 @@ struct Kernel {
     return bad;
   }
 
-  static int64_t keep_file_order(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+  static int64_t keep_file_order(const uint8_t* src, D* dst, const VoxelCopySpec& spec, int64_t jb,
+                                 int64_t je) {
     const int64_t C = spec.cxyz[0], X = spec.cxyz[1], Y = spec.cxyz[2], Z = spec.cxyz[3];
     constexpr auto es = static_cast<int64_t>(sizeof(S));
     int64_t bad = 0;
@@ -346,7 +366,9 @@ struct Kernel {
           if constexpr (std::is_same_v<S, D> && !Swap && M == kConvert) {
             std::memcpy(out, row, static_cast<size_t>(X * es));
             if constexpr (std::is_floating_point_v<D>) {
-              bad += count_nonfinite(out, X, std::is_same_v<D, float> ? NiftiDatatype::kFloat32 : NiftiDatatype::kFloat64);
+              bad += count_nonfinite(
+                  out, X,
+                  std::is_same_v<D, float> ? NiftiDatatype::kFloat32 : NiftiDatatype::kFloat64);
             }
           } else {
             for (int64_t i = 0; i < X; ++i) {
@@ -362,7 +384,8 @@ struct Kernel {
     return bad;
   }
 
-  static int64_t run(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+  static int64_t run(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb,
+                     int64_t je) {
     D* d = static_cast<D*>(dst);
 #if defined(__SSE2__)
     // 4-byte voxels into C order through the padded scratch: one SSE walk,
@@ -382,12 +405,14 @@ struct Kernel {
       }
     }
 #endif
-    return spec.to_c_order ? to_c_order(src, d, spec, jb, je) : keep_file_order(src, d, spec, jb, je);
+    return spec.to_c_order ? to_c_order(src, d, spec, jb, je)
+                           : keep_file_order(src, d, spec, jb, je);
   }
 };
 
 template <class S, class D, bool Swap>
-int64_t dispatch_mode(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+int64_t dispatch_mode(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb,
+                      int64_t je) {
   if (!spec.scale) return Kernel<S, D, Swap, kConvert>::run(src, dst, spec, jb, je);
   if constexpr (std::is_floating_point_v<D>) {
     if (spec.inter != 0) return Kernel<S, D, Swap, kScaleMulAdd>::run(src, dst, spec, jb, je);
@@ -401,11 +426,18 @@ template <class S>
 struct Natural {
   using type = S;
 };
-template <> struct Natural<uint16_t> { using type = int32_t; };
-template <> struct Natural<uint32_t> { using type = int64_t; };
+template <>
+struct Natural<uint16_t> {
+  using type = int32_t;
+};
+template <>
+struct Natural<uint32_t> {
+  using type = int64_t;
+};
 
 template <class S, bool Swap>
-int64_t dispatch_dst(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+int64_t dispatch_dst(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb,
+                     int64_t je) {
   using N = typename Natural<S>::type;
   switch (spec.dst_type) {
     case NiftiDatatype::kFloat32:
@@ -420,15 +452,15 @@ int64_t dispatch_dst(const uint8_t* src, void* dst, const VoxelCopySpec& spec, i
       return dispatch_mode<S, uint8_t, Swap>(src, dst, spec, jb, je);
     }
   }
-  const bool natural =
-      (spec.dst_type == NiftiDatatype::kUint8 && std::is_same_v<N, uint8_t>) ||
-      (spec.dst_type == NiftiDatatype::kInt8 && std::is_same_v<N, int8_t>) ||
-      (spec.dst_type == NiftiDatatype::kInt16 && std::is_same_v<N, int16_t>) ||
-      (spec.dst_type == NiftiDatatype::kInt32 && std::is_same_v<N, int32_t>) ||
-      (spec.dst_type == NiftiDatatype::kInt64 && std::is_same_v<N, int64_t>);
+  const bool natural = (spec.dst_type == NiftiDatatype::kUint8 && std::is_same_v<N, uint8_t>) ||
+                       (spec.dst_type == NiftiDatatype::kInt8 && std::is_same_v<N, int8_t>) ||
+                       (spec.dst_type == NiftiDatatype::kInt16 && std::is_same_v<N, int16_t>) ||
+                       (spec.dst_type == NiftiDatatype::kInt32 && std::is_same_v<N, int32_t>) ||
+                       (spec.dst_type == NiftiDatatype::kInt64 && std::is_same_v<N, int64_t>);
   if (!natural) {
-    throw std::invalid_argument("copy_voxels: " + to_string(spec.src_type) + " -> " + to_string(spec.dst_type) +
-                                " is not supported (outputs: the value-preserving type, float32, float64)");
+    throw std::invalid_argument(
+        "copy_voxels: " + to_string(spec.src_type) + " -> " + to_string(spec.dst_type) +
+        " is not supported (outputs: the value-preserving type, float32, float64)");
   }
   if constexpr (!std::is_floating_point_v<N>) {
     return dispatch_mode<S, N, Swap>(src, dst, spec, jb, je);
@@ -437,17 +469,20 @@ int64_t dispatch_dst(const uint8_t* src, void* dst, const VoxelCopySpec& spec, i
 }
 
 template <class S>
-int64_t dispatch_swap(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb, int64_t je) {
+int64_t dispatch_swap(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t jb,
+                      int64_t je) {
   const uint16_t one = 1;
   uint8_t first;
   std::memcpy(&first, &one, 1);
   const bool host_big = first == 0;
-  if (spec.src_big_endian != host_big && sizeof(S) > 1) return dispatch_dst<S, true>(src, dst, spec, jb, je);
+  if (spec.src_big_endian != host_big && sizeof(S) > 1)
+    return dispatch_dst<S, true>(src, dst, spec, jb, je);
   return dispatch_dst<S, false>(src, dst, spec, jb, je);
 }
 
 template <class U>
-void reverse_kernel(const U* src, U* dst, const std::array<int64_t, 4>& cxyz, int64_t jb, int64_t je) {
+void reverse_kernel(const U* src, U* dst, const std::array<int64_t, 4>& cxyz, int64_t jb,
+                    int64_t je) {
   const int64_t C = cxyz[0], X = cxyz[1], Y = cxyz[2], Z = cxyz[3];
   alignas(64) U tile[kTile][kTile];  // [ii][kk]
   for (int64_t c = 0; c < C; ++c) {
@@ -480,8 +515,9 @@ void check_spec(const std::array<int64_t, 4>& cxyz, int64_t jb, int64_t je) {
     }
   }
   if (jb < 0 || je > cxyz[2] || jb > je) {
-    throw std::invalid_argument("copy_voxels: rows [" + std::to_string(jb) + ", " + std::to_string(je) +
-                                ") must lie in [0, " + std::to_string(cxyz[2]) + ")");
+    throw std::invalid_argument("copy_voxels: rows [" + std::to_string(jb) + ", " +
+                                std::to_string(je) + ") must lie in [0, " +
+                                std::to_string(cxyz[2]) + ")");
   }
 }
 
@@ -523,37 +559,50 @@ int64_t count_nonfinite(const void* data, int64_t n, NiftiDatatype type) {
   return bad;
 }
 
-int64_t copy_voxels(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t j_begin, int64_t j_end) {
+int64_t copy_voxels(const uint8_t* src, void* dst, const VoxelCopySpec& spec, int64_t j_begin,
+                    int64_t j_end) {
   check_spec(spec.cxyz, j_begin, j_end);
   switch (spec.src_type) {
-    case NiftiDatatype::kUint8: return dispatch_swap<uint8_t>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kInt8: return dispatch_swap<int8_t>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kInt16: return dispatch_swap<int16_t>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kUint16: return dispatch_swap<uint16_t>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kInt32: return dispatch_swap<int32_t>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kUint32: return dispatch_swap<uint32_t>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kInt64: return dispatch_swap<int64_t>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kFloat32: return dispatch_swap<float>(src, dst, spec, j_begin, j_end);
-    case NiftiDatatype::kFloat64: return dispatch_swap<double>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kUint8:
+      return dispatch_swap<uint8_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt8:
+      return dispatch_swap<int8_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt16:
+      return dispatch_swap<int16_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kUint16:
+      return dispatch_swap<uint16_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt32:
+      return dispatch_swap<int32_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kUint32:
+      return dispatch_swap<uint32_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kInt64:
+      return dispatch_swap<int64_t>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kFloat32:
+      return dispatch_swap<float>(src, dst, spec, j_begin, j_end);
+    case NiftiDatatype::kFloat64:
+      return dispatch_swap<double>(src, dst, spec, j_begin, j_end);
   }
   throw std::invalid_argument("copy_voxels: unknown source datatype");
 }
 
-void c_order_to_file_order(const void* src, uint8_t* dst, NiftiDatatype type, const std::array<int64_t, 4>& cxyz,
-                           int64_t j_begin, int64_t j_end) {
+void c_order_to_file_order(const void* src, uint8_t* dst, NiftiDatatype type,
+                           const std::array<int64_t, 4>& cxyz, int64_t j_begin, int64_t j_end) {
   check_spec(cxyz, j_begin, j_end);
   switch (element_size(type)) {
     case 1:
       reverse_kernel(static_cast<const uint8_t*>(src), dst, cxyz, j_begin, j_end);
       return;
     case 2:
-      reverse_kernel(static_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(dst), cxyz, j_begin, j_end);
+      reverse_kernel(static_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(dst), cxyz,
+                     j_begin, j_end);
       return;
     case 4:
-      reverse_kernel(static_cast<const uint32_t*>(src), reinterpret_cast<uint32_t*>(dst), cxyz, j_begin, j_end);
+      reverse_kernel(static_cast<const uint32_t*>(src), reinterpret_cast<uint32_t*>(dst), cxyz,
+                     j_begin, j_end);
       return;
     default:
-      reverse_kernel(static_cast<const uint64_t*>(src), reinterpret_cast<uint64_t*>(dst), cxyz, j_begin, j_end);
+      reverse_kernel(static_cast<const uint64_t*>(src), reinterpret_cast<uint64_t*>(dst), cxyz,
+                     j_begin, j_end);
       return;
   }
 }

@@ -99,8 +99,8 @@ struct RankCursor {
 int64_t append_padding(uint32_t* out, int64_t k, RankCursor& cur, int64_t n,
                        const std::vector<uint32_t>& head) {
   for (; cur.next < cur.end; cur.next += cur.step) {
-    const auto wrapped = static_cast<size_t>((cur.next - static_cast<uint64_t>(n)) %
-                                             static_cast<uint64_t>(n));
+    const auto wrapped =
+        static_cast<size_t>((cur.next - static_cast<uint64_t>(n)) % static_cast<uint64_t>(n));
     out[k++] = head[wrapped];
   }
   return k;
@@ -232,15 +232,20 @@ ComputedShard compute_shard(const ShardLayout& layout, const DistributedSamplerO
   return shard;
 }
 
-void put_field(std::ostringstream& os, const char* name, int64_t value) { os << name << '=' << value; }
+void put_field(std::ostringstream& os, const char* name, int64_t value) {
+  os << name << '=' << value;
+}
 
 }  // namespace
 
 std::string to_string(PartitionMode mode) {
   switch (mode) {
-    case PartitionMode::kPad: return "pad";
-    case PartitionMode::kDropLast: return "drop_last";
-    case PartitionMode::kUneven: return "uneven";
+    case PartitionMode::kPad:
+      return "pad";
+    case PartitionMode::kDropLast:
+      return "drop_last";
+    case PartitionMode::kUneven:
+      return "uneven";
   }
   return "unknown";
 }
@@ -285,7 +290,8 @@ ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, Partit
     fail(os.str() + " must be >= 1");
   }
   if (start < 0 || start > dataset_size) {
-    fail("start=" + std::to_string(start) + " must be in [0, dataset_size=" + std::to_string(dataset_size) + "]");
+    fail("start=" + std::to_string(start) +
+         " must be in [0, dataset_size=" + std::to_string(dataset_size) + "]");
   }
   if (mode == PartitionMode::kUneven && start == 0 && dataset_size < num_replicas) {
     fail("mode=uneven needs dataset_size=" + std::to_string(dataset_size) +
@@ -346,8 +352,8 @@ DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
     : options_(options),
       layout_(ShardLayout::make(options.dataset_size, options.num_replicas, options.mode)) {
   if (options.rank < 0 || options.rank >= options.num_replicas) {
-    fail("rank=" + std::to_string(options.rank) + " must be in [0, num_replicas=" +
-         std::to_string(options.num_replicas) + ")");
+    fail("rank=" + std::to_string(options.rank) +
+         " must be in [0, num_replicas=" + std::to_string(options.num_replicas) + ")");
   }
   num_samples_ = layout_.num_samples(options.rank);
 }
@@ -360,8 +366,8 @@ DistributedSampler DistributedSampler::restore(const SamplerState& state, int64_
                                                int64_t num_replicas) {
   const DistributedSamplerOptions o = state.sampler_options(rank, num_replicas);
   if (state.consumed < 0 || state.consumed > state.dataset_size) {
-    fail("state consumed=" + std::to_string(state.consumed) + " must be in [0, dataset_size=" +
-         std::to_string(state.dataset_size) + "]");
+    fail("state consumed=" + std::to_string(state.consumed) +
+         " must be in [0, dataset_size=" + std::to_string(state.dataset_size) + "]");
   }
   // A whole epoch is validated as such (uneven refuses n < W); a remainder
   // shorter than the world just leaves ranks empty.
@@ -399,7 +405,8 @@ IndexSpan DistributedSampler::iterate() {
     } else if (!warned_repeat_) {
       warned_repeat_ = true;
       warn("DistributedSampler: a second pass over epoch " + std::to_string(epoch_) +
-           " without set_epoch() reads the same order again; call set_epoch(e) before each epoch, or set "
+           " without set_epoch() reads the same order again; call set_epoch(e) before each epoch, "
+           "or set "
            "auto_advance_epoch");
     }
   }
@@ -425,12 +432,14 @@ SamplerState DistributedSampler::state() const {
   return SamplerState::at(options_, epoch_, layout_.start + std::min(read, layout_.remaining()));
 }
 
-std::vector<int64_t> DistributedSampler::indices() && { return static_cast<const DistributedSampler&>(*this).indices().to_vector(); }
+std::vector<int64_t> DistributedSampler::indices() && {
+  return static_cast<const DistributedSampler&>(*this).indices().to_vector();
+}
 
 IndexSpan DistributedSampler::indices() const& {
   if (!buffer_ || buffer_->epoch != epoch_) {
-    ComputedShard shard =
-        compute_shard(layout_, options_, epoch_, uses_inside_out(layout_.dataset_size, options_.randperm));
+    ComputedShard shard = compute_shard(layout_, options_, epoch_,
+                                        uses_inside_out(layout_.dataset_size, options_.randperm));
     if (!buffer_) buffer_ = std::make_unique<Buffer>();
     buffer_->epoch = epoch_;
     buffer_->size = shard.size;

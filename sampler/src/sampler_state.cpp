@@ -12,7 +12,8 @@ constexpr int kStateVersion = 1;
 
 [[noreturn]] void bad_field(const std::string& field, const std::string& why) {
   // "field 'epoch'=-1 must be ..." or "field 'epoch' is missing"
-  throw std::invalid_argument("SamplerState: field '" + field + "'" + (why.rfind('=', 0) == 0 ? "" : " ") + why);
+  throw std::invalid_argument("SamplerState: field '" + field + "'" +
+                              (why.rfind('=', 0) == 0 ? "" : " ") + why);
 }
 
 const nlohmann::json& field(const nlohmann::json& doc, const char* name) {
@@ -40,7 +41,8 @@ std::string string_field(const nlohmann::json& doc, const char* name) {
 
 }  // namespace
 
-SamplerState SamplerState::at(const DistributedSamplerOptions& options, int64_t epoch, int64_t consumed) {
+SamplerState SamplerState::at(const DistributedSamplerOptions& options, int64_t epoch,
+                              int64_t consumed) {
   SamplerState s;
   s.seed = options.seed;
   s.epoch = epoch;
@@ -85,7 +87,8 @@ SamplerState SamplerState::from_json(const std::string& text) {
   } catch (const nlohmann::json::parse_error& e) {
     throw std::invalid_argument(std::string("SamplerState: not valid JSON: ") + e.what());
   }
-  if (!doc.is_object()) throw std::invalid_argument("SamplerState: expected a JSON object, got " + doc.dump());
+  if (!doc.is_object())
+    throw std::invalid_argument("SamplerState: expected a JSON object, got " + doc.dump());
   const int64_t version = int_field(doc, "version", 1);
   if (version != kStateVersion) {
     bad_field("version", "=" + std::to_string(version) + " is not supported (expected " +
@@ -109,20 +112,22 @@ SamplerState SamplerState::from_json(const std::string& text) {
   s.shuffle = shuffle.get<bool>();
   s.dataset_size = int_field(doc, "dataset_size", 0);
   if (s.dataset_size > kMaxDatasetSize) {
-    bad_field("dataset_size", "=" + std::to_string(s.dataset_size) + " must be <= " + std::to_string(kMaxDatasetSize));
+    bad_field("dataset_size", "=" + std::to_string(s.dataset_size) +
+                                  " must be <= " + std::to_string(kMaxDatasetSize));
   }
   s.world_size = int_field(doc, "world_size", 1);
   s.consumed = int_field(doc, "consumed", 0);
   if (s.consumed > s.dataset_size) {
-    bad_field("consumed", "=" + std::to_string(s.consumed) + " must be <= dataset_size=" +
-                              std::to_string(s.dataset_size));
+    bad_field("consumed", "=" + std::to_string(s.consumed) +
+                              " must be <= dataset_size=" + std::to_string(s.dataset_size));
   }
   return s;
 }
 
 bool SamplerState::operator==(const SamplerState& o) const {
-  return seed == o.seed && epoch == o.epoch && mode == o.mode && shuffle == o.shuffle && randperm == o.randperm &&
-         dataset_size == o.dataset_size && world_size == o.world_size && consumed == o.consumed;
+  return seed == o.seed && epoch == o.epoch && mode == o.mode && shuffle == o.shuffle &&
+         randperm == o.randperm && dataset_size == o.dataset_size && world_size == o.world_size &&
+         consumed == o.consumed;
 }
 
 }  // namespace volshard

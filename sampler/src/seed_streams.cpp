@@ -30,8 +30,8 @@ uint64_t StreamRng::below(uint64_t bound) {
 
 int64_t StreamRng::uniform_int(int64_t lo, int64_t hi) {
   if (lo > hi) {
-    throw std::invalid_argument("StreamRng::uniform_int: lo=" + std::to_string(lo) + " must be <= hi=" +
-                                std::to_string(hi));
+    throw std::invalid_argument("StreamRng::uniform_int: lo=" + std::to_string(lo) +
+                                " must be <= hi=" + std::to_string(hi));
   }
   const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);  // hi - lo, mod 2^64
   const uint64_t offset = span == ~uint64_t{0} ? next_u64() : below(span + 1);
@@ -40,7 +40,8 @@ int64_t StreamRng::uniform_int(int64_t lo, int64_t hi) {
 
 bool StreamRng::bernoulli(double p) {
   if (!(p >= 0.0 && p <= 1.0)) {
-    throw std::invalid_argument("StreamRng::bernoulli: p=" + std::to_string(p) + " must be in [0, 1]");
+    throw std::invalid_argument("StreamRng::bernoulli: p=" + std::to_string(p) +
+                                " must be in [0, 1]");
   }
   return uniform_double() < p;
 }
@@ -50,11 +51,13 @@ uint64_t SeedStreams::shared_seed(uint64_t purpose, int64_t epoch) const {
 }
 
 uint64_t SeedStreams::rank_seed(int64_t rank, int64_t epoch) const {
-  return derive_seed(base_, Stream::kRank, static_cast<uint64_t>(epoch), static_cast<uint64_t>(rank));
+  return derive_seed(base_, Stream::kRank, static_cast<uint64_t>(epoch),
+                     static_cast<uint64_t>(rank));
 }
 
 uint64_t SeedStreams::sample_seed(int64_t index, int64_t epoch) const {
-  return derive_seed(base_, Stream::kSample, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+  return derive_seed(base_, Stream::kSample, static_cast<uint64_t>(epoch),
+                     static_cast<uint64_t>(index));
 }
 
 }  // namespace volshard

@@ -71,17 +71,18 @@ EpochCheck check_epoch(const DistributedSamplerOptions& options, int64_t epoch,
   for (int64_t r = 1; r < w; ++r) {
     const auto prev = static_cast<int64_t>(shards[static_cast<size_t>(r - 1)].size());
     const auto cur = static_cast<int64_t>(shards[static_cast<size_t>(r)].size());
-    const bool good = options.mode == PartitionMode::kUneven ? (prev == cur || prev == cur + 1)
-                                                             : prev == cur;
-    if (!good) fail("shard sizes of ranks " + std::to_string(r - 1) + " and " + std::to_string(r) +
-                    " break the mode's rule");
+    const bool good =
+        options.mode == PartitionMode::kUneven ? (prev == cur || prev == cur + 1) : prev == cur;
+    if (!good)
+      fail("shard sizes of ranks " + std::to_string(r - 1) + " and " + std::to_string(r) +
+           " break the mode's rule");
   }
 
   // The multiset union, with what was consumed before a resume, follows the mode.
   std::vector<int64_t> count(static_cast<size_t>(n), 0);
   if (start > 0) {
-    const auto perm = global_order(ShardLayout::make(n, 1, PartitionMode::kPad), options.shuffle, options.seed,
-                                   epoch, options.randperm);
+    const auto perm = global_order(ShardLayout::make(n, 1, PartitionMode::kPad), options.shuffle,
+                                   options.seed, epoch, options.randperm);
     for (int64_t p = 0; p < start; ++p) ++count[static_cast<size_t>(perm[static_cast<size_t>(p)])];
   }
   int64_t seen = 0;
@@ -97,13 +98,14 @@ EpochCheck check_epoch(const DistributedSamplerOptions& options, int64_t epoch,
   }
   const int64_t missing = std::count(count.begin(), count.end(), 0);
   if (seen != layout.total_size) {
-    fail("shards hold " + std::to_string(seen) + " positions, expected total_size=" +
-         std::to_string(layout.total_size));
+    fail("shards hold " + std::to_string(seen) +
+         " positions, expected total_size=" + std::to_string(layout.total_size));
   }
   switch (options.mode) {
     case PartitionMode::kUneven:
     case PartitionMode::kDropLast: {
-      const int64_t repeated = std::count_if(count.begin(), count.end(), [](int64_t c) { return c > 1; });
+      const int64_t repeated =
+          std::count_if(count.begin(), count.end(), [](int64_t c) { return c > 1; });
       if (repeated > 0) fail(std::to_string(repeated) + " samples on more than one position");
       check.dropped = missing;
       if (options.mode == PartitionMode::kUneven && missing > 0) {

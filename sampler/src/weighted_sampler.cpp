@@ -116,8 +116,8 @@ DistributedWeightedSampler::DistributedWeightedSampler(DistributedWeightedSample
     fail(kWho, "num_samples_per_rank=" + std::to_string(options_.num_samples_per_rank) +
                    " must be >= 0, or -1 for the rank's num_samples");
   }
-  num_samples_ = options_.num_samples_per_rank == -1 ? shard_.num_samples()
-                                                     : options_.num_samples_per_rank;
+  num_samples_ =
+      options_.num_samples_per_rank == -1 ? shard_.num_samples() : options_.num_samples_per_rank;
   if (num_samples_ > 0 && shard_.num_samples() == 0) {
     fail(kWho, "num_samples_per_rank=" + std::to_string(num_samples_) +
                    " but rank=" + std::to_string(options_.sampler.rank) +
@@ -137,8 +137,8 @@ std::vector<int64_t> DistributedWeightedSampler::indices() const {
   // Which shard a rank gets changes with the epoch when shuffling, so a shard
   // of only zero weights can only be caught here; say where, as torch cannot.
   const double sum = running_sum(weights);
-  const std::string where = "rank=" + std::to_string(options_.sampler.rank) +
-                            " epoch=" + std::to_string(epoch()) + ": ";
+  const std::string where =
+      "rank=" + std::to_string(options_.sampler.rank) + " epoch=" + std::to_string(epoch()) + ": ";
   if (sum == 0) {
     fail("DistributedWeightedSampler",
          where + "all " + std::to_string(shard.size()) +

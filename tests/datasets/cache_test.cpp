@@ -74,8 +74,9 @@ TEST(SampleCacheTest, KeepsToTheRateAndTheByteBudget) {
 }
 
 TEST(SampleCacheTest, ReportsErrorsAndBadOptions) {
-  EXPECT_THROW(SampleCache([](int64_t) -> Sample { throw std::runtime_error("img3: truncated"); }, 4, {}),
-               std::runtime_error);
+  EXPECT_THROW(
+      SampleCache([](int64_t) -> Sample { throw std::runtime_error("img3: truncated"); }, 4, {}),
+      std::runtime_error);
   CacheOptions bad;
   bad.cache_rate = 1.5;
   try {
@@ -153,12 +154,13 @@ void write_item(const std::string& image, const std::string& label, int64_t i, i
 }
 
 // Under `root`, the test's test_dir() (a second test_dir() call would empty it).
-FolderData folder_dataset(const std::string& root, int64_t n, std::array<int64_t, 3> shape = {6, 5, 4}) {
+FolderData folder_dataset(const std::string& root, int64_t n,
+                          std::array<int64_t, 3> shape = {6, 5, 4}) {
   FolderData d{root + "/data", {}};
   fs::create_directories(d.dir);
   for (int64_t i = 0; i < n; ++i) {
-    write_item(d.dir + "/img" + std::to_string(i) + ".nii.gz", d.dir + "/seg" + std::to_string(i) + ".nii.gz", i, 0,
-               shape);
+    write_item(d.dir + "/img" + std::to_string(i) + ".nii.gz",
+               d.dir + "/seg" + std::to_string(i) + ".nii.gz", i, 0, shape);
   }
   d.pairs = pairs_from_folder(d.dir);
   return d;
@@ -194,7 +196,8 @@ void expect_same_tensor(const at::Tensor& a, const at::Tensor& b, const std::str
   EXPECT_EQ(a.scalar_type(), b.scalar_type()) << what;
   ASSERT_EQ(a.sizes(), b.sizes()) << what;
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();
-  EXPECT_EQ(std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()), 0) << what << " differs in its bytes";
+  EXPECT_EQ(std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()), 0)
+      << what << " differs in its bytes";
 }
 
 void expect_same_sample(const Sample& a, const Sample& b) {
@@ -298,8 +301,9 @@ TEST(PersistentCacheTest, RebuildsOnlyTheItemWhoseSourceFileChangedAndDeletesNot
   EXPECT_EQ(second.prepared(), 1);
   EXPECT_NE(second.entry_path(2), old_entry);
   expect_same_sample(second.get(2), prepare(2));
-  EXPECT_FALSE(at::equal(second.get(2).image, first.get(2).image));  // the new contents, not the old entry
-  EXPECT_TRUE(fs::exists(old_entry));                              // a stale entry is left alone
+  EXPECT_FALSE(
+      at::equal(second.get(2).image, first.get(2).image));  // the new contents, not the old entry
+  EXPECT_TRUE(fs::exists(old_entry));                       // a stale entry is left alone
   EXPECT_THAT(entries_in(cache_dir), SizeIs(5));
   EXPECT_THAT(warnings.messages(), SizeIs(0));  // stale is not corrupt: simply not found
 }
@@ -367,7 +371,8 @@ TEST(PersistentCacheTest, RefusesATruncatedEntryWithAWarningAndRebuildsIt) {
   const std::string entry = first.entry_path(0);
   const auto original = read_bytes(entry);
   for (const size_t cut : {size_t{0}, size_t{30}, size_t{200}, original.size() - 1}) {
-    SCOPED_TRACE("kept " + std::to_string(cut) + " of " + std::to_string(original.size()) + " bytes");
+    SCOPED_TRACE("kept " + std::to_string(cut) + " of " + std::to_string(original.size()) +
+                 " bytes");
     fs::resize_file(entry, cut);
     WarningCapture warnings;
     const SampleCache second(prepare, 2, persistent(cache_dir, data.pairs));
@@ -410,8 +415,9 @@ TEST(PersistentCacheTest, RoundTripsEveryDtypeAndMetaField) {
   Sample odd;
   odd.image = at::arange(24, at::kDouble).reshape({2, 3, 4, 1}).transpose(1, 2);  // not contiguous
   odd.label = at::arange(6, at::kByte).reshape({1, 3, 2, 1});
-  odd.meta = SampleMeta{7, "somewhere/a.bin", 3, true, true, {1, 2, 3}, {4, 5, 6}, {7, 8, 9}, 2, {0, 2},
-                        {true, false, true}};
+  odd.meta =
+      SampleMeta{7,      "somewhere/a.bin",  3, true, true, {1, 2, 3}, {4, 5, 6}, {7, 8, 9}, 2,
+                 {0, 2}, {true, false, true}};
   CacheOptions o;
   o.cache_dir = dir + "/cache";
   o.item_files = [&](int64_t) { return std::vector<std::string>{dir + "/a.bin"}; };

@@ -50,7 +50,8 @@ TEST(Xxh64Test, GivesTheSameDigestForAnySplitIntoUpdates) {
   const uint64_t whole = xxh64(data.data(), data.size(), 42);
   for (const size_t step : {1, 3, 8, 31, 32, 33, 100, 999}) {
     Xxh64 h(42);
-    for (size_t at = 0; at < data.size(); at += step) h.update(data.data() + at, std::min(step, data.size() - at));
+    for (size_t at = 0; at < data.size(); at += step)
+      h.update(data.data() + at, std::min(step, data.size() - at));
     EXPECT_EQ(h.digest(), whole) << "step " << step;
   }
 }
@@ -58,12 +59,14 @@ TEST(Xxh64Test, GivesTheSameDigestForAnySplitIntoUpdates) {
 TEST(DigestFileTest, HashesAFileAsItsBytesAndQuickly) {
   const std::string dir = test_dir();
   std::vector<uint8_t> bytes(7u << 20);  // a 128^3 float32 .nii.gz of noise is ~7.5 MB
-  for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<uint8_t>((k * 2654435761u) >> 13);
+  for (size_t k = 0; k < bytes.size(); ++k)
+    bytes[k] = static_cast<uint8_t>((k * 2654435761u) >> 13);
   write_bytes(dir + "/f.bin", bytes);
   (void)digest_file(dir + "/f.bin");  // into the page cache
   const auto start = std::chrono::steady_clock::now();
   const FileDigest d = digest_file(dir + "/f.bin");
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(d.size_bytes, bytes.size());
   EXPECT_EQ(d.xxh64, xxh64(bytes.data(), bytes.size()));
   EXPECT_LT(ms, 200.0);  // ~2 ms optimised; the bound only catches a byte-at-a-time slip

@@ -16,8 +16,8 @@ using ::testing::HasSubstr;
 class TempFolder {
  public:
   TempFolder() {
-    path_ = fs::temp_directory_path() / ("volshard_datalist_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("volshard_datalist_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::create_directories(path_);
   }
   ~TempFolder() { fs::remove_all(path_); }
@@ -43,10 +43,11 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(NaturalOrderTest, PutsImg10AfterImg9) {
-  std::vector<std::string> names{"img10.nii.gz", "img9.nii.gz", "img1.nii.gz", "img100.nii.gz", "img02.nii.gz"};
+  std::vector<std::string> names{"img10.nii.gz", "img9.nii.gz", "img1.nii.gz", "img100.nii.gz",
+                                 "img02.nii.gz"};
   std::sort(names.begin(), names.end(), natural_less);
-  EXPECT_EQ(names, (std::vector<std::string>{"img1.nii.gz", "img02.nii.gz", "img9.nii.gz", "img10.nii.gz",
-                                             "img100.nii.gz"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"img1.nii.gz", "img02.nii.gz", "img9.nii.gz",
+                                             "img10.nii.gz", "img100.nii.gz"}));
   EXPECT_TRUE(natural_less("a", "b"));
   EXPECT_FALSE(natural_less("a2", "a2"));
   EXPECT_TRUE(natural_less("a", "a1"));
@@ -75,7 +76,8 @@ TEST(FolderDatasetTest, MismatchedCountsNameTheGlobsAndFiles) {
   const std::string e = error_of([&] { pairs_from_folder(dir.path()); });
   EXPECT_THAT(e, HasSubstr("2 images match 'img*' but 1 labels match 'seg*'"));
   EXPECT_THAT(e, HasSubstr("img1.nii.gz"));
-  EXPECT_THAT(error_of([&] { pairs_from_folder(dir.path() + "/nope"); }), HasSubstr("cannot list the folder"));
+  EXPECT_THAT(error_of([&] { pairs_from_folder(dir.path() + "/nope"); }),
+              HasSubstr("cannot list the folder"));
 }
 
 TEST(DatalistTest, ReadsASectionWithPathsRelativeToTheDatalist) {
@@ -83,11 +85,13 @@ TEST(DatalistTest, ReadsASectionWithPathsRelativeToTheDatalist) {
   dir.file("imagesTr/a.nii.gz");
   dir.file("labelsTr/a.nii.gz");
   const std::string list = dir.file(
-      "dataset.json", R"({"training":[{"image":"imagesTr/a.nii.gz","label":"labelsTr/a.nii.gz"}],"validation":[]})");
+      "dataset.json",
+      R"({"training":[{"image":"imagesTr/a.nii.gz","label":"labelsTr/a.nii.gz"}],"validation":[]})");
   const auto pairs = pairs_from_datalist(list);
   ASSERT_EQ(pairs.size(), 1u);
   EXPECT_EQ(pairs[0].image, (fs::path(dir.path()) / "imagesTr/a.nii.gz").string());
-  EXPECT_THAT(error_of([&] { pairs_from_datalist(list, "validation"); }), HasSubstr("\"validation\" is empty"));
+  EXPECT_THAT(error_of([&] { pairs_from_datalist(list, "validation"); }),
+              HasSubstr("\"validation\" is empty"));
   EXPECT_THAT(error_of([&] { pairs_from_datalist(list, "test"); }), HasSubstr("no \"test\" list"));
 }
 
@@ -95,15 +99,19 @@ TEST(DatalistTest, ListsEveryMissingFileAndNamesBadEntries) {
   TempFolder dir;
   dir.file("a.nii.gz");
   const std::string list = dir.file(
-      "d.json", R"({"training":[{"image":"a.nii.gz","label":"b.nii.gz"},{"image":"c.nii.gz","label":"a.nii.gz"}]})");
+      "d.json",
+      R"({"training":[{"image":"a.nii.gz","label":"b.nii.gz"},{"image":"c.nii.gz","label":"a.nii.gz"}]})");
   const std::string e = error_of([&] { pairs_from_datalist(list); });
   EXPECT_THAT(e, HasSubstr("2 files do not exist"));
   EXPECT_THAT(e, HasSubstr("b.nii.gz"));
   EXPECT_THAT(e, HasSubstr("c.nii.gz"));
   const std::string bad = dir.file("bad.json", R"({"training":[{"image":"a.nii.gz"}]})");
-  EXPECT_THAT(error_of([&] { pairs_from_datalist(bad); }), HasSubstr("training[0] has no string \"label\""));
-  EXPECT_THAT(error_of([&] { pairs_from_datalist(dir.file("x.json", "{oops")); }), HasSubstr("not valid JSON"));
-  EXPECT_THAT(error_of([&] { pairs_from_datalist(dir.path() + "/none.json"); }), HasSubstr("cannot open"));
+  EXPECT_THAT(error_of([&] { pairs_from_datalist(bad); }),
+              HasSubstr("training[0] has no string \"label\""));
+  EXPECT_THAT(error_of([&] { pairs_from_datalist(dir.file("x.json", "{oops")); }),
+              HasSubstr("not valid JSON"));
+  EXPECT_THAT(error_of([&] { pairs_from_datalist(dir.path() + "/none.json"); }),
+              HasSubstr("cannot open"));
 }
 
 }  // namespace

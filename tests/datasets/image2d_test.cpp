@@ -48,14 +48,16 @@ TEST(ReadImage2DTest, GrayscaleIsOneChannelIndexedRowThenColumn) {
   EXPECT_TRUE(t.is_contiguous());
   const auto a = t.accessor<float, 4>();
   for (int r = 0; r < 5; ++r)
-    for (int c = 0; c < 7; ++c) ASSERT_EQ(a[0][r][c][0], static_cast<float>((r * 7 + c) * 7)) << r << "," << c;
+    for (int c = 0; c < 7; ++c)
+      ASSERT_EQ(a[0][r][c][0], static_cast<float>((r * 7 + c) * 7)) << r << "," << c;
 }
 
 TEST(ReadImage2DTest, SixteenBitValuesArePreservedExactly) {
   const std::string dir = test_dir();
   cv::Mat m(4, 6, CV_16U);
   for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 6; ++c) m.at<uint16_t>(r, c) = static_cast<uint16_t>(60000 + r * 1000 + c * 7);
+    for (int c = 0; c < 6; ++c)
+      m.at<uint16_t>(r, c) = static_cast<uint16_t>(60000 + r * 1000 + c * 7);
   m.at<uint16_t>(3, 5) = 65535;
   const at::Tensor t = read_image_2d(written(dir + "/g16.png", m));
   ASSERT_EQ(shape_of(t), (std::vector<int64_t>{1, 4, 6, 1}));
@@ -133,7 +135,8 @@ TEST(ReadMask2DTest, KeepsMaskValuesAsStored) {
   EXPECT_EQ(read_mask_2d(written(dir + "/wide.png", wide))[0][1][1][0].item<float>(), 300.0f);
   // Gray saved as RGB is still one channel.
   cv::Mat grey_rgb(2, 2, CV_8UC3, cv::Scalar(4, 4, 4));
-  EXPECT_EQ(shape_of(read_mask_2d(written(dir + "/grey_rgb.png", grey_rgb))), (std::vector<int64_t>{1, 2, 2, 1}));
+  EXPECT_EQ(shape_of(read_mask_2d(written(dir + "/grey_rgb.png", grey_rgb))),
+            (std::vector<int64_t>{1, 2, 2, 1}));
 }
 
 TEST(ReadMask2DTest, RefusesAColourMaskNamingIt) {
@@ -154,7 +157,8 @@ TEST(ReadImage2DTest, NamesFilesItCannotRead) {
   EXPECT_THAT(error_of([&] { (void)read_image_2d(dir + "/notes.png"); }),
               HasSubstr(dir + "/notes.png: not an image OpenCV can decode"));
   write_bytes(dir + "/empty.png", {});
-  EXPECT_THAT(error_of([&] { (void)read_mask_2d(dir + "/empty.png"); }), HasSubstr(dir + "/empty.png: empty file"));
+  EXPECT_THAT(error_of([&] { (void)read_mask_2d(dir + "/empty.png"); }),
+              HasSubstr(dir + "/empty.png: empty file"));
   EXPECT_THAT(error_of([&] { (void)read_image_2d(dir); }), HasSubstr(dir + ": not a regular file"));
   // A PNG cut short.
   const cv::Mat m(32, 32, CV_8U, cv::Scalar(7));
@@ -162,7 +166,8 @@ TEST(ReadImage2DTest, NamesFilesItCannotRead) {
   cv::imencode(".png", m, png);
   png.resize(png.size() / 2);
   write_bytes(dir + "/cut.png", png);
-  EXPECT_THAT(error_of([&] { (void)read_image_2d(dir + "/cut.png"); }), HasSubstr(dir + "/cut.png: "));
+  EXPECT_THAT(error_of([&] { (void)read_image_2d(dir + "/cut.png"); }),
+              HasSubstr(dir + "/cut.png: "));
 }
 
 TEST(ReadImagePair2DTest, PairsImageAndMaskFromAFolderWithGlobs) {
@@ -246,7 +251,8 @@ TEST(Image2DTransformsTest, TheLoaderBatchesTwoDimensionalCropsFromAPersistentCa
   int calls = 0;
   const SampleSource prepare = [&](int64_t i) {
     ++calls;
-    Sample s = read_image_pair_2d(pairs[static_cast<size_t>(i)].image, pairs[static_cast<size_t>(i)].label);
+    Sample s = read_image_pair_2d(pairs[static_cast<size_t>(i)].image,
+                                  pairs[static_cast<size_t>(i)].label);
     s.image = scale_intensity(s.image);
     s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
     return s;

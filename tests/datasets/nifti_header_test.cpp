@@ -31,7 +31,8 @@ void expect_error(Fn fn, const std::vector<std::string>& pieces) {
 TEST(NiftiHeaderTest, ParsesTheFieldsOfAWrittenNifti1Header) {
   const std::vector<int64_t> shape{3, 4, 5};
   const auto bytes = make_nifti(shape, NiftiDatatype::kInt16, own_index_voxels<int16_t>(shape));
-  const NiftiHeader h = parse_nifti_header(bytes.data(), bytes.size(), "mem.nii", static_cast<int64_t>(bytes.size()));
+  const NiftiHeader h =
+      parse_nifti_header(bytes.data(), bytes.size(), "mem.nii", static_cast<int64_t>(bytes.size()));
   EXPECT_EQ(h.version, 1);
   EXPECT_FALSE(h.big_endian);
   EXPECT_EQ(h.shape, shape);
@@ -59,7 +60,10 @@ TEST(NiftiHeaderTest, ReadsNifti2AndBigEndianHeadersByTheirSizeofHdr) {
 
   // Byte-swap the int16 fields of a NIfTI-1 header we need: sizeof_hdr, dim, datatype, ...
   auto v1 = make_nifti(shape, NiftiDatatype::kUint8, own_index_voxels<uint8_t>(shape));
-  auto swap = [&](size_t offset, size_t n) { std::reverse(v1.begin() + static_cast<long>(offset), v1.begin() + static_cast<long>(offset + n)); };
+  auto swap = [&](size_t offset, size_t n) {
+    std::reverse(v1.begin() + static_cast<long>(offset),
+                 v1.begin() + static_cast<long>(offset + n));
+  };
   swap(0, 4);
   for (size_t d = 0; d < 8; ++d) swap(40 + 2 * d, 2);
   swap(70, 2);
@@ -110,11 +114,11 @@ TEST(NiftiHeaderTest, QformRotatesByTheQuaternionAndFlipsZByQfac) {
 TEST(NiftiHeaderTest, AppliesNibabelsLoadTimeFixesToPixdimAndCodes) {
   const std::vector<int64_t> shape{2, 2, 2};
   auto b = make_nifti(shape, NiftiDatatype::kUint8, own_index_voxels<uint8_t>(shape));
-  put_le<float>(b, 76, 0.0f);    // qfac 0 -> 1
-  put_le<float>(b, 80, 0.0f);    // pixdim[1] 0 -> 1
-  put_le<float>(b, 84, -2.5f);   // pixdim[2] negative -> abs
-  put_le<int16_t>(b, 252, 9);    // qform_code 9 -> 0
-  put_le<int16_t>(b, 254, 0);    // no sform: base affine
+  put_le<float>(b, 76, 0.0f);   // qfac 0 -> 1
+  put_le<float>(b, 80, 0.0f);   // pixdim[1] 0 -> 1
+  put_le<float>(b, 84, -2.5f);  // pixdim[2] negative -> abs
+  put_le<int16_t>(b, 252, 9);   // qform_code 9 -> 0
+  put_le<int16_t>(b, 254, 0);   // no sform: base affine
   const NiftiHeader h = parse_nifti_header(b.data(), b.size(), "fix.nii");
   EXPECT_EQ(h.pixdim[0], 1);
   EXPECT_EQ(h.pixdim[1], 1);
@@ -141,10 +145,12 @@ TEST(NiftiHeaderTest, ScalingFollowsNibabelsSlopeRules) {
 }
 
 TEST(NiftiHeaderTest, AppliesNifti1FreesurferShapeHacks) {
-  std::vector<uint8_t> b = make_nifti({7, 1, 1}, NiftiDatatype::kUint8, own_index_voxels<uint8_t>({7, 1, 1}));
+  std::vector<uint8_t> b =
+      make_nifti({7, 1, 1}, NiftiDatatype::kUint8, own_index_voxels<uint8_t>({7, 1, 1}));
   put_le<int16_t>(b, 42, -1);
   put_le<int32_t>(b, 144, 7);  // glmin holds the length
-  const NiftiHeader h = parse_nifti_header(b.data(), b.size(), "fs.nii", static_cast<int64_t>(b.size()));
+  const NiftiHeader h =
+      parse_nifti_header(b.data(), b.size(), "fs.nii", static_cast<int64_t>(b.size()));
   EXPECT_EQ(h.shape, (std::vector<int64_t>{7, 1, 1}));
 }
 
@@ -170,7 +176,8 @@ TEST(NiftiFileTest, ReadsMultiMemberGzipAndTrailingBytesThroughTheFallback) {
   const std::string dir = test_dir();
   const std::vector<int64_t> shape{9, 8, 7};
   const auto bytes = make_nifti(shape, NiftiDatatype::kFloat32, own_index_voxels<float>(shape));
-  std::vector<uint8_t> first(bytes.begin(), bytes.begin() + 500), rest(bytes.begin() + 500, bytes.end());
+  std::vector<uint8_t> first(bytes.begin(), bytes.begin() + 500),
+      rest(bytes.begin() + 500, bytes.end());
   std::vector<uint8_t> multi = gzip(first);
   const auto tail = gzip(rest, 6);
   multi.insert(multi.end(), tail.begin(), tail.end());
@@ -188,7 +195,8 @@ TEST(NiftiFileTest, ReadsMultiMemberGzipAndTrailingBytesThroughTheFallback) {
 TEST(NiftiFileTest, NeverReadsASiblingNii) {
   const std::string dir = test_dir();
   const std::vector<int64_t> shape{2, 2, 2};
-  write_bytes(dir + "/x.nii.gz", gzip(make_nifti(shape, NiftiDatatype::kUint8, own_index_voxels<uint8_t>(shape))));
+  write_bytes(dir + "/x.nii.gz",
+              gzip(make_nifti(shape, NiftiDatatype::kUint8, own_index_voxels<uint8_t>(shape))));
   std::vector<uint8_t> other(8, 99);
   write_bytes(dir + "/x.nii", make_nifti(shape, NiftiDatatype::kUint8, other));
   const NiftiFile f = read_nifti(dir + "/x.nii.gz");
@@ -224,7 +232,9 @@ TEST_F(NiftiBadInputTest, NonexistentPathNamesThePath) {
   expect_error([&] { read_nifti_header(dir_ + "/missing.nii"); }, {"missing.nii", "cannot open"});
 }
 
-TEST_F(NiftiBadInputTest, DirectoryIsNotARegularFile) { expect_read_error(dir_, {"not a regular file"}); }
+TEST_F(NiftiBadInputTest, DirectoryIsNotARegularFile) {
+  expect_read_error(dir_, {"not a regular file"});
+}
 
 TEST_F(NiftiBadInputTest, TextFileIsNotANifti) {
   std::vector<uint8_t> text(400, 'a');
@@ -360,7 +370,8 @@ TEST_F(NiftiBadInputTest, QformWithANonUnitQuaternionWhenItIsUsed) {
 // ---- voxel_copy: file order <-> C order ----
 
 TEST(VoxelCopyTest, TransposesFileOrderToChannelFirstCOrder) {
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{3, 4, 5, 2}, {17, 5, 33, 1}, {16, 16, 16, 3}, {1, 1, 1, 1}, {40, 1, 19, 2}}) {
+  for (const auto& shape : std::vector<std::vector<int64_t>>{
+           {3, 4, 5, 2}, {17, 5, 33, 1}, {16, 16, 16, 3}, {1, 1, 1, 1}, {40, 1, 19, 2}}) {
     const int64_t X = shape[0], Y = shape[1], Z = shape[2], C = shape[3];
     const auto src = own_index_voxels<int32_t>(shape);
     VoxelCopySpec spec;
@@ -373,10 +384,12 @@ TEST(VoxelCopyTest, TransposesFileOrderToChannelFirstCOrder) {
       for (int64_t i = 0; i < X; ++i)
         for (int64_t j = 0; j < Y; ++j)
           for (int64_t k = 0; k < Z; ++k)
-            ASSERT_EQ(dst[static_cast<size_t>(((c * X + i) * Y + j) * Z + k)], file_index(shape, i, j, k, c));
+            ASSERT_EQ(dst[static_cast<size_t>(((c * X + i) * Y + j) * Z + k)],
+                      file_index(shape, i, j, k, c));
     // and back
     std::vector<double> back(dst.size());
-    c_order_to_file_order(dst.data(), reinterpret_cast<uint8_t*>(back.data()), NiftiDatatype::kFloat64, spec.cxyz, 0, Y);
+    c_order_to_file_order(dst.data(), reinterpret_cast<uint8_t*>(back.data()),
+                          NiftiDatatype::kFloat64, spec.cxyz, 0, Y);
     for (size_t v = 0; v < back.size(); ++v) ASSERT_EQ(back[v], static_cast<double>(v));
   }
 }
@@ -390,7 +403,9 @@ TEST(VoxelCopyTest, LongThinVolumesAreTransposedWithoutAHugeScratch) {
   std::vector<float> dst(1200000);
   EXPECT_EQ(copy_voxels(src.data(), dst.data(), spec, 0, 1), 0);
   for (int64_t i = 0; i < 2; ++i)
-    for (int64_t k = 0; k < 600000; k += 997) ASSERT_EQ(dst[static_cast<size_t>(i * 600000 + k)], static_cast<float>(file_index(shape, i, 0, k)));
+    for (int64_t k = 0; k < 600000; k += 997)
+      ASSERT_EQ(dst[static_cast<size_t>(i * 600000 + k)],
+                static_cast<float>(file_index(shape, i, 0, k)));
 }
 
 TEST(VoxelCopyTest, RowRangesComposeToTheWhole) {
@@ -426,7 +441,8 @@ TEST(VoxelCopyTest, SwapsBigEndianAndScalesAsNibabel) {
 }
 
 TEST(VoxelCopyTest, CountsNonFiniteOutputs) {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   const std::vector<float> values{1, nan, inf, -inf, 2, 3};
   std::vector<uint8_t> src(values.size() * 4);
   std::memcpy(src.data(), values.data(), src.size());
@@ -444,7 +460,8 @@ TEST(VoxelCopyTest, RefusesNarrowingOrScaledIntegerOutputs) {
   spec.dst_type = NiftiDatatype::kInt16;
   uint8_t src[2] = {0, 0};
   int16_t dst[1];
-  expect_error<std::invalid_argument>([&] { copy_voxels(src, dst, spec, 0, 1); }, {"uint16 -> int16"});
+  expect_error<std::invalid_argument>([&] { copy_voxels(src, dst, spec, 0, 1); },
+                                      {"uint16 -> int16"});
   spec.dst_type = NiftiDatatype::kInt32;
   spec.scale = true;
   expect_error<std::invalid_argument>([&] { copy_voxels(src, dst, spec, 0, 1); }, {"scaling"});
@@ -469,7 +486,9 @@ TEST(NiftiWriteTest, WritesAtomicallyAndReadsBack) {
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 4; ++j) EXPECT_NEAR(q[i][j], spec.affine[i][j], 1e-5);
   }
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 2);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            2);
 }
 
 TEST(NiftiWriteTest, ShearLeavesTheQformUnknown) {
@@ -490,7 +509,8 @@ TEST(NiftiWriteTest, FailedWriteNamesThePathAndLeavesNothing) {
   spec.datatype = NiftiDatatype::kUint8;
   const auto voxels = own_index_voxels<uint8_t>(spec.shape);
   const std::string path = dir + "/no/such/dir/x.nii";
-  expect_error([&] { write_nifti(path, spec, voxels.data(), voxels.size()); }, {path, "temporary file"});
+  expect_error([&] { write_nifti(path, spec, voxels.data(), voxels.size()); },
+               {path, "temporary file"});
   expect_error<std::invalid_argument>([&] { write_nifti(dir + "/x.nii", spec, voxels.data(), 3); },
                                       {"x.nii", "3 voxel bytes given"});
   EXPECT_TRUE(std::filesystem::is_empty(dir));

@@ -28,7 +28,8 @@ inline std::string test_dir() {
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
@@ -37,8 +38,10 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
 }
 
 /// File-order voxel index for shape (X, Y, Z[, C]).
-inline int64_t file_index(const std::vector<int64_t>& shape, int64_t i, int64_t j, int64_t k, int64_t c = 0) {
-  const int64_t X = shape[0], Y = shape.size() > 1 ? shape[1] : 1, Z = shape.size() > 2 ? shape[2] : 1;
+inline int64_t file_index(const std::vector<int64_t>& shape, int64_t i, int64_t j, int64_t k,
+                          int64_t c = 0) {
+  const int64_t X = shape[0], Y = shape.size() > 1 ? shape[1] : 1,
+                Z = shape.size() > 2 ? shape[2] : 1;
   return i + X * (j + Y * (k + Z * c));
 }
 

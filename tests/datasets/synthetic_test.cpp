@@ -26,20 +26,24 @@ using ::testing::HasSubstr;
 // volumes by the hash of their little-endian bytes.
 std::string sha256_hex(const void* data, size_t size) {
   static constexpr uint32_t kK[64] = {
-      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-  uint32_t hs[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+      0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+      0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+      0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+      0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+      0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+      0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+      0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+      0xc67178f2};
+  uint32_t hs[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
   auto block = [&](const unsigned char* p) {
     uint32_t w[64];
     for (int t = 0; t < 16; ++t) {
-      w[t] = uint32_t{p[4 * t]} << 24 | uint32_t{p[4 * t + 1]} << 16 | uint32_t{p[4 * t + 2]} << 8 | p[4 * t + 3];
+      w[t] = uint32_t{p[4 * t]} << 24 | uint32_t{p[4 * t + 1]} << 16 | uint32_t{p[4 * t + 2]} << 8 |
+             p[4 * t + 3];
     }
     for (int t = 16; t < 64; ++t) {
       const uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
@@ -48,7 +52,8 @@ std::string sha256_hex(const void* data, size_t size) {
     }
     uint32_t a = hs[0], b = hs[1], c = hs[2], d = hs[3], e = hs[4], f = hs[5], g = hs[6], h = hs[7];
     for (int t = 0; t < 64; ++t) {
-      const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[t] + w[t];
+      const uint32_t t1 =
+          h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[t] + w[t];
       const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
       h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
     }
@@ -75,8 +80,12 @@ std::string sha256_hex(const void* data, size_t size) {
 }
 
 // Little-endian host assumed (x86-64, aarch64): the bytes are numpy's '<f4'/'<i4'.
-std::string image_sha256(const SyntheticVolume& v) { return sha256_hex(v.image.data(), v.image.size() * 4); }
-std::string label_sha256(const SyntheticVolume& v) { return sha256_hex(v.label.data(), v.label.size() * 4); }
+std::string image_sha256(const SyntheticVolume& v) {
+  return sha256_hex(v.image.data(), v.image.size() * 4);
+}
+std::string label_sha256(const SyntheticVolume& v) {
+  return sha256_hex(v.label.data(), v.label.size() * 4);
+}
 
 const nlohmann::json& golden() {
   static const nlohmann::json g = [] {
@@ -145,27 +154,32 @@ void expect_matches(const SyntheticVolume& v, const nlohmann::json& c) {
     EXPECT_EQ(v.label[at], p[4].get<int32_t>()) << "voxel " << p.dump();
   }
   EXPECT_EQ(foreground(v), c.at("foreground").get<int64_t>());
-  EXPECT_EQ(std::set<float>(v.image.begin(), v.image.end()).size(), c.at("image_distinct").get<size_t>());
+  EXPECT_EQ(std::set<float>(v.image.begin(), v.image.end()).size(),
+            c.at("image_distinct").get<size_t>());
   EXPECT_EQ(image_sha256(v), c.at("image_sha256").get<std::string>());
   EXPECT_EQ(label_sha256(v), c.at("label_sha256").get<std::string>());
 }
 
 TEST(SyntheticTest, Sha256OfKnownInputs) {
   EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
   EXPECT_EQ(sha256_hex(two_blocks.data(), two_blocks.size()),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   const std::string a55(55, 'a'), a64(64, 'a');  // padding fits / spills into a second block
-  EXPECT_EQ(sha256_hex(a55.data(), a55.size()), "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
-  EXPECT_EQ(sha256_hex(a64.data(), a64.size()), "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+  EXPECT_EQ(sha256_hex(a55.data(), a55.size()),
+            "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
+  EXPECT_EQ(sha256_hex(a64.data(), a64.size()),
+            "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
 }
 
 TEST(SyntheticTest, RandomStateDrawsEqualNumpys) {
   const auto& p = golden().at("primitives");
   NumpyRandomState rs(p.at("seed").get<uint32_t>());
   for (const auto& r : p.at("randint")) {
-    EXPECT_EQ(rs.randint(r[0].get<int64_t>(), r[1].get<int64_t>()), r[2].get<int64_t>()) << r.dump();
+    EXPECT_EQ(rs.randint(r[0].get<int64_t>(), r[1].get<int64_t>()), r[2].get<int64_t>())
+        << r.dump();
   }
   for (const auto& r : p.at("random_after_randint")) EXPECT_EQ(rs.random(), r.get<double>());
   for (const auto& r : p.at("uniform")) {
@@ -279,8 +293,10 @@ TEST(SyntheticTest, MakeVolumesUsesThePerVolumeSeedRule) {
     const auto& g = mv.at("volumes")[static_cast<size_t>(v)];
     ASSERT_EQ(g.at("index").get<int64_t>(), first + v);
     EXPECT_EQ(synthetic_volume_seed(seed, first + v), g.at("numpy_seed").get<uint32_t>());
-    EXPECT_EQ(image_sha256(volumes[static_cast<size_t>(v)]), g.at("image_sha256").get<std::string>());
-    EXPECT_EQ(label_sha256(volumes[static_cast<size_t>(v)]), g.at("label_sha256").get<std::string>());
+    EXPECT_EQ(image_sha256(volumes[static_cast<size_t>(v)]),
+              g.at("image_sha256").get<std::string>());
+    EXPECT_EQ(label_sha256(volumes[static_cast<size_t>(v)]),
+              g.at("label_sha256").get<std::string>());
   }
 }
 

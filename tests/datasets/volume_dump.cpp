@@ -46,14 +46,22 @@ at::ScalarType parse_dtype(const std::string& name) {
 
 std::string dtype_name(at::ScalarType t) {
   switch (t) {
-    case at::kByte: return "uint8";
-    case at::kChar: return "int8";
-    case at::kShort: return "int16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    default: return "other";
+    case at::kByte:
+      return "uint8";
+    case at::kChar:
+      return "int8";
+    case at::kShort:
+      return "int16";
+    case at::kInt:
+      return "int32";
+    case at::kLong:
+      return "int64";
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    default:
+      return "other";
   }
 }
 
@@ -144,8 +152,9 @@ int serve() {
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "serve") return serve();
   if (argc < 4) {
-    std::cerr << "usage: volume_dump read IN OUT.bin [--as-float] [--unscaled] [--file-order]\n"
-                 "       volume_dump write OUT IN.bin DTYPE C,X,Y,Z A00,...,A33 [--nifti2] [--level N]\n";
+    std::cerr
+        << "usage: volume_dump read IN OUT.bin [--as-float] [--unscaled] [--file-order]\n"
+           "       volume_dump write OUT IN.bin DTYPE C,X,Y,Z A00,...,A33 [--nifti2] [--level N]\n";
     return 2;
   }
   return run(argc, argv);

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -22,11 +22,14 @@ namespace {
 using ::testing::HasSubstr;
 using namespace volshard::testing;
 
-Affine identity_affine() { return Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}}; }
+Affine identity_affine() {
+  return Affine{{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}};
+}
 
 // Writes a NIfTI whose voxels hold their own file-order index.
 template <class T>
-std::string own_index_file(const std::string& path, const std::vector<int64_t>& shape, NiftiDatatype type) {
+std::string own_index_file(const std::string& path, const std::vector<int64_t>& shape,
+                           NiftiDatatype type) {
   auto bytes = make_nifti(shape, type, own_index_voxels<T>(shape));
   const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   write_bytes(path, gz ? gzip(bytes) : bytes);
@@ -55,7 +58,8 @@ TEST(ReadVolumeTest, IndexesAsNibabelChannelFirst) {
 
 TEST(ReadVolumeTest, ThreeDimensionalFilesHaveOneChannel) {
   const std::string dir = test_dir();
-  const Volume v = read_volume(own_index_file<float>(dir + "/v.nii", {17, 5, 33}, NiftiDatatype::kFloat32));
+  const Volume v =
+      read_volume(own_index_file<float>(dir + "/v.nii", {17, 5, 33}, NiftiDatatype::kFloat32));
   ASSERT_EQ(v.data.sizes().vec(), (std::vector<int64_t>{1, 17, 5, 33}));
   EXPECT_EQ(v.data[0][16][4][32].item<float>(), static_cast<float>(17 * 5 * 33 - 1));
   EXPECT_EQ(v.data[0][1][2][3].item<float>(), static_cast<float>(1 + 17 * (2 + 5 * 3)));
@@ -65,14 +69,16 @@ TEST(ReadVolumeTest, WidensUnsignedTypesThatAtenLacks) {
   const std::string dir = test_dir();
   const std::vector<int64_t> shape{2, 2, 2};
   std::vector<uint8_t> u16(16);
-  for (int v = 0; v < 8; ++v) put_le<uint16_t>(u16, static_cast<size_t>(2 * v), static_cast<uint16_t>(65535 - v));
+  for (int v = 0; v < 8; ++v)
+    put_le<uint16_t>(u16, static_cast<size_t>(2 * v), static_cast<uint16_t>(65535 - v));
   write_bytes(dir + "/u16.nii", make_nifti(shape, NiftiDatatype::kUint16, u16));
   const Volume a = read_volume(dir + "/u16.nii");
   EXPECT_EQ(a.data.scalar_type(), at::kInt);
   EXPECT_EQ(a.data[0][0][0][0].item<int32_t>(), 65535);
   EXPECT_EQ(a.data[0][1][1][1].item<int32_t>(), 65528);
   std::vector<uint8_t> u32(32);
-  for (int v = 0; v < 8; ++v) put_le<uint32_t>(u32, static_cast<size_t>(4 * v), 4294967295u - static_cast<uint32_t>(v));
+  for (int v = 0; v < 8; ++v)
+    put_le<uint32_t>(u32, static_cast<size_t>(4 * v), 4294967295u - static_cast<uint32_t>(v));
   write_bytes(dir + "/u32.nii.gz", gzip(make_nifti(shape, NiftiDatatype::kUint32, u32)));
   const Volume b = read_volume(dir + "/u32.nii.gz");
   EXPECT_EQ(b.data.scalar_type(), at::kLong);
@@ -111,7 +117,8 @@ TEST(ReadVolumeTest, Int32AsFloatEqualsACastOfTheInt32Read) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     std::vector<int32_t> values(static_cast<size_t>(n));
-    for (int64_t v = 0; v < n; ++v) values[static_cast<size_t>(v)] = static_cast<int32_t>((v * 2654435761u) ^ (v << 7));
+    for (int64_t v = 0; v < n; ++v)
+      values[static_cast<size_t>(v)] = static_cast<int32_t>((v * 2654435761u) ^ (v << 7));
     std::vector<uint8_t> voxels(values.size() * 4);
     std::memcpy(voxels.data(), values.data(), voxels.size());
     write_bytes(dir + "/labels.nii", make_nifti(shape, NiftiDatatype::kInt32, voxels));
@@ -135,7 +142,8 @@ TEST(ReadVolumeTest, Uint8IfItFitsReadsCompactLabelsAndFallsBackWhenAValueDoesNo
   for (const auto& [outlier, at_voxel] : std::vector<std::pair<int32_t, int64_t>>{
            {0, 0}, {-1, n / 2}, {300, n / 2}, {256, n - 5}, {-7, n - 5}}) {
     std::vector<int32_t> values(static_cast<size_t>(n));
-    for (int64_t v = 0; v < n; ++v) values[static_cast<size_t>(v)] = static_cast<int32_t>((v * 2654435761u) % 256);
+    for (int64_t v = 0; v < n; ++v)
+      values[static_cast<size_t>(v)] = static_cast<int32_t>((v * 2654435761u) % 256);
     if (outlier != 0) values[static_cast<size_t>(at_voxel)] = outlier;
     std::vector<uint8_t> int32_bytes(values.size() * 4), int16_bytes(values.size() * 2);
     std::memcpy(int32_bytes.data(), values.data(), int32_bytes.size());
@@ -153,8 +161,9 @@ TEST(ReadVolumeTest, Uint8IfItFitsReadsCompactLabelsAndFallsBackWhenAValueDoesNo
         compact.layout = layout;
         const Volume got = read_volume(dir + name, compact);
         const Volume floats = read_volume_as_float(dir + name);
-        const std::string what = name + (layout == VolumeLayout::kContiguous ? " C order" : " file order") +
-                                 " outlier " + std::to_string(outlier);
+        const std::string what =
+            name + (layout == VolumeLayout::kContiguous ? " C order" : " file order") +
+            " outlier " + std::to_string(outlier);
         EXPECT_EQ(got.data.scalar_type(), outlier == 0 ? at::kByte : at::kFloat) << what;
         EXPECT_TRUE(at::equal(got.data.to(at::kFloat), floats.data)) << what;
         EXPECT_EQ(got.nonfinite_voxels, 0) << what;
@@ -173,7 +182,8 @@ TEST(ReadVolumeTest, Uint8IfItFitsReadsCompactLabelsAndFallsBackWhenAValueDoesNo
 
 TEST(ReadVolumeTest, FileOrderViewHasTheSameValuesWithoutTheTranspose) {
   const std::string dir = test_dir();
-  const std::string path = own_index_file<float>(dir + "/v.nii.gz", {7, 6, 5, 3}, NiftiDatatype::kFloat32);
+  const std::string path =
+      own_index_file<float>(dir + "/v.nii.gz", {7, 6, 5, 3}, NiftiDatatype::kFloat32);
   const Volume a = read_volume(path);
   ReadOptions options;
   options.layout = VolumeLayout::kFileOrderView;
@@ -182,14 +192,16 @@ TEST(ReadVolumeTest, FileOrderViewHasTheSameValuesWithoutTheTranspose) {
   EXPECT_EQ(b.data.strides().vec(), (std::vector<int64_t>{7 * 6 * 5, 1, 7, 42}));
   EXPECT_TRUE(at::equal(a.data, b.data));
   options.as_float = false;
-  const std::string path16 = own_index_file<int16_t>(dir + "/v16.nii", {7, 6, 5}, NiftiDatatype::kInt16);
+  const std::string path16 =
+      own_index_file<int16_t>(dir + "/v16.nii", {7, 6, 5}, NiftiDatatype::kInt16);
   options.as_float = true;  // converting path
   EXPECT_TRUE(at::equal(read_volume(path16, options).data, read_volume_as_float(path16).data));
 }
 
 TEST(ReadVolumeTest, ParallelCopyGivesTheSameTensor) {
   const std::string dir = test_dir();
-  const std::string path = own_index_file<int16_t>(dir + "/v.nii.gz", {40, 70, 33, 2}, NiftiDatatype::kInt16);
+  const std::string path =
+      own_index_file<int16_t>(dir + "/v.nii.gz", {40, 70, 33, 2}, NiftiDatatype::kInt16);
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
   ReadOptions parallel;
@@ -204,7 +216,8 @@ TEST(ReadVolumeTest, CountsNanAndInfVoxelsWithoutFailing) {
   const std::string dir = test_dir();
   const std::vector<int64_t> shape{2, 2, 2};
   std::vector<uint8_t> vox(32);
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   put_le<float>(vox, 0, nan);
   put_le<float>(vox, 4, inf);
   put_le<float>(vox, 8, -inf);
@@ -230,7 +243,8 @@ TEST(ReadVolumeTest, BadFilesThrowNamingThePath) {
   }
   ReadOptions small;
   small.max_voxels = 100;
-  const std::string big = own_index_file<uint8_t>(dir + "/big.nii", {10, 10, 10}, NiftiDatatype::kUint8);
+  const std::string big =
+      own_index_file<uint8_t>(dir + "/big.nii", {10, 10, 10}, NiftiDatatype::kUint8);
   try {
     read_volume(big, small);
     FAIL();
@@ -243,10 +257,13 @@ TEST(ReadVolumeTest, BadFilesThrowNamingThePath) {
 TEST(WriteVolumeTest, RoundTripsEveryDtypeShapeAndAffine) {
   const std::string dir = test_dir();
   const Affine affine{{{0, -2, 0, 10.25}, {1.5, 0, 0, -3}, {0, 0, 3, 7}, {0, 0, 0, 1}}};
-  for (const auto dtype : {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kFloat, at::kDouble}) {
+  for (const auto dtype :
+       {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kFloat, at::kDouble}) {
     for (const std::string suffix : {".nii", ".nii.gz"}) {
       for (const int version : {1, 2}) {
-        const at::Tensor data = at::arange(3 * 17 * 5 * 4, at::TensorOptions().dtype(at::kLong)).reshape({3, 17, 5, 4}).to(dtype);
+        const at::Tensor data = at::arange(3 * 17 * 5 * 4, at::TensorOptions().dtype(at::kLong))
+                                    .reshape({3, 17, 5, 4})
+                                    .to(dtype);
         const std::string path = dir + "/w" + std::to_string(version) + suffix;
         WriteOptions options;
         options.nifti_version = version;
@@ -292,7 +309,7 @@ TEST(WriteVolumeTest, DiskFullLeavesTheOldFileAndNoTemporary) {
   write_volume(path, at::zeros({4, 4, 4}), eye);
   const auto before = read_bytes(path);
   // A file-size limit makes write() fail as a full disk would (EFBIG instead of ENOSPC).
-  struct rlimit old{};
+  struct rlimit old {};
   ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
   const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
   struct rlimit small = old;
@@ -309,9 +326,10 @@ TEST(WriteVolumeTest, DiskFullLeavesTheOldFileAndNoTemporary) {
   EXPECT_THAT(message, HasSubstr(path));
   EXPECT_THAT(message, HasSubstr("write failed"));
   EXPECT_EQ(read_bytes(path), before);
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            1);
 }
-
 
 TEST(LoadPairTest, IsTheTutorialsDeterministicPrefixInEitherImageLayout) {
   const std::string dir = test_dir();

@@ -54,12 +54,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint64_t> c_order(n), file_order(n);  // 8 bytes per voxel fits every output type
   const int64_t bad_c = volshard::copy_voxels(file.voxels(), c_order.data(), spec, 0, spec.cxyz[2]);
   spec.to_c_order = false;
-  const int64_t bad_f = volshard::copy_voxels(file.voxels(), file_order.data(), spec, 0, spec.cxyz[2]);
+  const int64_t bad_f =
+      volshard::copy_voxels(file.voxels(), file_order.data(), spec, 0, spec.cxyz[2]);
   if (bad_c != bad_f) std::abort();
   // Back to file order: must equal the untransposed copy, byte for byte.
   std::vector<uint64_t> back(n);
-  volshard::c_order_to_file_order(c_order.data(), reinterpret_cast<uint8_t*>(back.data()), spec.dst_type, spec.cxyz, 0,
-                                  spec.cxyz[2]);
+  volshard::c_order_to_file_order(c_order.data(), reinterpret_cast<uint8_t*>(back.data()),
+                                  spec.dst_type, spec.cxyz, 0, spec.cxyz[2]);
   const size_t bytes = n * static_cast<size_t>(volshard::element_size(spec.dst_type));
   if (std::memcmp(back.data(), file_order.data(), bytes) != 0) std::abort();
   return 0;

@@ -41,7 +41,8 @@ TEST(BatchViewTest, EveryRankTakesTheSameStepsInPadAndDropLast) {
     const auto layout = ShardLayout::make(23, 4, mode);
     for (int64_t r = 0; r < 4; ++r) {
       auto s = sampler(23, 4, r, mode);
-      EXPECT_EQ(BatchView(s.indices(), 2, false).num_batches(), max_steps_per_epoch(layout, 2, false));
+      EXPECT_EQ(BatchView(s.indices(), 2, false).num_batches(),
+                max_steps_per_epoch(layout, 2, false));
     }
   }
 }

@@ -20,15 +20,16 @@ struct Config {
 };
 
 void showValue(const Config& c, std::ostream& os) {
-  os << "n=" << c.options.dataset_size << " W=" << c.options.num_replicas << " rank=" << c.options.rank
-     << " mode=" << to_string(c.options.mode) << " shuffle=" << c.options.shuffle << " seed=" << c.options.seed
-     << " epoch=" << c.epoch;
+  os << "n=" << c.options.dataset_size << " W=" << c.options.num_replicas
+     << " rank=" << c.options.rank << " mode=" << to_string(c.options.mode)
+     << " shuffle=" << c.options.shuffle << " seed=" << c.options.seed << " epoch=" << c.epoch;
 }
 
 rc::Gen<Config> gen_config(int64_t max_n = 10000) {
   return rc::gen::exec([max_n] {
     Config c;
-    c.options.mode = *rc::gen::element(PartitionMode::kPad, PartitionMode::kDropLast, PartitionMode::kUneven);
+    c.options.mode =
+        *rc::gen::element(PartitionMode::kPad, PartitionMode::kDropLast, PartitionMode::kUneven);
     c.options.num_replicas = *rc::gen::inRange<int64_t>(1, 65);
     const int64_t min_n = c.options.mode == PartitionMode::kUneven ? c.options.num_replicas : 0;
     c.options.dataset_size = *rc::gen::inRange<int64_t>(min_n, std::max(min_n, max_n) + 1);
@@ -77,8 +78,12 @@ RC_GTEST_PROP(DistributedSamplerProperty, PadUnionIsThePermutationPlusItsWrapped
   std::map<int64_t, int64_t> expected;
   const auto perm = c.options.shuffle ? randperm(n, epoch_seed(c.options.seed, c.epoch))
                                       : std::vector<uint32_t>();
-  const auto perm_at = [&](int64_t p) { return c.options.shuffle ? static_cast<int64_t>(perm[p]) : p; };
-  const int64_t total = n == 0 ? 0 : (n + c.options.num_replicas - 1) / c.options.num_replicas * c.options.num_replicas;
+  const auto perm_at = [&](int64_t p) {
+    return c.options.shuffle ? static_cast<int64_t>(perm[p]) : p;
+  };
+  const int64_t total =
+      n == 0 ? 0
+             : (n + c.options.num_replicas - 1) / c.options.num_replicas * c.options.num_replicas;
   for (int64_t p = 0; p < n; ++p) ++expected[perm_at(p)];
   for (int64_t k = 0; k < total - n; ++k) ++expected[perm_at(k % n)];
   RC_ASSERT(m == expected);
@@ -91,11 +96,13 @@ RC_GTEST_PROP(DistributedSamplerProperty, DropLastUnionIsThePermutationHead, ())
   const int64_t total = n / c.options.num_replicas * c.options.num_replicas;
   const auto perm = randperm(n, epoch_seed(c.options.seed, c.epoch));
   std::map<int64_t, int64_t> expected;
-  for (int64_t p = 0; p < total; ++p) ++expected[c.options.shuffle ? static_cast<int64_t>(perm[p]) : p];
+  for (int64_t p = 0; p < total; ++p)
+    ++expected[c.options.shuffle ? static_cast<int64_t>(perm[p]) : p];
   RC_ASSERT(multiset(all_ranks(c.options, c.epoch)) == expected);
 }
 
-RC_GTEST_PROP(DistributedSamplerProperty, ShardSizesAreEqualExceptUnevenWhereLowerRanksHoldOneMore, ()) {
+RC_GTEST_PROP(DistributedSamplerProperty, ShardSizesAreEqualExceptUnevenWhereLowerRanksHoldOneMore,
+              ()) {
   const Config c = *gen_config();
   const Shards s = all_ranks(c.options, c.epoch);
   for (size_t r = 1; r < s.size(); ++r) {
@@ -143,7 +150,8 @@ RC_GTEST_PROP(DistributedSamplerProperty, ConsecutiveEpochsReshuffleFromEightSam
   Config c = *gen_config();
   c.options.shuffle = true;
   RC_PRE(c.options.dataset_size >= 8);
-  const ShardLayout layout = ShardLayout::make(c.options.dataset_size, c.options.num_replicas, c.options.mode);
+  const ShardLayout layout =
+      ShardLayout::make(c.options.dataset_size, c.options.num_replicas, c.options.mode);
   RC_ASSERT(randperm(c.options.dataset_size, epoch_seed(c.options.seed, c.epoch)) !=
             randperm(c.options.dataset_size, epoch_seed(c.options.seed, c.epoch + 1)));
   if (layout.total_size >= 8) {  // drop_last may keep nothing: n = 8, W = 64
@@ -158,8 +166,10 @@ RC_GTEST_PROP(DistributedSamplerProperty, EitherShuffleShardEqualsItsReferenceSt
   c.options.shuffle = true;
   c.options.rank = *rc::gen::inRange<int64_t>(0, c.options.num_replicas);
   const bool inside_out = *rc::gen::arbitrary<bool>();
-  const auto perm = detail::reference_randperm(c.options.dataset_size, epoch_seed(c.options.seed, c.epoch), inside_out);
-  const ShardLayout layout = ShardLayout::make(c.options.dataset_size, c.options.num_replicas, c.options.mode);
+  const auto perm = detail::reference_randperm(c.options.dataset_size,
+                                               epoch_seed(c.options.seed, c.epoch), inside_out);
+  const ShardLayout layout =
+      ShardLayout::make(c.options.dataset_size, c.options.num_replicas, c.options.mode);
   std::vector<int64_t> expected;
   for (int64_t p = c.options.rank; p < layout.total_size; p += c.options.num_replicas) {
     expected.push_back(perm[static_cast<size_t>(p % c.options.dataset_size)]);

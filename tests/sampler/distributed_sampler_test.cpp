@@ -19,7 +19,8 @@ using Shards = std::vector<std::vector<int64_t>>;
 
 using test::sampler_options;
 
-Shards shards(int64_t n, int64_t w, PartitionMode mode, bool shuffle, int64_t epoch = 0, uint64_t seed = 0) {
+Shards shards(int64_t n, int64_t w, PartitionMode mode, bool shuffle, int64_t epoch = 0,
+              uint64_t seed = 0) {
   Shards out;
   for (int64_t r = 0; r < w; ++r) {
     DistributedSampler s(sampler_options(n, w, r, mode, shuffle, seed));
@@ -66,24 +67,30 @@ TEST(DistributedSamplerTest, MatchesPyTorchShuffledShardsForTenSamplesOnFourRank
 
 // MONAI tests/test_sampler_dist.py, data [1..5] (indices + 1), shuffle=False.
 TEST(DistributedSamplerTest, ReproducesMonaiTestEvenAndUneven) {
-  EXPECT_EQ(shards(5, 2, PartitionMode::kPad, false), (Shards{{0, 2, 4}, {1, 3, 0}}));   // [1,3,5] [2,4,1]
-  EXPECT_EQ(shards(5, 2, PartitionMode::kUneven, false), (Shards{{0, 2, 4}, {1, 3}}));  // [1,3,5] [2,4]
-  EXPECT_THAT(error_of(sampler_options(1, 2, 0, PartitionMode::kUneven)), HasSubstr("dataset_size=1 >= num_replicas=2"));
+  EXPECT_EQ(shards(5, 2, PartitionMode::kPad, false),
+            (Shards{{0, 2, 4}, {1, 3, 0}}));  // [1,3,5] [2,4,1]
+  EXPECT_EQ(shards(5, 2, PartitionMode::kUneven, false),
+            (Shards{{0, 2, 4}, {1, 3}}));  // [1,3,5] [2,4]
+  EXPECT_THAT(error_of(sampler_options(1, 2, 0, PartitionMode::kUneven)),
+              HasSubstr("dataset_size=1 >= num_replicas=2"));
 }
 
 // MONAI test_cachedataset: rank0 item k == 2k+1, rank1 == 2(k+1) (1-based data).
 TEST(DistributedSamplerTest, ReproducesMonaiCacheDatasetOrderForThreeEpochs) {
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     const Shards s = shards(5, 2, PartitionMode::kUneven, false, epoch);
-    for (size_t k = 0; k < s[0].size(); ++k) EXPECT_EQ(s[0][k] + 1, 2 * static_cast<int64_t>(k) + 1);
-    for (size_t k = 0; k < s[1].size(); ++k) EXPECT_EQ(s[1][k] + 1, 2 * (static_cast<int64_t>(k) + 1));
+    for (size_t k = 0; k < s[0].size(); ++k)
+      EXPECT_EQ(s[0][k] + 1, 2 * static_cast<int64_t>(k) + 1);
+    for (size_t k = 0; k < s[1].size(); ++k)
+      EXPECT_EQ(s[1][k] + 1, 2 * (static_cast<int64_t>(k) + 1));
   }
 }
 
 TEST(DistributedSamplerTest, EmptyDatasetGivesEveryRankNothingUnlessUneven) {
   EXPECT_EQ(shards(0, 3, PartitionMode::kPad, true), (Shards{{}, {}, {}}));
   EXPECT_EQ(shards(0, 3, PartitionMode::kDropLast, true), (Shards{{}, {}, {}}));
-  EXPECT_THAT(error_of(sampler_options(0, 3, 0, PartitionMode::kUneven)), HasSubstr("dataset_size=0"));
+  EXPECT_THAT(error_of(sampler_options(0, 3, 0, PartitionMode::kUneven)),
+              HasSubstr("dataset_size=0"));
 }
 
 TEST(DistributedSamplerTest, DropLastWithFewerSamplesThanRanksReadsNothing) {
@@ -127,11 +134,13 @@ TEST(DistributedSamplerTest, SeedAndEpochCombineModulo2To32AsTorchManualSeed) {
 }
 
 TEST(DistributedSamplerTest, RejectsBadOptionsNamingTheValue) {
-  EXPECT_THAT(error_of(sampler_options(10, 4, 4)), HasSubstr("rank=4 must be in [0, num_replicas=4)"));
+  EXPECT_THAT(error_of(sampler_options(10, 4, 4)),
+              HasSubstr("rank=4 must be in [0, num_replicas=4)"));
   EXPECT_THAT(error_of(sampler_options(10, 4, -1)), HasSubstr("rank=-1"));
   EXPECT_THAT(error_of(sampler_options(10, 0, 0)), HasSubstr("num_replicas=0 must be >= 1"));
   EXPECT_THAT(error_of(sampler_options(-1, 1, 0)), HasSubstr("dataset_size=-1 must be >= 0"));
-  EXPECT_THAT(error_of(sampler_options(kMaxDatasetSize + 1, 1, 0)), HasSubstr("dataset_size=4294967296 must be <="));
+  EXPECT_THAT(error_of(sampler_options(kMaxDatasetSize + 1, 1, 0)),
+              HasSubstr("dataset_size=4294967296 must be <="));
   EXPECT_THAT(error_of(sampler_options(3, 4, 0, PartitionMode::kUneven)), HasSubstr("mode=uneven"));
 }
 
@@ -182,8 +191,10 @@ std::vector<int64_t> first_positions(int64_t n, RandpermCompat compat, int64_t c
 }
 
 TEST(LargePermutationTest, MatchesTorch113OnBothSidesOfTheThreshold) {
-  EXPECT_THAT(first_positions(214748363, RandpermCompat::kTorch2, 2), ElementsAre(209652414, 184016258));
-  EXPECT_THAT(first_positions(214748364, RandpermCompat::kTorch1, 3), ElementsAre(209652404, 184016247, 65237867));
+  EXPECT_THAT(first_positions(214748363, RandpermCompat::kTorch2, 2),
+              ElementsAre(209652414, 184016258));
+  EXPECT_THAT(first_positions(214748364, RandpermCompat::kTorch1, 3),
+              ElementsAre(209652404, 184016247, 65237867));
 }
 
 TEST(LargePermutationTest, Torch2SwitchesToTheInsideOutShuffleAtTheThreshold) {

@@ -12,7 +12,8 @@ TEST(Mt19937Test, DrawsExactlyWhatStdMt19937Draws) {
   for (uint32_t seed : {0u, 1u, 5489u, 54476u, 0xFFFFFFFFu}) {
     std::mt19937 reference(seed);
     Mt19937 fast(seed);
-    for (int i = 0; i < 5000; ++i) ASSERT_EQ(fast(), static_cast<uint32_t>(reference())) << seed << " @" << i;
+    for (int i = 0; i < 5000; ++i)
+      ASSERT_EQ(fast(), static_cast<uint32_t>(reference())) << seed << " @" << i;
   }
 }
 
@@ -24,7 +25,8 @@ TEST(Mt19937Test, BulkFillContinuesTheSameStreamAcrossTwists) {
   for (size_t count : {0u, 1u, 623u, 624u, 625u, 1500u, 7u}) {
     std::vector<uint32_t> got(count);
     fast.fill(got.data(), count);
-    for (size_t k = 0; k < count; ++k) ASSERT_EQ(got[k], static_cast<uint32_t>(reference())) << count;
+    for (size_t k = 0; k < count; ++k)
+      ASSERT_EQ(got[k], static_cast<uint32_t>(reference())) << count;
   }
   fast.discard(1000);
   reference.discard(1000);

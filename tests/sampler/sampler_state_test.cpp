@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "sampler_test_util.h"
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/sampler/log.h"
 #include "volshard/sampler/shard_check.h"
-#include "sampler_test_util.h"
 
 namespace volshard {
 namespace {
@@ -20,7 +20,8 @@ using ::testing::HasSubstr;
 using Shards = std::vector<std::vector<int64_t>>;
 
 // Seed 3 throughout, so nothing here leans on seed 0.
-DistributedSamplerOptions options(int64_t n, int64_t w, int64_t rank, PartitionMode mode, uint64_t seed = 3) {
+DistributedSamplerOptions options(int64_t n, int64_t w, int64_t rank, PartitionMode mode,
+                                  uint64_t seed = 3) {
   return test::sampler_options(n, w, rank, mode, true, seed);
 }
 
@@ -171,13 +172,15 @@ struct Cut {
 
 void showValue(const Cut& c, std::ostream& os) {
   os << "n=" << c.o.dataset_size << " W=" << c.o.num_replicas << " mode=" << to_string(c.o.mode)
-     << " shuffle=" << c.o.shuffle << " seed=" << c.o.seed << " epoch=" << c.epoch << " batch=" << c.batch;
+     << " shuffle=" << c.o.shuffle << " seed=" << c.o.seed << " epoch=" << c.epoch
+     << " batch=" << c.batch;
 }
 
 rc::Gen<Cut> gen_cut() {
   return rc::gen::exec([] {
     Cut c;
-    c.o.mode = *rc::gen::element(PartitionMode::kPad, PartitionMode::kDropLast, PartitionMode::kUneven);
+    c.o.mode =
+        *rc::gen::element(PartitionMode::kPad, PartitionMode::kDropLast, PartitionMode::kUneven);
     c.o.num_replicas = *rc::gen::inRange<int64_t>(1, 9);
     c.o.dataset_size = *rc::gen::inRange<int64_t>(c.o.num_replicas, 300);
     c.o.shuffle = *rc::gen::arbitrary<bool>();
@@ -198,13 +201,14 @@ RC_GTEST_PROP(SamplerStateProperty, MidEpochResumeYieldsTheRestOfTheEpochAtEvery
   r0.rank = 0;
   DistributedSampler rank0(r0);
   rank0.set_epoch(c.epoch);
-  for (int64_t done = 0; done <= rank0.num_samples(); done = std::min(done + c.batch, rank0.num_samples() + 1)) {
+  for (int64_t done = 0; done <= rank0.num_samples();
+       done = std::min(done + c.batch, rank0.num_samples() + 1)) {
     rank0.set_position(std::min(done, rank0.num_samples()));
     const SamplerState state = SamplerState::from_json(rank0.state().to_json());
     for (int64_t r = 0; r < w; ++r) {
       const auto& shard = full[static_cast<size_t>(r)];
-      const std::vector<int64_t> rest(shard.begin() + std::min<int64_t>(done, static_cast<int64_t>(shard.size())),
-                                      shard.end());
+      const std::vector<int64_t> rest(
+          shard.begin() + std::min<int64_t>(done, static_cast<int64_t>(shard.size())), shard.end());
       RC_ASSERT(DistributedSampler::restore(state, r, w).indices() == rest);
     }
     if (done == rank0.num_samples()) break;
@@ -236,7 +240,8 @@ RC_GTEST_PROP(SamplerStateProperty, ElasticResumeNeitherSkipsNorRepeatsASample, 
       ++read;
     }
   }
-  RC_ASSERT(std::min(read, c.o.dataset_size) == state.consumed);  // padding read last ends the epoch
+  RC_ASSERT(std::min(read, c.o.dataset_size) ==
+            state.consumed);  // padding read last ends the epoch
   if (state.consumed == 0 && c.o.mode == PartitionMode::kUneven && c.o.dataset_size < w2) {
     // Nothing read yet: a whole epoch at W', which uneven refuses for n < W' (as MONAI).
     RC_ASSERT_THROWS_AS(DistributedSampler::restore(state, 0, w2), std::invalid_argument);

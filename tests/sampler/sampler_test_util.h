@@ -8,8 +8,8 @@
 namespace volshard::test {
 
 inline DistributedSamplerOptions sampler_options(int64_t n, int64_t w, int64_t rank = 0,
-                                                 PartitionMode mode = PartitionMode::kPad, bool shuffle = true,
-                                                 uint64_t seed = 0) {
+                                                 PartitionMode mode = PartitionMode::kPad,
+                                                 bool shuffle = true, uint64_t seed = 0) {
   DistributedSamplerOptions o;
   o.dataset_size = n;
   o.num_replicas = w;

@@ -18,8 +18,9 @@ using ::testing::HasSubstr;
 
 // Golden values from an independent Python implementation of the formula in
 // seed_streams.h (M = 2^64 - 1):
-//   def mix(z): z=((z^(z>>30))*0xbf58476d1ce4e5b9)&M; z=((z^(z>>27))*0x94d049bb133111eb)&M; return z^(z>>31)
-//   def derive(b,s,e,i): h=mix((b+G)&M); h=mix(((h^s)+G)&M); h=mix(((h^e)+G)&M); return mix(((h^i)+G)&M)
+//   def mix(z): z=((z^(z>>30))*0xbf58476d1ce4e5b9)&M; z=((z^(z>>27))*0x94d049bb133111eb)&M; return
+//   z^(z>>31) def derive(b,s,e,i): h=mix((b+G)&M); h=mix(((h^s)+G)&M); h=mix(((h^e)+G)&M); return
+//   mix(((h^i)+G)&M)
 TEST(SeedStreamsTest, Mix64IsSplitMix64sOutputFunction) {
   // The first two outputs of Vigna's splitmix64.c seeded with 0.
   StreamRng rng(0);
@@ -83,7 +84,8 @@ TEST(SeedStreamsTest, SampleSeedsDoNotDependOnWorldSizeOrThreads) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      for (int64_t i = t; i < 50; i += 4) threaded[static_cast<size_t>(i)] = streams.sample_seed(i, 3);
+      for (int64_t i = t; i < 50; i += 4)
+        threaded[static_cast<size_t>(i)] = streams.sample_seed(i, 3);
     });
   }
   for (auto& th : threads) th.join();

@@ -50,7 +50,8 @@ TEST(ShardCheckTest, FlagsAnEpochThatDidNotReshuffle) {
   const auto e0 = all_shards(o, 0);
   const auto c = check_epoch(o, 1, e0, &e0);  // epoch 0's shards presented as epoch 1
   EXPECT_FALSE(c.ok());
-  EXPECT_THAT(testing::PrintToString(c.failures), HasSubstr("order identical to the previous epoch"));
+  EXPECT_THAT(testing::PrintToString(c.failures),
+              HasSubstr("order identical to the previous epoch"));
 }
 
 TEST(ShardCheckTest, FlagsWrongShardSizes) {

@@ -35,8 +35,8 @@ std::vector<double> weights_of(const std::string& kind, int64_t n) {
 
 DistributedWeightedSamplerOptions make(std::vector<double> weights, int64_t w, int64_t rank,
                                        uint64_t generator_seed, int64_t num_samples_per_rank = -1,
-                                       PartitionMode mode = PartitionMode::kPad, bool shuffle = false,
-                                       uint64_t seed = 0) {
+                                       PartitionMode mode = PartitionMode::kPad,
+                                       bool shuffle = false, uint64_t seed = 0) {
   DistributedWeightedSamplerOptions o;
   o.sampler.dataset_size = static_cast<int64_t>(weights.size());
   o.sampler.num_replicas = w;
@@ -91,7 +91,8 @@ std::string indices_error_of(const DistributedWeightedSamplerOptions& o, int64_t
 // MONAI tests/test_sampler_dist.py (DistributedWeightedRandomSampler): data
 // [1..5], weights [1..5], 2 ranks, each with torch.Generator().manual_seed(0).
 TEST(WeightedSamplerTest, ReproducesMonaiTestValuesForSeedZero) {
-  EXPECT_EQ(plus_one(all_draws(make(weights_of("linear", 5), 2, 0, 0))), (Shards{{5, 5, 5}, {1, 4, 4}}));
+  EXPECT_EQ(plus_one(all_draws(make(weights_of("linear", 5), 2, 0, 0))),
+            (Shards{{5, 5, 5}, {1, 4, 4}}));
 }
 
 TEST(WeightedSamplerTest, ReproducesMonaiTestValuesForFiveSamplesPerRankAndSeed123) {
@@ -120,17 +121,77 @@ struct SamplerGolden {
 const std::vector<SamplerGolden>& sampler_goldens() {
   static const std::vector<SamplerGolden> goldens = {
       {5, 2, PartitionMode::kPad, false, 0u, 0u, 0, -1, "linear", {{4, 4, 4}, {0, 3, 3}}},
-      {5, 2, PartitionMode::kPad, false, 0u, 123u, 0, 5, "linear", {{2, 0, 4, 0, 4}, {3, 1, 3, 1, 3}}},
-      {10, 3, PartitionMode::kPad, true, 0u, 7u, 0, -1, "reciprocal", {{0, 0, 2, 0}, {1, 1, 4, 3}, {6, 6, 1, 1}}},
-      {10, 3, PartitionMode::kPad, true, 0u, 7u, 1, -1, "reciprocal", {{4, 2, 5, 5}, {3, 0, 0, 0}, {7, 8, 1, 1}}},
-      {10, 3, PartitionMode::kPad, true, 0u, 7u, 2, 6, "reciprocal",
+      {5,
+       2,
+       PartitionMode::kPad,
+       false,
+       0u,
+       123u,
+       0,
+       5,
+       "linear",
+       {{2, 0, 4, 0, 4}, {3, 1, 3, 1, 3}}},
+      {10,
+       3,
+       PartitionMode::kPad,
+       true,
+       0u,
+       7u,
+       0,
+       -1,
+       "reciprocal",
+       {{0, 0, 2, 0}, {1, 1, 4, 3}, {6, 6, 1, 1}}},
+      {10,
+       3,
+       PartitionMode::kPad,
+       true,
+       0u,
+       7u,
+       1,
+       -1,
+       "reciprocal",
+       {{4, 2, 5, 5}, {3, 0, 0, 0}, {7, 8, 1, 1}}},
+      {10,
+       3,
+       PartitionMode::kPad,
+       true,
+       0u,
+       7u,
+       2,
+       6,
+       "reciprocal",
        {{0, 3, 0, 5, 8, 0}, {6, 8, 6, 7, 7, 4}, {1, 2, 1, 1, 1, 2}}},
-      {21, 4, PartitionMode::kUneven, true, 42u, 4294967301u, 3, -1, "sparse",
+      {21,
+       4,
+       PartitionMode::kUneven,
+       true,
+       42u,
+       4294967301u,
+       3,
+       -1,
+       "sparse",
        {{1, 4, 4, 4, 4, 4}, {19, 14, 7, 7, 19}, {13, 13, 17, 17, 13}, {8, 8, 11, 10, 8}}},
       {21, 4, PartitionMode::kDropLast, false, 0u, 99u, 0, 1, "reciprocal", {{4}, {9}, {14}, {15}}},
       {13, 2, PartitionMode::kPad, true, 2147483647u, 1u, 0, 1, "linear", {{12}, {3}}},
-      {30, 1, PartitionMode::kPad, false, 0u, 2024u, 0, 12, "sparse", {{8, 23, 11, 22, 28, 7, 13, 14, 14, 4, 4, 11}}},
-      {64, 8, PartitionMode::kPad, true, 5u, 31337u, 4, 16, "reciprocal",
+      {30,
+       1,
+       PartitionMode::kPad,
+       false,
+       0u,
+       2024u,
+       0,
+       12,
+       "sparse",
+       {{8, 23, 11, 22, 28, 7, 13, 14, 14, 4, 4, 11}}},
+      {64,
+       8,
+       PartitionMode::kPad,
+       true,
+       5u,
+       31337u,
+       4,
+       16,
+       "reciprocal",
        {{21, 7, 14, 7, 7, 14, 5, 5, 14, 21, 7, 7, 7, 14, 7, 5},
         {2, 0, 2, 63, 3, 0, 0, 0, 2, 2, 3, 0, 3, 0, 0, 0},
         {10, 44, 10, 47, 46, 10, 37, 9, 10, 10, 46, 44, 34, 10, 44, 9},
@@ -145,8 +206,8 @@ const std::vector<SamplerGolden>& sampler_goldens() {
 
 TEST(WeightedSamplerTest, EqualsMonaiOnTorch113ForEveryGoldenCase) {
   for (const SamplerGolden& g : sampler_goldens()) {
-    const auto o = make(weights_of(g.weights, g.n), g.w, 0, g.generator_seed, g.num_samples_per_rank, g.mode,
-                        g.shuffle, g.seed);
+    const auto o = make(weights_of(g.weights, g.n), g.w, 0, g.generator_seed,
+                        g.num_samples_per_rank, g.mode, g.shuffle, g.seed);
     EXPECT_EQ(all_draws(o, g.epoch), g.shards)
         << "n=" << g.n << " W=" << g.w << " mode=" << to_string(g.mode) << " shuffle=" << g.shuffle
         << " seed=" << g.seed << " generator_seed=" << g.generator_seed << " epoch=" << g.epoch
@@ -168,17 +229,21 @@ TEST(WeightedMultinomialTest, EqualsTorch113MultinomialCallAfterCallOnOneGenerat
       {7, "reciprocal", 0u, {{6}, {3}, {1, 5, 2}}},
       {12, "sparse", 17u, {{4, 7, 2, 1, 8}, {2, 7}}},
       {1, "linear", 3u, {{0, 0, 0, 0}}},
-      {40, "reciprocal", 4294967295u,
+      {40,
+       "reciprocal",
+       4294967295u,
        {{32, 5, 31, 3, 12, 5, 18, 1, 2},
         {0},
-        {2, 2, 33, 1, 23, 1, 1, 1, 2, 16, 0, 28, 8, 26, 0, 28, 19, 16, 1, 4, 27, 1, 4, 1, 0, 7, 19, 10, 3, 0,
-         8, 2, 0, 1, 0, 18, 0, 13, 1, 0, 12, 11, 3, 7, 2, 1, 5, 22, 0, 17, 36, 4, 20, 23, 0, 14, 16, 1, 33, 3}}},
+        {2,  2,  33, 1, 23, 1, 1,  1,  2, 16, 0,  28, 8,  26, 0, 28, 19, 16, 1,  4,
+         27, 1,  4,  1, 0,  7, 19, 10, 3, 0,  8,  2,  0,  1,  0, 18, 0,  13, 1,  0,
+         12, 11, 3,  7, 2,  1, 5,  22, 0, 17, 36, 4,  20, 23, 0, 14, 16, 1,  33, 3}}},
   };
   for (const MultinomialGolden& g : goldens) {
     const std::vector<double> w = weights_of(g.weights, g.n);
     Mt19937 gen(g.seed);
     for (size_t c = 0; c < g.calls.size(); ++c) {
-      EXPECT_EQ(multinomial_with_replacement(w, static_cast<int64_t>(g.calls[c].size()), gen), g.calls[c])
+      EXPECT_EQ(multinomial_with_replacement(w, static_cast<int64_t>(g.calls[c].size()), gen),
+                g.calls[c])
           << "weights=" << g.weights << " seed=" << g.seed << " call " << c;
     }
   }
@@ -192,7 +257,9 @@ TEST(WeightedMultinomialTest, OneSampleIsTheFirstDrawOfALongerRunAsInTorch113) {
   for (uint32_t seed = 0; seed < 200; ++seed) {
     Mt19937 one(seed);
     Mt19937 many(seed);
-    ASSERT_EQ(multinomial_with_replacement(w, 1, one)[0], multinomial_with_replacement(w, 9, many)[0]) << seed;
+    ASSERT_EQ(multinomial_with_replacement(w, 1, one)[0],
+              multinomial_with_replacement(w, 9, many)[0])
+        << seed;
   }
 }
 
@@ -201,7 +268,8 @@ TEST(WeightedMultinomialTest, UniformDoubleTakesTheLow53BitsOfTwoDrawsHighHalfFi
   Mt19937 raw(5);
   const uint64_t hi = raw();
   const uint64_t lo = raw();
-  const double expected = static_cast<double>(((hi << 32) | lo) & ((uint64_t{1} << 53) - 1)) / 9007199254740992.0;
+  const double expected =
+      static_cast<double>(((hi << 32) | lo) & ((uint64_t{1} << 53) - 1)) / 9007199254740992.0;
   EXPECT_EQ(uniform_double(gen), expected);
   // torch.Generator().manual_seed(5) then torch.rand(1, dtype=torch.double) on PyTorch 1.13.
   Mt19937 again(5);
@@ -220,7 +288,8 @@ TEST(WeightedMultinomialTest, RejectsInvalidWeightsNamingTheValue) {
   };
   EXPECT_THAT(error({1, 2}, -1), HasSubstr("num_samples=-1 must be >= 0"));
   EXPECT_THAT(error({1, -0.25}, 1), HasSubstr("weights[1]=-0.25 must be >= 0"));
-  EXPECT_THAT(error({std::numeric_limits<double>::quiet_NaN()}, 1), HasSubstr("weights[0]=nan must be finite"));
+  EXPECT_THAT(error({std::numeric_limits<double>::quiet_NaN()}, 1),
+              HasSubstr("weights[0]=nan must be finite"));
   EXPECT_THAT(error({0, 0}, 1), HasSubstr("all 2 weights are zero"));
   EXPECT_THAT(error({}, 1), HasSubstr("all 0 weights are zero"));
   EXPECT_THAT(error({1e308, 1e308}, 1), HasSubstr("sum to inf"));
@@ -241,19 +310,25 @@ TEST(WeightedSamplerTest, ShuffleDefaultsToFalseAsMonai) {
 
 TEST(WeightedSamplerTest, NumSamplesDefaultsToTheRanksShardSize) {
   const auto w = weights_of("linear", 5);
-  EXPECT_EQ(DistributedWeightedSampler(make(w, 2, 0, 0, -1, PartitionMode::kUneven)).num_samples(), 3);
-  EXPECT_EQ(DistributedWeightedSampler(make(w, 2, 1, 0, -1, PartitionMode::kUneven)).num_samples(), 2);
-  EXPECT_EQ(DistributedWeightedSampler(make(w, 2, 1, 0, -1, PartitionMode::kUneven)).indices().size(), 2u);
+  EXPECT_EQ(DistributedWeightedSampler(make(w, 2, 0, 0, -1, PartitionMode::kUneven)).num_samples(),
+            3);
+  EXPECT_EQ(DistributedWeightedSampler(make(w, 2, 1, 0, -1, PartitionMode::kUneven)).num_samples(),
+            2);
+  EXPECT_EQ(
+      DistributedWeightedSampler(make(w, 2, 1, 0, -1, PartitionMode::kUneven)).indices().size(),
+      2u);
   DistributedWeightedSampler more(make(w, 2, 1, 0, 7));
   EXPECT_EQ(more.num_samples(), 7);
   EXPECT_EQ(more.indices().size(), 7u);
 }
 
 TEST(WeightedSamplerTest, ZeroSamplesPerRankYieldsNothing) {
-  EXPECT_TRUE(DistributedWeightedSampler(make(weights_of("linear", 5), 2, 0, 0, 0)).indices().empty());
+  EXPECT_TRUE(
+      DistributedWeightedSampler(make(weights_of("linear", 5), 2, 0, 0, 0)).indices().empty());
   // An empty dataset, or an empty drop_last shard, with the default count.
   EXPECT_TRUE(DistributedWeightedSampler(make({}, 3, 2, 0)).indices().empty());
-  EXPECT_TRUE(DistributedWeightedSampler(make(weights_of("linear", 3), 4, 1, 0, -1, PartitionMode::kDropLast))
+  EXPECT_TRUE(DistributedWeightedSampler(
+                  make(weights_of("linear", 3), 4, 1, 0, -1, PartitionMode::kDropLast))
                   .indices()
                   .empty());
 }
@@ -275,7 +350,8 @@ TEST(WeightedSamplerTest, SameSeedAndEpochGiveTheSameDraws) {
 
 TEST(WeightedSamplerTest, DifferentEpochsGiveDifferentDraws) {
   for (bool shuffle : {false, true}) {
-    DistributedWeightedSampler s(make(weights_of("reciprocal", 100), 2, 0, 77, 50, PartitionMode::kPad, shuffle));
+    DistributedWeightedSampler s(
+        make(weights_of("reciprocal", 100), 2, 0, 77, 50, PartitionMode::kPad, shuffle));
     const auto e0 = s.indices();
     s.set_epoch(1);
     EXPECT_EQ(s.epoch(), 1);
@@ -320,7 +396,8 @@ TEST(WeightedSamplerTest, NeverDrawsZeroWeightSamples) {
     DistributedWeightedSampler s(make(w, 4, rank, 3, 5000, PartitionMode::kPad, true, 11));
     for (int64_t epoch = 0; epoch < 5; ++epoch) {
       s.set_epoch(epoch);
-      for (const int64_t i : s.indices()) ASSERT_GT(w[static_cast<size_t>(i)], 0.0) << "index " << i;
+      for (const int64_t i : s.indices())
+        ASSERT_GT(w[static_cast<size_t>(i)], 0.0) << "index " << i;
     }
   }
 }
@@ -337,7 +414,8 @@ TEST(WeightedSamplerTest, RejectsBadOptionsNamingTheValue) {
               HasSubstr("weights[3]=inf must be finite"));
   EXPECT_THAT(error_of(make({0, 0, 0}, 1, 0, 0)), HasSubstr("all 3 weights are zero"));
   EXPECT_THAT(error_of(make({1e308, 1e308}, 1, 0, 0)), HasSubstr("weights sum to inf"));
-  EXPECT_THAT(error_of(make(w, 2, 0, 0, -2)), HasSubstr("num_samples_per_rank=-2 must be >= 0, or -1"));
+  EXPECT_THAT(error_of(make(w, 2, 0, 0, -2)),
+              HasSubstr("num_samples_per_rank=-2 must be >= 0, or -1"));
   EXPECT_THAT(error_of(make(weights_of("linear", 3), 4, 1, 0, 2, PartitionMode::kDropLast)),
               HasSubstr("num_samples_per_rank=2 but rank=1 reads no samples"));
   EXPECT_THAT(error_of(make(w, 4, 4, 0)), HasSubstr("rank=4 must be in [0, num_replicas=4)"));
@@ -346,7 +424,8 @@ TEST(WeightedSamplerTest, RejectsBadOptionsNamingTheValue) {
 // torch.multinomial raises on this rank too, but cannot say which rank or epoch.
 TEST(WeightedSamplerTest, RankWhoseShardWeightsAreAllZeroFailsAtIndicesNamingRankAndEpoch) {
   const auto o = make({0, 1, 0, 1}, 2, 0, 0);  // rank 0 reads indices 0 and 2
-  EXPECT_THAT(indices_error_of(o, 0), HasSubstr("rank=0 epoch=0: all 2 weights of this rank's shard are zero"));
+  EXPECT_THAT(indices_error_of(o, 0),
+              HasSubstr("rank=0 epoch=0: all 2 weights of this rank's shard are zero"));
   EXPECT_THAT(indices_error_of(o, 3), HasSubstr("rank=0 epoch=3"));
   auto rank1 = o;
   rank1.sampler.rank = 1;

@@ -39,10 +39,12 @@ TEST(InspectTest, JsonHasTheDocumentedShape) {
   o.format = Format::kJson;
   std::ostringstream out, verdicts;
   EXPECT_EQ(run(o, out, verdicts), 0);
-  EXPECT_EQ(out.str(),
-            "{\"size\":5,\"world_size\":2,\"seed\":0,\"shuffle\":false,\"mode\":\"pad\",\"epochs\":[{\"epoch\":0,"
-            "\"ranks\":[{\"rank\":0,\"num_samples\":3,\"indices\":[0,2,4]},{\"rank\":1,\"num_samples\":3,"
-            "\"indices\":[1,3,0]}]}]}\n");
+  EXPECT_EQ(
+      out.str(),
+      "{\"size\":5,\"world_size\":2,\"seed\":0,\"shuffle\":false,\"mode\":\"pad\",\"epochs\":[{"
+      "\"epoch\":0,"
+      "\"ranks\":[{\"rank\":0,\"num_samples\":3,\"indices\":[0,2,4]},{\"rank\":1,\"num_samples\":3,"
+      "\"indices\":[1,3,0]}]}]}\n");
 }
 
 TEST(InspectTest, VerifyWritesOneVerdictPerEpochToTheVerdictStreamForJson) {

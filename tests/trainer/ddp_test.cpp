@@ -114,8 +114,8 @@ UNetOptions small_net() {
 // gradients are averaged over ranks first. (SGD, not Adam: Adam divides by
 // sqrt(v), which blows float noise in the near-zero gradients of conv biases
 // before InstanceNorm up to full-size steps; the DDP claim is about gradients.)
-void sgd_step(UNet& net, at::optional<std::reference_wrapper<GradientReducer>> reducer, const at::Tensor& x,
-              const at::Tensor& y, std::vector<at::Tensor>& momentum) {
+void sgd_step(UNet& net, at::optional<std::reference_wrapper<GradientReducer>> reducer,
+              const at::Tensor& x, const at::Tensor& y, std::vector<at::Tensor>& momentum) {
   for (auto& p : net.parameters())
     if (p.grad().defined()) p.mutable_grad().zero_();
   DiceLossOptions d;
@@ -163,9 +163,10 @@ TEST(GradientReducerTest, TwoRanksWithBatchBEqualOneProcessWithBatch2B) {
     EXPECT_GT(reducer.buckets().size(), 2u);
     std::vector<at::Tensor> momentum(net.parameters().size());
     for (int64_t s = 0; s < kSteps; ++s) {
-      sgd_step(net, std::ref(reducer), xs[s].narrow(0, comm.rank() * b, b), ys[s].narrow(0, comm.rank() * b, b),
-               momentum);
-      EXPECT_GT(reducer.launched_during_backward(), 0) << "no all-reduce overlapped the backward pass";
+      sgd_step(net, std::ref(reducer), xs[s].narrow(0, comm.rank() * b, b),
+               ys[s].narrow(0, comm.rank() * b, b), momentum);
+      EXPECT_GT(reducer.launched_during_backward(), 0)
+          << "no all-reduce overlapped the backward pass";
       // Identical weights on every rank after every step: compare with rank 0's.
       for (auto& p : net.parameters()) {
         at::Tensor copy = p.detach().clone();
@@ -224,17 +225,20 @@ TEST(SyncBatchNormTest, TwoRanksGiveTheForwardOfOneRankOnTheConcatenatedBatch) {
     states[comm.rank()] = net.state_dict();
   });
   const at::Tensor joined = at::cat({outputs[0], outputs[1]}, 0);
-  EXPECT_TRUE(at::allclose(joined, expected, 1e-4, 1e-5)) << (joined - expected).abs().max().item<double>();
+  EXPECT_TRUE(at::allclose(joined, expected, 1e-4, 1e-5))
+      << (joined - expected).abs().max().item<double>();
   // Running statistics follow the global batch, identically on both ranks.
   for (size_t i = 0; i < expected_state.size(); ++i) {
     if (expected_state[i].first.find("running") == std::string::npos) continue;
-    EXPECT_TRUE(at::allclose(states[0][i].second, expected_state[i].second, 1e-4, 1e-6)) << expected_state[i].first;
+    EXPECT_TRUE(at::allclose(states[0][i].second, expected_state[i].second, 1e-4, 1e-6))
+        << expected_state[i].first;
     EXPECT_TRUE(at::equal(states[0][i].second, states[1][i].second)) << expected_state[i].first;
   }
 }
 
 TEST(ValidationTest, DiceOverUnevenShardsEqualsASingleProcessExactly) {
-  const auto dir = std::filesystem::temp_directory_path() / ("volshard_val_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("volshard_val_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::vector<ImageLabelPair> val;
   at::manual_seed(9);

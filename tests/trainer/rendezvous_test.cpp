@@ -22,8 +22,12 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 }
 
 TEST(RendezvousTest, EnvReadsTheTorchrunContract) {
-  const auto env = env_of({{"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"},
-                           {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}});
+  const auto env = env_of({{"RANK", "3"},
+                           {"LOCAL_RANK", "1"},
+                           {"WORLD_SIZE", "4"},
+                           {"LOCAL_WORLD_SIZE", "2"},
+                           {"MASTER_ADDR", "10.0.0.1"},
+                           {"MASTER_PORT", "29400"}});
   const Rendezvous r = parse_rendezvous("env://", -1, -1, env);
   EXPECT_EQ(r.rank, 3);
   EXPECT_EQ(r.world_size, 4);
@@ -35,8 +39,11 @@ TEST(RendezvousTest, EnvReadsTheTorchrunContract) {
 }
 
 TEST(RendezvousTest, EnvFallsBackToSlurmWhenOnlyItsVariablesAreSet) {
-  const auto env = env_of({{"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "8"},
-                           {"SLURM_NTASKS_PER_NODE", "4"}, {"MASTER_ADDR", "node1"}});
+  const auto env = env_of({{"SLURM_PROCID", "5"},
+                           {"SLURM_LOCALID", "1"},
+                           {"SLURM_NTASKS", "8"},
+                           {"SLURM_NTASKS_PER_NODE", "4"},
+                           {"MASTER_ADDR", "node1"}});
   const Rendezvous r = parse_rendezvous("env://", -1, -1, env);
   EXPECT_EQ(r.rank, 5);
   EXPECT_EQ(r.world_size, 8);
@@ -70,12 +77,24 @@ TEST(RendezvousTest, ErrorsNameTheVariableOrTheUrlPart) {
       EXPECT_THAT(e.what(), HasSubstr(part));
     }
   };
-  expect_error([] { parse_rendezvous("env://", -1, -1, env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}})); }, "MASTER_ADDR");
-  expect_error([] { parse_rendezvous("env://", -1, -1, env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}})); }, "RANK='x'");
-  expect_error([] {
-    parse_rendezvous("env://", -1, -1,
-                     env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}));
-  }, "rank=2");
+  expect_error(
+      [] {
+        parse_rendezvous("env://", -1, -1, env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
+      },
+      "MASTER_ADDR");
+  expect_error(
+      [] {
+        parse_rendezvous("env://", -1, -1, env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}));
+      },
+      "RANK='x'");
+  expect_error(
+      [] {
+        parse_rendezvous(
+            "env://", -1, -1,
+            env_of(
+                {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}));
+      },
+      "rank=2");
   expect_error([] { parse_rendezvous("tcp://host", 0, 1, env_of({})); }, "tcp://host:port");
   expect_error([] { parse_rendezvous("tcp://host:99999", 0, 1, env_of({})); }, "99999");
   expect_error([] { parse_rendezvous("file://relative", 0, 1, env_of({})); }, "absolute");

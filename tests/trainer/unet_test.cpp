@@ -22,7 +22,8 @@ const std::string kFixtures = VOLSHARD_TRAINER_FIXTURES;
 
 std::string shape_text(const at::Tensor& t) {
   std::string s = "(";
-  for (int64_t d = 0; d < t.dim(); ++d) s += std::to_string(t.size(d)) + (t.dim() == 1 ? ",)" : d + 1 < t.dim() ? ", " : ")");
+  for (int64_t d = 0; d < t.dim(); ++d)
+    s += std::to_string(t.size(d)) + (t.dim() == 1 ? ",)" : d + 1 < t.dim() ? ", " : ")");
   return s;
 }
 
@@ -81,7 +82,8 @@ TEST(UNetTest, NoResidualUnitsGivesPlainConvolutionsAsMonai) {
       {"model.2.conv.bias", "(1,)"},
   };
   EXPECT_EQ(keys_and_shapes(net), expected);
-  EXPECT_EQ(net.forward(at::rand({1, 1, 16, 16, 16})).sizes(), (std::vector<int64_t>{1, 1, 16, 16, 16}));
+  EXPECT_EQ(net.forward(at::rand({1, 1, 16, 16, 16})).sizes(),
+            (std::vector<int64_t>{1, 1, 16, 16, 16}));
 }
 
 TEST(UNetTest, OneResidualUnitHasOneSubunitPerLayer) {
@@ -139,7 +141,8 @@ Parity run_fixture() {
   o.channels = {4, 8, 16};
   o.strides = {2, 2};
   o.num_res_units = 2;
-  Parity p{UNet(o, 123), load_tensor(dir + "/input.pt"), load_tensor(dir + "/label.pt"), {}, {}, {}};
+  Parity p{
+      UNet(o, 123), load_tensor(dir + "/input.pt"), load_tensor(dir + "/label.pt"), {}, {}, {}};
   p.net.load_state_dict(load_tensor_dict(dir + "/state_dict.pt"));
   p.output = p.net.forward(p.input);
   DiceLossOptions d;
@@ -166,7 +169,8 @@ TEST(UNetParityTest, OutputLossAndGradientsMatchMonaiWithinTolerance) {
     ASSERT_TRUE(expected_grads.count(kv.first)) << kv.first;
     ASSERT_TRUE(kv.second.defined()) << kv.first;
     EXPECT_TRUE(at::allclose(kv.second, expected_grads[kv.first], 1e-4, 1e-5))
-        << kv.first << " max abs diff " << (kv.second - expected_grads[kv.first]).abs().max().item<double>();
+        << kv.first << " max abs diff "
+        << (kv.second - expected_grads[kv.first]).abs().max().item<double>();
   }
 }
 
@@ -267,7 +271,8 @@ TEST(SerializeTest, ReadsAnOrderedDictStateDictAsPythonSavesIt) {
     ASSERT_LT(i, got.size());
     EXPECT_EQ(got[i].first, key);
     std::string mine;
-    for (int64_t d = 0; d < got[i].second.dim(); ++d) mine += (d ? "," : "") + std::to_string(got[i].second.size(d));
+    for (int64_t d = 0; d < got[i].second.dim(); ++d)
+      mine += (d ? "," : "") + std::to_string(got[i].second.size(d));
     EXPECT_EQ(mine, shape) << key;
     EXPECT_NEAR(got[i].second.to(at::kDouble).sum().item<double>(), sum, 1e-7) << key;
     ++i;
@@ -287,7 +292,8 @@ TEST(SerializeTest, OurStateDictRoundTripsAndBadFilesNameThePath) {
   save_tensor_dict(path, net.state_dict());
   const NamedTensors back = load_tensor_dict(path);
   ASSERT_EQ(back.size(), net.state_dict().size());
-  for (size_t i = 0; i < back.size(); ++i) EXPECT_TRUE(at::equal(back[i].second, net.state_dict()[i].second));
+  for (size_t i = 0; i < back.size(); ++i)
+    EXPECT_TRUE(at::equal(back[i].second, net.state_dict()[i].second));
   { std::ofstream(path, std::ios::trunc) << "garbage"; }
   try {
     load_tensor_dict(path);
@@ -301,7 +307,8 @@ TEST(SerializeTest, OurStateDictRoundTripsAndBadFilesNameThePath) {
 
 TEST(DiceLossTest, MatchesTheFormulaForEveryOption) {
   const at::Tensor x = at::randn({2, 3, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble));
-  const at::Tensor g = (at::rand({2, 3, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble)) > 0.5).to(at::kDouble);
+  const at::Tensor g =
+      (at::rand({2, 3, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble)) > 0.5).to(at::kDouble);
   for (int squared = 0; squared < 2; ++squared) {
     for (int jaccard = 0; jaccard < 2; ++jaccard) {
       for (int batch = 0; batch < 2; ++batch) {
@@ -312,7 +319,8 @@ TEST(DiceLossTest, MatchesTheFormulaForEveryOption) {
         o.batch = batch;
         o.reduction = Reduction::kNone;
         const at::Tensor p = at::sigmoid(x);
-        const std::vector<int64_t> dims = batch ? std::vector<int64_t>{0, 2, 3, 4} : std::vector<int64_t>{2, 3, 4};
+        const std::vector<int64_t> dims =
+            batch ? std::vector<int64_t>{0, 2, 3, 4} : std::vector<int64_t>{2, 3, 4};
         const at::Tensor i = (p * g).sum(dims);
         const at::Tensor ps = squared ? (p * p).sum(dims) : p.sum(dims);
         const at::Tensor gs = squared ? (g * g).sum(dims) : g.sum(dims);
@@ -333,15 +341,20 @@ TEST(DiceLossTest, MatchesTheFormulaForEveryOption) {
 
 TEST(DiceLossTest, SoftmaxOneHotAndNoBackgroundDropChannelZero) {
   const at::Tensor x = at::randn({2, 3, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble));
-  const at::Tensor classes = at::randint(0, 3, {2, 1, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor classes =
+      at::randint(0, 3, {2, 1, 4, 4, 4}, at::TensorOptions().dtype(at::kDouble));
   DiceLossOptions o;
   o.softmax = true;
   o.to_onehot_y = true;
   o.include_background = false;
   const at::Tensor p = at::softmax(x, 1).narrow(1, 1, 2);
-  const at::Tensor g = at::one_hot(classes.select(1, 0).to(at::kLong), 3).movedim(-1, 1).to(at::kDouble).narrow(1, 1, 2);
+  const at::Tensor g = at::one_hot(classes.select(1, 0).to(at::kLong), 3)
+                           .movedim(-1, 1)
+                           .to(at::kDouble)
+                           .narrow(1, 1, 2);
   const std::vector<int64_t> dims{2, 3, 4};
-  const at::Tensor expected = 1.0 - (2.0 * (p * g).sum(dims) + 1e-5) / (p.sum(dims) + g.sum(dims) + 1e-5);
+  const at::Tensor expected =
+      1.0 - (2.0 * (p * g).sum(dims) + 1e-5) / (p.sum(dims) + g.sum(dims) + 1e-5);
   EXPECT_NEAR(dice_loss(x, classes, o).item<double>(), expected.mean().item<double>(), 1e-12);
 }
 
@@ -355,15 +368,16 @@ TEST(DiceLossTest, RejectsMismatchedShapesNamingBoth) {
   }
   DiceLossOptions o;
   o.sigmoid = o.softmax = true;
-  EXPECT_THROW(dice_loss(at::zeros({1, 1, 4, 4, 4}), at::zeros({1, 1, 4, 4, 4}), o), std::invalid_argument);
+  EXPECT_THROW(dice_loss(at::zeros({1, 1, 4, 4, 4}), at::zeros({1, 1, 4, 4, 4}), o),
+               std::invalid_argument);
 }
 
 TEST(DiceScoreTest, CountsThresholdedOverlapAndSkipsEmptyLabels) {
   at::Tensor logits = at::full({1, 1, 2, 2, 2}, -1.0);
   at::Tensor label = at::zeros({1, 1, 2, 2, 2});
   EXPECT_TRUE(std::isnan(dice_score(logits, label)));
-  label.view({-1}).narrow(0, 0, 4).fill_(1);            // 4 foreground voxels
-  logits.view({-1}).narrow(0, 2, 4).fill_(1);           // predicted 2..5: overlap 2
+  label.view({-1}).narrow(0, 0, 4).fill_(1);   // 4 foreground voxels
+  logits.view({-1}).narrow(0, 2, 4).fill_(1);  // predicted 2..5: overlap 2
   EXPECT_DOUBLE_EQ(dice_score(logits, label), 2.0 * 2 / (4 + 4));
 }
 

@@ -27,7 +27,8 @@ Sample toy_volume(int64_t index) {
 
 Compose toy_pipeline() { return tutorial_augmentation({6, 4, 6}, 3); }
 
-std::vector<Batch> run_epoch(DataLoader& loader, const std::vector<int64_t>& indices, int64_t epoch) {
+std::vector<Batch> run_epoch(DataLoader& loader, const std::vector<int64_t>& indices,
+                             int64_t epoch) {
   loader.start_epoch(indices, epoch);
   std::vector<Batch> out;
   while (auto b = loader.next()) out.push_back(std::move(*b));
@@ -39,7 +40,8 @@ bool same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   for (size_t k = 0; k < a.size(); ++k) {
     if (!at::equal(a[k].image, b[k].image) || !at::equal(a[k].label, b[k].label)) return false;
     for (size_t m = 0; m < a[k].meta.size(); ++m) {
-      if (a[k].meta[m].index != b[k].meta[m].index || a[k].meta[m].crop_start != b[k].meta[m].crop_start ||
+      if (a[k].meta[m].index != b[k].meta[m].index ||
+          a[k].meta[m].crop_start != b[k].meta[m].crop_start ||
           a[k].meta[m].rot90_k != b[k].meta[m].rot90_k) {
         return false;
       }
@@ -143,7 +145,8 @@ TEST(DataLoaderTest, WorkersWriteCropsIntoTheBatchAsTheEagerPipelineMakesThemFor
     for (size_t p = b * 3; p < std::min(indices.size(), b * 3 + 3); ++p) {
       Sample s = toy_volume(indices[p]);
       s.meta.index = indices[p];
-      for (auto& crop : pipeline(std::move(s), SeedStreams(5).sample_seed(indices[p], 2))) expected.push_back(crop);
+      for (auto& crop : pipeline(std::move(s), SeedStreams(5).sample_seed(indices[p], 2)))
+        expected.push_back(crop);
     }
     const Batch e = collate(std::move(expected));
     EXPECT_TRUE(at::equal(a[b].image, e.image)) << "batch " << b;
@@ -204,7 +207,8 @@ TEST(DataLoaderTest, EqualsTheSingleProcessPipelineOverTheSameIndices) {
   for (int64_t i : {2, 5}) {
     Sample s = toy_volume(i);
     s.meta.index = i;
-    for (auto& c : pipeline(std::move(s), SeedStreams(11).sample_seed(i, 4))) expected.push_back(std::move(c));
+    for (auto& c : pipeline(std::move(s), SeedStreams(11).sample_seed(i, 4)))
+      expected.push_back(std::move(c));
   }
   const Batch direct = collate(std::move(expected));
   ASSERT_EQ(batches.size(), 1u);

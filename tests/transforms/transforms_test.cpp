@@ -16,9 +16,11 @@ namespace {
 using ::testing::HasSubstr;
 
 // A label with a foreground box [lo, hi) in each axis.
-Sample box_sample(std::array<int64_t, 3> shape, std::array<int64_t, 3> lo, std::array<int64_t, 3> hi) {
+Sample box_sample(std::array<int64_t, 3> shape, std::array<int64_t, 3> lo,
+                  std::array<int64_t, 3> hi) {
   Sample s;
-  s.image = at::arange(shape[0] * shape[1] * shape[2], at::kFloat).reshape({1, shape[0], shape[1], shape[2]});
+  s.image = at::arange(shape[0] * shape[1] * shape[2], at::kFloat)
+                .reshape({1, shape[0], shape[1], shape[2]});
   s.label = at::zeros({1, shape[0], shape[1], shape[2]}, at::kFloat);
   s.label.slice(1, lo[0], hi[0]).slice(2, lo[1], hi[1]).slice(3, lo[2], hi[2]).fill_(1.0);
   return s;
@@ -46,7 +48,8 @@ TEST(ScaleIntensityTest, RescalesGloballyToZeroOne) {
 TEST(ScaleIntensityTest, FusedLoopEqualsTheTensorFormulaBitForBit) {
   const at::Tensor x = at::randn({2, 7, 6, 5}) * 37.5 + 3;
   const at::Tensor strided = x.transpose(1, 3);  // not contiguous: ATen's tensor ops
-  for (const ScaleIntensityOptions o : {ScaleIntensityOptions{}, ScaleIntensityOptions{-1.0, 2.5}}) {
+  for (const ScaleIntensityOptions o :
+       {ScaleIntensityOptions{}, ScaleIntensityOptions{-1.0, 2.5}}) {
     EXPECT_TRUE(at::equal(scale_intensity(x, o), scale_intensity(strided, o).transpose(1, 3)));
   }
 }
@@ -66,7 +69,8 @@ TEST(LabelIndicesTest, AreCOrderFlatIndicesOfForegroundAndBackground) {
   ASSERT_EQ(static_cast<int64_t>(idx.foreground.size()), fg.numel());
   ASSERT_EQ(idx.background_count(), bg.numel());
   EXPECT_TRUE(idx.background.empty()) << "the background is the complement, not listed";
-  for (int64_t k = 0; k < fg.numel(); ++k) EXPECT_EQ(idx.foreground[static_cast<size_t>(k)], fg[k].item<int64_t>());
+  for (int64_t k = 0; k < fg.numel(); ++k)
+    EXPECT_EQ(idx.foreground[static_cast<size_t>(k)], fg[k].item<int64_t>());
   for (int64_t k = 0; k < bg.numel(); ++k) EXPECT_EQ(idx.background_at(k), bg[k].item<int64_t>());
   EXPECT_EQ(idx.foreground.front(), (1 * 5 + 2) * 6 + 3);
   EXPECT_THROW(idx.background_at(bg.numel()), std::out_of_range);
@@ -140,10 +144,12 @@ TEST(RandCropByPosNegLabelTest, ForegroundFrequencyFollowsPosOverPosPlusNeg) {
     o.num_samples = 20000;
     StreamRng rng(42);
     int64_t fg = 0;
-    for (const auto& c : sample_pos_neg_crops({12, 12, 12}, idx, o, rng)) fg += c.foreground ? 1 : 0;
+    for (const auto& c : sample_pos_neg_crops({12, 12, 12}, idx, o, rng))
+      fg += c.foreground ? 1 : 0;
     const double p = pos / (pos + neg), n = 20000;
     const double z = (static_cast<double>(fg) - n * p) / std::sqrt(n * p * (1 - p));
-    EXPECT_LT(std::abs(z), 4.0) << "pos=" << pos << " neg=" << neg << " fg=" << fg;  // binomial test
+    EXPECT_LT(std::abs(z), 4.0) << "pos=" << pos << " neg=" << neg
+                                << " fg=" << fg;  // binomial test
   }
 }
 
@@ -156,9 +162,11 @@ TEST(RandCropByPosNegLabelTest, ClampedStartsFollowTheDistributionTheLabelImplie
   std::map<std::array<int64_t, 3>, double> expected;
   const auto add_class = [&](const std::vector<int32_t>& pool) {
     for (int32_t flat : pool) {
-      const std::array<int64_t, 3> v{flat / (shape[1] * shape[2]), (flat / shape[2]) % shape[1], flat % shape[2]};
+      const std::array<int64_t, 3> v{flat / (shape[1] * shape[2]), (flat / shape[2]) % shape[1],
+                                     flat % shape[2]};
       std::array<int64_t, 3> start{};
-      for (size_t a = 0; a < 3; ++a) start[a] = clamp_crop_centre(v[a], size[a], shape[a]) - size[a] / 2;
+      for (size_t a = 0; a < 3; ++a)
+        start[a] = clamp_crop_centre(v[a], size[a], shape[a]) - size[a] / 2;
       expected[start] += 0.5 / static_cast<double>(pool.size());
     }
   };
@@ -175,7 +183,8 @@ TEST(RandCropByPosNegLabelTest, ClampedStartsFollowTheDistributionTheLabelImplie
     const double e = p * static_cast<double>(o.num_samples);
     chi2 += (observed[start] - e) * (observed[start] - e) / e;
   }
-  for (const auto& [start, count] : observed) ASSERT_TRUE(expected.count(start)) << "impossible start";
+  for (const auto& [start, count] : observed)
+    ASSERT_TRUE(expected.count(start)) << "impossible start";
   const double dof = static_cast<double>(expected.size()) - 1;
   EXPECT_LT(chi2, chi_square_quantile_999(dof)) << "cells=" << expected.size();
 }
@@ -296,20 +305,21 @@ TEST(ComposeTest, EachStepHasItsOwnStreamSoLaterStepsDoNotChangeEarlierDraws) {
   for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].meta.crop_start, b[k].meta.crop_start);
 }
 
-
 // The fast strided kernels against ATen's own ops, for every k and axis pair.
 TEST(FastKernelsTest, Rot90EqualsTorchRot90ForEveryKAndAxisPair) {
   const at::Tensor x = at::arange(2 * 5 * 6 * 7, at::kFloat).reshape({2, 5, 6, 7});
   Sample s;
   s.image = x;
   s.label = x + 1000;
-  for (std::array<int64_t, 2> axes : {std::array<int64_t, 2>{0, 1}, {0, 2}, {1, 2}, {2, 0}, {1, 0}, {2, 1}}) {
+  for (std::array<int64_t, 2> axes :
+       {std::array<int64_t, 2>{0, 1}, {0, 2}, {1, 2}, {2, 0}, {1, 0}, {2, 1}}) {
     Rotate90Options o;
     o.spatial_axes = axes;
     for (int64_t k = 1; k <= 3; ++k) {
       const Sample r = apply_rotate90(s, {k, true}, o);
       const at::Tensor expected = at::rot90(x, k, {1 + axes[0], 1 + axes[1]});
-      ASSERT_TRUE(at::equal(r.image, expected)) << "k=" << k << " axes=" << axes[0] << "," << axes[1];
+      ASSERT_TRUE(at::equal(r.image, expected))
+          << "k=" << k << " axes=" << axes[0] << "," << axes[1];
       ASSERT_TRUE(at::equal(r.label, expected + 1000));
       ASSERT_TRUE(r.image.is_contiguous());
     }
@@ -340,7 +350,6 @@ TEST(FastKernelsTest, CropAndFlipEqualSliceAndTorchFlip) {
   EXPECT_TRUE(at::equal(apply_crop(ints, c, 0).image, cropped.image.to(at::kInt)));
 }
 
-
 // The same tensor values in another memory layout: spatial axes stored in the
 // order `order` (e.g. {2, 1, 0}: a NIfTI file-order view), still dense.
 at::Tensor relaid(const at::Tensor& t, const std::vector<int64_t>& order) {
@@ -359,7 +368,8 @@ RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
   for (auto& n : shape) n = *rc::gen::inRange<int64_t>(1, 14);
   at::Tensor source = at::arange(channels * shape[0] * shape[1] * shape[2], at::kFloat)
                           .reshape({channels, shape[0], shape[1], shape[2]});
-  const auto order = *rc::gen::elementOf(std::vector<std::vector<int64_t>>{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {0, 2, 1}});
+  const auto order = *rc::gen::elementOf(
+      std::vector<std::vector<int64_t>>{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {0, 2, 1}});
   const bool bytes = *rc::gen::arbitrary<bool>();
   if (bytes) source = source.remainder(251).to(at::kByte);
   source = relaid(source, order);
@@ -389,7 +399,8 @@ RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
       map = map.rotated90(k, p, q);
     }
   }
-  RC_ASSERT(map.size == (std::array<int64_t, 3>{expected.size(1), expected.size(2), expected.size(3)}));
+  RC_ASSERT(map.size ==
+            (std::array<int64_t, 3>{expected.size(1), expected.size(2), expected.size(3)}));
   Sample s;
   s.image = source;
   s.label = source;
@@ -397,7 +408,8 @@ RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
   const Sample m = materialize(s);
   RC_ASSERT(map.is_identity(shape) || m.image.is_contiguous());
   RC_ASSERT(at::equal(m.image, expected));
-  at::Tensor image = at::empty(expected.sizes(), at::kFloat), label = at::empty(expected.sizes(), source.scalar_type());
+  at::Tensor image = at::empty(expected.sizes(), at::kFloat),
+             label = at::empty(expected.sizes(), source.scalar_type());
   materialize_into(s, image, label);
   RC_ASSERT(at::equal(image, expected.to(at::kFloat)));
   RC_ASSERT(at::equal(label, expected));
@@ -449,21 +461,25 @@ TEST(SpatialViewTest, MaterializeIntoRefusesADestinationOfAnotherShape) {
 // four long; the property above only reaches single-group volumes.
 TEST(SpatialViewTest, TransposingCopiesOfLargeViewsEqualAten) {
   const std::array<int64_t, 3> shape{150, 61, 130};
-  const at::Tensor values = at::arange(shape[0] * shape[1] * shape[2], at::kFloat).reshape({1, 150, 61, 130});
+  const at::Tensor values =
+      at::arange(shape[0] * shape[1] * shape[2], at::kFloat).reshape({1, 150, 61, 130});
   for (const auto& order : std::vector<std::vector<int64_t>>{{0, 1, 2}, {2, 1, 0}, {0, 2, 1}}) {
     for (const bool bytes : {false, true}) {
       const at::Tensor source = relaid(bytes ? values.remainder(251).to(at::kByte) : values, order);
       for (const int64_t k : {0, 1, 3}) {
-        const SpatialMap m = SpatialMap::identity(shape).cropped({3, 2, 1}, {147, 57, 126}).rotated90(k, 0, 2);
+        const SpatialMap m =
+            SpatialMap::identity(shape).cropped({3, 2, 1}, {147, 57, 126}).rotated90(k, 0, 2);
         at::Tensor got = at::empty({1, m.size[0], m.size[1], m.size[2]}, at::kFloat);
         at::Tensor got_label = at::empty_like(got);
         Sample s;
         s.image = s.label = source;
         s.view = m;
         materialize_into(s, got, got_label);
-        const at::Tensor want = at::rot90(source.slice(1, 3, 150).slice(2, 2, 59).slice(3, 1, 127), k, {1, 3});
-        ASSERT_TRUE(at::equal(got, want.to(at::kFloat))) << "order " << order[0] << order[1] << order[2]
-                                                         << (bytes ? " uint8" : " float") << " k " << k;
+        const at::Tensor want =
+            at::rot90(source.slice(1, 3, 150).slice(2, 2, 59).slice(3, 1, 127), k, {1, 3});
+        ASSERT_TRUE(at::equal(got, want.to(at::kFloat)))
+            << "order " << order[0] << order[1] << order[2] << (bytes ? " uint8" : " float")
+            << " k " << k;
       }
     }
   }
@@ -481,7 +497,8 @@ TEST(SpatialViewTest, LazyComposeMovesNoPixelsAndMaterialisesToTheEagerResult) {
   FlipOptions f;
   f.prob = 0.5;
   f.spatial_axes = {1};
-  const Compose pipeline({make_rand_crop_by_pos_neg_label(c), make_rand_rotate90(r), make_rand_flip(f)});
+  const Compose pipeline(
+      {make_rand_crop_by_pos_neg_label(c), make_rand_rotate90(r), make_rand_flip(f)});
   for (uint64_t seed = 0; seed < 20; ++seed) {
     const auto lazy = pipeline.lazy(s, seed);
     const auto eager = pipeline(s, seed);
@@ -514,7 +531,8 @@ TEST(RandCropByPosNegLabelTest, AfterAFlipTheCropIsDrawnFromTheFlippedLabel) {
   const Compose pipeline({make_rand_flip(f), make_rand_crop_by_pos_neg_label(c)});
   for (uint64_t seed = 0; seed < 5; ++seed) {
     for (const Sample& crop : pipeline(s, seed)) EXPECT_EQ(crop.label.item<float>(), 1.0f);
-    for (const Sample& crop : pipeline.lazy(s, seed)) EXPECT_EQ(materialize(crop).label.item<float>(), 1.0f);
+    for (const Sample& crop : pipeline.lazy(s, seed))
+      EXPECT_EQ(materialize(crop).label.item<float>(), 1.0f);
   }
 }
 

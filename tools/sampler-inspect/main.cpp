@@ -34,8 +34,8 @@ Exit status: 0 ok, 1 a --verify check failed, 2 bad arguments.
 
 void require_at_least(const char* flag, int64_t value, int64_t least) {
   if (value < least) {
-    throw std::invalid_argument(std::string(flag) + "=" + std::to_string(value) + " must be >= " +
-                                std::to_string(least));
+    throw std::invalid_argument(std::string(flag) + "=" + std::to_string(value) +
+                                " must be >= " + std::to_string(least));
   }
 }
 
@@ -51,30 +51,42 @@ int main(int argc, char** argv) {
   bool no_shuffle = false;
   int64_t resume_world_size = 0;
 
-  auto* size_opt = app.add_option("--size", o.sampler.dataset_size, "dataset size n (required unless --state)");
-  auto* world_opt = app.add_option("--world-size", o.sampler.num_replicas, "number of ranks W (required unless --state)");
+  auto* size_opt =
+      app.add_option("--size", o.sampler.dataset_size, "dataset size n (required unless --state)");
+  auto* world_opt = app.add_option("--world-size", o.sampler.num_replicas,
+                                   "number of ranks W (required unless --state)");
   app.add_option("--rank", rank, "show only this rank, in [0, W)");
-  app.add_option("--seed", o.sampler.seed, "base seed (uint64); epoch e shuffles with (seed + e) mod 2^32");
+  app.add_option("--seed", o.sampler.seed,
+                 "base seed (uint64); epoch e shuffles with (seed + e) mod 2^32");
   auto* epoch_opt = app.add_option("--epoch", epoch, "one epoch (default 0)");
   auto* epochs_opt = app.add_option("--epochs", epochs, "inclusive epoch range A:B");
   epoch_opt->excludes(epochs_opt);
-  auto* mode_opt = app.add_option("--mode", mode, "pad | drop_last | uneven")->check(CLI::IsMember({"pad", "drop_last", "uneven"}));
-  auto* no_shuffle_opt = app.add_flag("--no-shuffle", no_shuffle, "keep dataset order, as shuffle=False");
+  auto* mode_opt = app.add_option("--mode", mode, "pad | drop_last | uneven")
+                       ->check(CLI::IsMember({"pad", "drop_last", "uneven"}));
+  auto* no_shuffle_opt =
+      app.add_flag("--no-shuffle", no_shuffle, "keep dataset order, as shuffle=False");
   auto* batch_opt = app.add_option("--batch-size", o.batch_size, "show each rank's batches");
-  app.add_flag("--drop-last-batch", o.drop_last_batch, "drop each rank's last short batch")->needs(batch_opt);
+  app.add_flag("--drop-last-batch", o.drop_last_batch, "drop each rank's last short batch")
+      ->needs(batch_opt);
   app.add_option("--format", format, "table | json | csv | summary")
       ->check(CLI::IsMember({"table", "json", "csv", "summary"}));
   app.add_flag("--verify", o.verify, "check each epoch's shards; exit 1 if a check fails");
-  auto* compat_opt = app.add_option("--torch-compat", compat, "randperm of torch2 (default) or torch1; differ only for n >= 214748364")
-      ->check(CLI::IsMember({"torch2", "torch1"}));
-  auto* state_opt = app.add_option("--state", state_path, "show what each rank reads next from a saved sampler state");
-  for (auto* from_state : {size_opt, world_opt, epoch_opt, epochs_opt, mode_opt, no_shuffle_opt, compat_opt}) {
+  auto* compat_opt =
+      app.add_option("--torch-compat", compat,
+                     "randperm of torch2 (default) or torch1; differ only for n >= 214748364")
+          ->check(CLI::IsMember({"torch2", "torch1"}));
+  auto* state_opt = app.add_option("--state", state_path,
+                                   "show what each rank reads next from a saved sampler state");
+  for (auto* from_state :
+       {size_opt, world_opt, epoch_opt, epochs_opt, mode_opt, no_shuffle_opt, compat_opt}) {
     state_opt->excludes(from_state);
   }
-  app.add_option("--resume-world-size", resume_world_size, "with --state: re-split the rest of the epoch over W' ranks")
+  app.add_option("--resume-world-size", resume_world_size,
+                 "with --state: re-split the rest of the epoch over W' ranks")
       ->needs(state_opt);
   app.add_flag("--seeds", o.seeds, "print the derived per-rank and per-sample seeds");
-  app.add_option("--png", o.png_path, "also draw the assignment (one row per epoch, one cell per sample) as a PNG");
+  app.add_option("--png", o.png_path,
+                 "also draw the assignment (one row per epoch, one cell per sample) as a PNG");
 
   try {
     app.parse(argc, argv);
@@ -96,13 +108,15 @@ int main(int argc, char** argv) {
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument("--state=" + state_path + ": " + e.what());
       }
-      if (*app.get_option("--resume-world-size")) require_at_least("--resume-world-size", resume_world_size, 1);
+      if (*app.get_option("--resume-world-size"))
+        require_at_least("--resume-world-size", resume_world_size, 1);
       const auto from_state = volshard::inspect::options_from_state(state, resume_world_size);
       o.sampler = from_state.sampler;
       o.resume = from_state.resume;
       o.epochs = from_state.epochs;
     } else if (!*size_opt || !*world_opt) {
-      throw std::invalid_argument(std::string(*size_opt ? "--world-size" : "--size") + " is required (or --state FILE)");
+      throw std::invalid_argument(std::string(*size_opt ? "--world-size" : "--size") +
+                                  " is required (or --state FILE)");
     }
     require_at_least("--size", o.sampler.dataset_size, 0);
     require_at_least("--world-size", o.sampler.num_replicas, 1);
@@ -118,8 +132,9 @@ int main(int argc, char** argv) {
     }
     if (rank != -1) {
       if (rank < 0 || rank >= o.sampler.num_replicas) {
-        throw std::invalid_argument("--rank=" + std::to_string(rank) + " must be in [0, --world-size=" +
-                                    std::to_string(o.sampler.num_replicas) + ")");
+        throw std::invalid_argument(
+            "--rank=" + std::to_string(rank) +
+            " must be in [0, --world-size=" + std::to_string(o.sampler.num_replicas) + ")");
       }
       o.rank = rank;
     }

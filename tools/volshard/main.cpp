@@ -38,11 +38,15 @@ void apply_config_file(int argc, char** argv, volshard::TrainOptions* options) {
 std::vector<int64_t>* as_vector(std::vector<int64_t>& v) { return &v; }
 
 // The options of `train` (also taken by `repro`).
-void add_train_options(CLI::App* cmd, volshard::TrainOptions& t, std::string& norm, std::string& config) {
-  cmd->add_option("--data", t.data_dir, "folder of img*/seg* volumes (the last --val-fraction validate)");
+void add_train_options(CLI::App* cmd, volshard::TrainOptions& t, std::string& norm,
+                       std::string& config) {
+  cmd->add_option("--data", t.data_dir,
+                  "folder of img*/seg* volumes (the last --val-fraction validate)");
   cmd->add_option("--datalist", t.datalist, "MONAI/Decathlon JSON datalist (training, validation)");
-  cmd->add_option("--out", t.out_dir, "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)");
-  cmd->add_option("--config", config, "JSON of these options (keys as in RUN/config.json); flags override it");
+  cmd->add_option("--out", t.out_dir,
+                  "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)");
+  cmd->add_option("--config", config,
+                  "JSON of these options (keys as in RUN/config.json); flags override it");
   cmd->add_option("--epochs", t.epochs)->capture_default_str();
   cmd->add_option("--batch-size", t.batch_size, "volumes per rank and step")->capture_default_str();
   cmd->add_option("--crop", t.crop, "RandCropByPosNegLabel edge, voxels")->capture_default_str();
@@ -53,26 +57,41 @@ void add_train_options(CLI::App* cmd, volshard::TrainOptions& t, std::string& no
   cmd->add_option("--optimizer", t.optimizer, "adam | sgd")->capture_default_str();
   cmd->add_option("--momentum", t.momentum, "sgd momentum")->capture_default_str();
   cmd->add_option("--weight-decay", t.weight_decay)->capture_default_str();
-  cmd->add_option("--lr-schedule", t.lr_schedule, "constant | cosine | poly")->capture_default_str();
+  cmd->add_option("--lr-schedule", t.lr_schedule, "constant | cosine | poly")
+      ->capture_default_str();
   cmd->add_option("--seed", t.seed)->capture_default_str();
-  cmd->add_option("--channels", *as_vector(t.model.channels), "e.g. 16,32,64,128,256")->delimiter(',')->capture_default_str();
-  cmd->add_option("--strides", *as_vector(t.model.strides), "e.g. 2,2,2,2")->delimiter(',')->capture_default_str();
+  cmd->add_option("--channels", *as_vector(t.model.channels), "e.g. 16,32,64,128,256")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--strides", *as_vector(t.model.strides), "e.g. 2,2,2,2")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--res-units", t.model.num_res_units)->capture_default_str();
-  cmd->add_option("--norm", norm, "instance | batch (SyncBatchNorm over ranks)")->capture_default_str();
+  cmd->add_option("--norm", norm, "instance | batch (SyncBatchNorm over ranks)")
+      ->capture_default_str();
   cmd->add_option("--dropout", t.model.dropout)->capture_default_str();
-  cmd->add_option("--val-every", t.val_every, "epochs between validations (0: none)")->capture_default_str();
-  cmd->add_option("--val-fraction", t.val_fraction, "--data: fraction of pairs held out")->capture_default_str();
-  cmd->add_option("--roi", t.roi, "sliding-window size for validation (0: --crop)")->capture_default_str();
+  cmd->add_option("--val-every", t.val_every, "epochs between validations (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--val-fraction", t.val_fraction, "--data: fraction of pairs held out")
+      ->capture_default_str();
+  cmd->add_option("--roi", t.roi, "sliding-window size for validation (0: --crop)")
+      ->capture_default_str();
   cmd->add_option("--cache-rate", t.cache_rate)->capture_default_str();
-  cmd->add_option("--cache-dir", t.cache_dir, "persist the cached prefix here: a second run starts warm");
+  cmd->add_option("--cache-dir", t.cache_dir,
+                  "persist the cached prefix here: a second run starts warm");
   cmd->add_option("--workers", t.workers, "loader threads per rank")->capture_default_str();
-  cmd->add_option("--threads", t.threads, "intra-op threads per rank (0: cores / local ranks)")->capture_default_str();
-  cmd->add_option("--checkpoint-every", t.checkpoint_every, "steps (0: epoch ends only)")->capture_default_str();
-  cmd->add_option("--max-steps", t.max_steps, "stop with a checkpoint after this many steps")->capture_default_str();
+  cmd->add_option("--threads", t.threads, "intra-op threads per rank (0: cores / local ranks)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", t.checkpoint_every, "steps (0: epoch ends only)")
+      ->capture_default_str();
+  cmd->add_option("--max-steps", t.max_steps, "stop with a checkpoint after this many steps")
+      ->capture_default_str();
   cmd->add_option("--resume", t.resume, "RUN folder or checkpoint.pt to continue from");
   cmd->add_option("--init-weights", t.init_weights, "state_dict .pt saved by Python/MONAI");
-  cmd->add_option("--trace-samples", t.trace_samples, "JSON lines of every crop fed (epoch, step, rank, index, crop, rotation)");
-  cmd->add_option("--timeout", t.timeout_s, "seconds a collective waits for a lost peer")->capture_default_str();
+  cmd->add_option("--trace-samples", t.trace_samples,
+                  "JSON lines of every crop fed (epoch, step, rank, index, crop, rotation)");
+  cmd->add_option("--timeout", t.timeout_s, "seconds a collective waits for a lost peer")
+      ->capture_default_str();
   cmd->add_option("--backend", t.backend, "gloo | nccl")->capture_default_str();
 }
 
@@ -98,67 +117,95 @@ Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
   volshard::SynthOptions synth;
   synth.volume.num_seg_classes = 1;
   int64_t size = 128;
-  auto* synth_cmd = app.add_subcommand("synth", "write MONAI-style synthetic image/label volumes (create_test_image_3d)");
+  auto* synth_cmd = app.add_subcommand(
+      "synth", "write MONAI-style synthetic image/label volumes (create_test_image_3d)");
   synth_cmd->add_option("--out", synth.out_dir, "output folder")->required();
-  synth_cmd->add_option("--count", synth.count, "number of image/label pairs")->capture_default_str();
+  synth_cmd->add_option("--count", synth.count, "number of image/label pairs")
+      ->capture_default_str();
   synth_cmd->add_option("--size", size, "edge length of the cubic volumes")->capture_default_str();
-  synth_cmd->add_option("--seed", synth.seed, "base seed; volume i uses a seed derived from (seed, i)")->capture_default_str();
-  synth_cmd->add_option("--noise", synth.volume.noise_max, "uniform noise maximum (0: noise-free)")->capture_default_str();
-  synth_cmd->add_option("--classes", synth.volume.num_seg_classes, "segmentation classes")->capture_default_str();
-  synth_cmd->add_option("--threads", synth.threads, "writer threads (output does not depend on it)")->capture_default_str();
+  synth_cmd
+      ->add_option("--seed", synth.seed, "base seed; volume i uses a seed derived from (seed, i)")
+      ->capture_default_str();
+  synth_cmd->add_option("--noise", synth.volume.noise_max, "uniform noise maximum (0: noise-free)")
+      ->capture_default_str();
+  synth_cmd->add_option("--classes", synth.volume.num_seg_classes, "segmentation classes")
+      ->capture_default_str();
+  synth_cmd->add_option("--threads", synth.threads, "writer threads (output does not depend on it)")
+      ->capture_default_str();
 
   std::vector<std::string> files;
   bool json = false;
-  auto* info_cmd = app.add_subcommand("info", "shape, dtype, spacing, affine and value range of NIfTI files");
+  auto* info_cmd =
+      app.add_subcommand("info", "shape, dtype, spacing, affine and value range of NIfTI files");
   info_cmd->add_option("files", files, ".nii or .nii.gz files")->required();
   info_cmd->add_flag("--json", json, "one JSON object per line");
 
   volshard::PreviewOptions preview;
-  auto* preview_cmd = app.add_subcommand("preview", "PNG of augmented crops (axial and coronal slices, label outlined)");
+  auto* preview_cmd = app.add_subcommand(
+      "preview", "PNG of augmented crops (axial and coronal slices, label outlined)");
   preview_cmd->add_option("--data", preview.data_dir, "folder of img*/seg* volumes")->required();
   preview_cmd->add_option("--out", preview.out, "PNG to write")->capture_default_str();
   preview_cmd->add_option("--count", preview.count, "crops to show")->capture_default_str();
-  preview_cmd->add_option("--seed", preview.seed, "base seed of the augmentation")->capture_default_str();
-  preview_cmd->add_option("--epoch", preview.epoch, "epoch whose augmentation to show")->capture_default_str();
+  preview_cmd->add_option("--seed", preview.seed, "base seed of the augmentation")
+      ->capture_default_str();
+  preview_cmd->add_option("--epoch", preview.epoch, "epoch whose augmentation to show")
+      ->capture_default_str();
   preview_cmd->add_option("--crop", preview.crop, "crop edge in voxels")->capture_default_str();
-  preview_cmd->add_option("--image-glob", preview.image_glob, "image file pattern")->capture_default_str();
-  preview_cmd->add_option("--label-glob", preview.label_glob, "label file pattern")->capture_default_str();
+  preview_cmd->add_option("--image-glob", preview.image_glob, "image file pattern")
+      ->capture_default_str();
+  preview_cmd->add_option("--label-glob", preview.label_glob, "label file pattern")
+      ->capture_default_str();
 
   volshard::TrainOptions train;
   volshard::TrainLaunch launch;
   std::string config_file;
   std::string norm = "instance";
-  auto* train_cmd = app.add_subcommand("train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)");
+  auto* train_cmd =
+      app.add_subcommand("train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)");
   add_train_options(train_cmd, train, norm, config_file);
-  train_cmd->add_option("--nproc-per-node", launch.nproc_per_node, "local worker processes to start")->capture_default_str();
+  train_cmd
+      ->add_option("--nproc-per-node", launch.nproc_per_node, "local worker processes to start")
+      ->capture_default_str();
   train_cmd->add_option("--nnodes", launch.nnodes)->capture_default_str();
   train_cmd->add_option("--node-rank", launch.node_rank)->capture_default_str();
   train_cmd->add_option("--master-addr", launch.master_addr)->capture_default_str();
-  train_cmd->add_option("--master-port", launch.master_port, "0: a free port")->capture_default_str();
-  train_cmd->add_option("--init-method", launch.init_method, "env:// | tcp://host:port | file:///path");
+  train_cmd->add_option("--master-port", launch.master_port, "0: a free port")
+      ->capture_default_str();
+  train_cmd->add_option("--init-method", launch.init_method,
+                        "env:// | tcp://host:port | file:///path");
   train_cmd->add_option("--rank", launch.rank, "with --init-method tcp:// or file://");
   train_cmd->add_option("--world-size", launch.world_size, "with --init-method tcp:// or file://");
 
   volshard::ReproOptions repro;
   std::string repro_norm = "instance", repro_config;
-  auto* repro_cmd = app.add_subcommand("repro", "check reproducibility on your configuration at small scale (verdict table)");
+  auto* repro_cmd = app.add_subcommand(
+      "repro", "check reproducibility on your configuration at small scale (verdict table)");
   add_train_options(repro_cmd, repro.train, repro_norm, repro_config);
   repro_cmd->add_option("--steps", repro.steps, "training steps per run")->capture_default_str();
-  repro_cmd->add_option("--nproc-per-node", repro.nproc_per_node, "ranks of the distributed runs")->capture_default_str();
+  repro_cmd->add_option("--nproc-per-node", repro.nproc_per_node, "ranks of the distributed runs")
+      ->capture_default_str();
   repro_cmd->add_flag("--keep", repro.keep, "keep the runs (in --out, or a temporary folder)");
 
   volshard::PredictOptions pred;
   std::string pred_config, pred_norm = "instance";
-  auto* predict_cmd = app.add_subcommand("predict", "segment a volume with a trained UNet; writes NIfTI with the input's affine");
-  predict_cmd->add_option("--model", pred.model_path, "state_dict .pt (model.pt, or MONAI's)")->required();
-  predict_cmd->add_option("--config", pred_config, "RUN/config.json: the network's channels/strides/res-units");
+  auto* predict_cmd = app.add_subcommand(
+      "predict", "segment a volume with a trained UNet; writes NIfTI with the input's affine");
+  predict_cmd->add_option("--model", pred.model_path, "state_dict .pt (model.pt, or MONAI's)")
+      ->required();
+  predict_cmd->add_option("--config", pred_config,
+                          "RUN/config.json: the network's channels/strides/res-units");
   predict_cmd->add_option("--image", pred.image_path)->required();
   predict_cmd->add_option("--out", pred.out_path)->required();
   predict_cmd->add_option("--output", pred.output, "logits | prob | label")->capture_default_str();
-  predict_cmd->add_option("--roi-size", pred.roi, "sliding window edge (0: whole volume)")->capture_default_str();
+  predict_cmd->add_option("--roi-size", pred.roi, "sliding window edge (0: whole volume)")
+      ->capture_default_str();
   predict_cmd->add_option("--overlap", pred.overlap)->capture_default_str();
-  predict_cmd->add_option("--channels", *as_vector(pred.model.channels))->delimiter(',')->capture_default_str();
-  predict_cmd->add_option("--strides", *as_vector(pred.model.strides))->delimiter(',')->capture_default_str();
+  predict_cmd->add_option("--channels", *as_vector(pred.model.channels))
+      ->delimiter(',')
+      ->capture_default_str();
+  predict_cmd->add_option("--strides", *as_vector(pred.model.strides))
+      ->delimiter(',')
+      ->capture_default_str();
   predict_cmd->add_option("--res-units", pred.model.num_res_units)->capture_default_str();
   predict_cmd->add_option("--norm", pred_norm)->capture_default_str();
 
@@ -211,7 +258,8 @@ Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.)");
       synth.volume.height = synth.volume.width = synth.volume.depth = size;
       if (isatty(STDERR_FILENO)) {
         synth.progress = [](int64_t done, int64_t count) {
-          std::fprintf(stderr, "\rsynth %lld/%lld", static_cast<long long>(done), static_cast<long long>(count));
+          std::fprintf(stderr, "\rsynth %lld/%lld", static_cast<long long>(done),
+                       static_cast<long long>(count));
           if (done == count) std::fprintf(stderr, "\n");
         };
       }

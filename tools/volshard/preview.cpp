@@ -27,8 +27,10 @@ constexpr int kCaption = 18;
 cv::Mat draw_slice(const at::Tensor& image, const at::Tensor& label) {
   const at::Tensor img = image.contiguous();
   const at::Tensor lab = (label > 0.5).to(at::kByte).contiguous();
-  cv::Mat gray(static_cast<int>(img.size(0)), static_cast<int>(img.size(1)), CV_32F, img.data_ptr<float>());
-  cv::Mat mask(static_cast<int>(lab.size(0)), static_cast<int>(lab.size(1)), CV_8U, lab.data_ptr<uint8_t>());
+  cv::Mat gray(static_cast<int>(img.size(0)), static_cast<int>(img.size(1)), CV_32F,
+               img.data_ptr<float>());
+  cv::Mat mask(static_cast<int>(lab.size(0)), static_cast<int>(lab.size(1)), CV_8U,
+               lab.data_ptr<uint8_t>());
   cv::Mat g8, bgr, big, big_mask;
   gray.convertTo(g8, CV_8U, 255.0);
   cv::resize(g8, big, {kTile, kTile}, 0, 0, cv::INTER_NEAREST);
@@ -43,7 +45,8 @@ cv::Mat draw_slice(const at::Tensor& image, const at::Tensor& label) {
 }  // namespace
 
 int64_t write_preview(const PreviewOptions& o) {
-  if (o.count < 1) throw std::invalid_argument("preview: --count=" + std::to_string(o.count) + " must be >= 1");
+  if (o.count < 1)
+    throw std::invalid_argument("preview: --count=" + std::to_string(o.count) + " must be >= 1");
   const auto pairs = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
   const Compose pipeline = tutorial_augmentation({o.crop, o.crop, o.crop}, 4);
   const SeedStreams streams(o.seed);
@@ -64,13 +67,16 @@ int64_t write_preview(const PreviewOptions& o) {
     const int64_t mid_z = c.image.size(3) / 2, mid_y = c.image.size(2) / 2;
     const cv::Mat axial = draw_slice(c.image[0].select(2, mid_z), c.label[0].select(2, mid_z));
     const cv::Mat coronal = draw_slice(c.image[0].select(1, mid_y), c.label[0].select(1, mid_y));
-    const int x = static_cast<int>(k % 2) * 2 * kTile, y = static_cast<int>(k / 2) * (kTile + kCaption);
+    const int x = static_cast<int>(k % 2) * 2 * kTile,
+              y = static_cast<int>(k / 2) * (kTile + kCaption);
     axial.copyTo(sheet(cv::Rect(x, y + kCaption, kTile, kTile)));
     coronal.copyTo(sheet(cv::Rect(x + kTile, y + kCaption, kTile, kTile)));
-    const std::string caption = "vol " + std::to_string(c.meta.index) + " patch " + std::to_string(c.meta.patch_index) +
-                                (c.meta.foreground_centre ? " fg" : " bg") + " rot90 k=" + std::to_string(c.meta.rot90_k) +
-                                "  axial | coronal";
-    cv::putText(sheet, caption, {x + 4, y + 13}, cv::FONT_HERSHEY_SIMPLEX, 0.42, {30, 30, 30}, 1, cv::LINE_AA);
+    const std::string caption = "vol " + std::to_string(c.meta.index) + " patch " +
+                                std::to_string(c.meta.patch_index) +
+                                (c.meta.foreground_centre ? " fg" : " bg") +
+                                " rot90 k=" + std::to_string(c.meta.rot90_k) + "  axial | coronal";
+    cv::putText(sheet, caption, {x + 4, y + 13}, cv::FONT_HERSHEY_SIMPLEX, 0.42, {30, 30, 30}, 1,
+                cv::LINE_AA);
   }
   inspect::write_png(o.out, sheet);
   return static_cast<int64_t>(crops.size());

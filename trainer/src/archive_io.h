@@ -20,6 +20,7 @@ std::vector<char> read_bytes(const std::string& path);
 
 /// torch::jit::pickle_load, its failure rethrown as std::runtime_error
 /// "<what>: not a readable <kind> (<first line of the reason>)".
-c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what, const std::string& kind);
+c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,
+                     const std::string& kind);
 
 }  // namespace volshard::detail

@@ -47,9 +47,11 @@ std::string checksum(const Checkpoint& c) {
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   c10::Dict<std::string, at::Tensor> model;
-  for (const auto& kv : c.model) model.insert(kv.first, kv.second.detach().to(at::kCPU).contiguous());
+  for (const auto& kv : c.model)
+    model.insert(kv.first, kv.second.detach().to(at::kCPU).contiguous());
   at::Tensor optimizer = at::empty({static_cast<int64_t>(c.optimizer.size())}, at::kByte);
-  if (!c.optimizer.empty()) std::memcpy(optimizer.data_ptr(), c.optimizer.data(), c.optimizer.size());
+  if (!c.optimizer.empty())
+    std::memcpy(optimizer.data_ptr(), c.optimizer.data(), c.optimizer.size());
   dict.insert("format", std::string(kFormat));
   dict.insert("version", kVersion);
   dict.insert("meta", c.meta_json);
@@ -67,12 +69,15 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (!value.isGenericDict()) fail("not a volshard checkpoint (not a dict)");
   const auto dict = value.toGenericDict();
   auto get = [&](const char* key) {
-    if (!dict.contains(key)) fail(std::string("not a volshard checkpoint (no '") + key + "' entry)");
+    if (!dict.contains(key))
+      fail(std::string("not a volshard checkpoint (no '") + key + "' entry)");
     return dict.at(key);
   };
-  if (!get("format").isString() || get("format").toStringRef() != kFormat) fail("not a volshard checkpoint (format)");
+  if (!get("format").isString() || get("format").toStringRef() != kFormat)
+    fail("not a volshard checkpoint (format)");
   if (!get("version").isInt() || get("version").toInt() != kVersion)
-    fail("checkpoint version " + (get("version").isInt() ? std::to_string(get("version").toInt()) : "?") +
+    fail("checkpoint version " +
+         (get("version").isInt() ? std::to_string(get("version").toInt()) : "?") +
          " is not supported (expected " + std::to_string(kVersion) + ")");
   Checkpoint c;
   if (!get("meta").isString() || !get("model").isGenericDict() || !get("optimizer").isTensor() ||
@@ -85,10 +90,13 @@ Checkpoint load_checkpoint(const std::string& path) {
   }
   const at::Tensor optimizer = get("optimizer").toTensor().contiguous();
   c.optimizer.resize(static_cast<size_t>(optimizer.numel()));
-  if (!c.optimizer.empty()) std::memcpy(c.optimizer.data(), optimizer.data_ptr(), c.optimizer.size());
+  if (!c.optimizer.empty())
+    std::memcpy(c.optimizer.data(), optimizer.data_ptr(), c.optimizer.size());
   const std::string expected = get("checksum").toStringRef();
   const std::string actual = checksum(c);
-  if (expected != actual) fail("checksum mismatch (stored " + expected + ", computed " + actual + "): corrupt checkpoint");
+  if (expected != actual)
+    fail("checksum mismatch (stored " + expected + ", computed " + actual +
+         "): corrupt checkpoint");
   return c;
 }
 

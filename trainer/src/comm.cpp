@@ -81,8 +81,9 @@ struct Communicator::Impl {
         if (r != rank && after[static_cast<size_t>(r)] == before[static_cast<size_t>(r)])
           lost += (lost.empty() ? "" : ", ") + std::to_string(r);
       }
-      return lost.empty() ? "all ranks still alive (a peer is slow or its collectives are out of order)"
-                          : "lost rank " + lost + " (no heartbeat)";
+      return lost.empty()
+                 ? "all ranks still alive (a peer is slow or its collectives are out of order)"
+                 : "lost rank " + lost + " (no heartbeat)";
     } catch (const std::exception&) {
       return "lost rank 0 (its rendezvous store does not answer)";
     }
@@ -90,7 +91,7 @@ struct Communicator::Impl {
 
   [[noreturn]] void fail(const std::string& op, const std::exception& e) {
     throw CommError("rank " + std::to_string(rank) + ": " + op + " failed: " + diagnose() + " [" +
-                             first_line(e) + "]");
+                    first_line(e) + "]");
   }
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op) {
@@ -166,8 +167,9 @@ Communicator::Communicator(const Rendezvous& r, const CommOptions& options)
   impl_->rank = rank_;
   impl_->world = world_size_;
   impl_->timeout = options.timeout;
-  const std::string where =
-      r.kind == Rendezvous::Kind::kFile ? "file://" + r.path : "tcp://" + r.host + ":" + std::to_string(r.port);
+  const std::string where = r.kind == Rendezvous::Kind::kFile
+                                ? "file://" + r.path
+                                : "tcp://" + r.host + ":" + std::to_string(r.port);
   try {
     if (r.kind == Rendezvous::Kind::kFile) {
       impl_->store = c10::make_intrusive<c10d::FileStore>(r.path, static_cast<int>(world_size_));
@@ -185,21 +187,22 @@ Communicator::Communicator(const Rendezvous& r, const CommOptions& options)
     if (options.backend == Backend::kNccl) {
 #ifdef VOLSHARD_WITH_NCCL
       impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank_),
-                                                                static_cast<int>(world_size_));
+                                                                 static_cast<int>(world_size_));
 #else
       throw std::invalid_argument("backend nccl: this build has no NCCL (LibTorch without CUDA)");
 #endif
     } else {
       auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
       gloo->devices.push_back(gloo_device(r));
-      impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank_),
-                                                                static_cast<int>(world_size_), gloo);
+      impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          store, static_cast<int>(rank_), static_cast<int>(world_size_), gloo);
     }
   } catch (const std::invalid_argument&) {
     throw;
   } catch (const std::exception& e) {
-    throw std::runtime_error("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) +
-                             ": cannot join the process group at " + where + " (" + first_line(e) + ")");
+    throw std::runtime_error("rank " + std::to_string(rank_) + " of " +
+                             std::to_string(world_size_) + ": cannot join the process group at " +
+                             where + " (" + first_line(e) + ")");
   }
   impl_->heartbeat = std::thread([impl = impl_.get()] { impl->beat_loop(); });
 }
@@ -209,8 +212,8 @@ Communicator::~Communicator() = default;
 std::unique_ptr<PendingReduce> Communicator::allreduce_sum_async(const at::Tensor& tensor) {
   if (world_size_ == 1) return std::make_unique<DonePending>();
   std::vector<at::Tensor> tensors{tensor};
-  return std::make_unique<GlooPending>(impl_.get(),
-                                       impl_->start("all-reduce", [&] { return impl_->group->allreduce(tensors); }));
+  return std::make_unique<GlooPending>(
+      impl_.get(), impl_->start("all-reduce", [&] { return impl_->group->allreduce(tensors); }));
 }
 
 void Communicator::allreduce_sum(const at::Tensor& tensor) { allreduce_sum_async(tensor)->wait(); }

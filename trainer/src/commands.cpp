@@ -18,7 +18,8 @@ void request_stop(int sig) { g_stop_signal.store(sig); }
 
 }  // namespace
 
-int train_command(const TrainOptions& options, const TrainLaunch& launch, const std::vector<std::string>& argv) {
+int train_command(const TrainOptions& options, const TrainLaunch& launch,
+                  const std::vector<std::string>& argv) {
   const bool launched = launched_by_launcher();
   if ((launch.nproc_per_node > 1 || launch.nnodes > 1) && !launched && launch.init_method.empty()) {
     LaunchOptions lo;
@@ -36,7 +37,8 @@ int train_command(const TrainOptions& options, const TrainLaunch& launch, const 
 
   Rendezvous r;
   if (launched || !launch.init_method.empty()) {
-    r = parse_rendezvous(launch.init_method.empty() ? "env://" : launch.init_method, launch.rank, launch.world_size);
+    r = parse_rendezvous(launch.init_method.empty() ? "env://" : launch.init_method, launch.rank,
+                         launch.world_size);
   } else {
     r.source = "single process";
   }
@@ -44,7 +46,7 @@ int train_command(const TrainOptions& options, const TrainLaunch& launch, const 
   TrainOptions o = options;
   o.local_world_size = r.local_world_size;
 
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = request_stop;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
@@ -58,9 +60,10 @@ int train_command(const TrainOptions& options, const TrainLaunch& launch, const 
     const TrainSummary s = train(o, comm, [] { return g_stop_signal.load() != 0; });
     if (r.rank == 0) {
       const std::filesystem::path run(o.out_dir);
-      std::cout << (s.interrupted ? "stopped" : "done") << " after " << s.global_step << " steps: " << (run / "model.pt").string()
-                << ", " << (run / "checkpoint.pt").string() << ", " << (run / "metrics.jsonl").string() << ", "
-                << (run / "curves.png").string() << "\n";
+      std::cout << (s.interrupted ? "stopped" : "done") << " after " << s.global_step
+                << " steps: " << (run / "model.pt").string() << ", "
+                << (run / "checkpoint.pt").string() << ", " << (run / "metrics.jsonl").string()
+                << ", " << (run / "curves.png").string() << "\n";
       if (s.interrupted) std::cout << "resume with: --resume " << o.out_dir << "\n";
     }
     return s.interrupted && g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 0;

@@ -30,7 +30,8 @@ void broadcast_tensors(const std::vector<at::Tensor>& tensors, Communicator& com
 void GradientReducerOptions::validate() const {
   if (bucket_bytes < 1 || first_bucket_bytes < 1)
     throw std::invalid_argument("GradientReducer: bucket_bytes=" + std::to_string(bucket_bytes) +
-                                " and first_bucket_bytes=" + std::to_string(first_bucket_bytes) + " must be >= 1");
+                                " and first_bucket_bytes=" + std::to_string(first_bucket_bytes) +
+                                " must be >= 1");
 }
 
 struct GradientReducer::Impl {
@@ -57,11 +58,13 @@ struct GradientReducer::Impl {
     const auto [b, slot] = where[static_cast<size_t>(p)];
     Bucket& bucket = buckets[static_cast<size_t>(b)];
     if (ready[static_cast<size_t>(p)])
-      throw std::logic_error("GradientReducer: parameter " + std::to_string(p) +
-                             " received a second gradient in one backward (used twice in forward?)");
+      throw std::logic_error(
+          "GradientReducer: parameter " + std::to_string(p) +
+          " received a second gradient in one backward (used twice in forward?)");
     ready[static_cast<size_t>(p)] = true;
     const at::Tensor& param = params[static_cast<size_t>(p)];
-    bucket.flat.narrow(0, bucket.offsets[static_cast<size_t>(slot)], param.numel()).copy_(grad.reshape({-1}));
+    bucket.flat.narrow(0, bucket.offsets[static_cast<size_t>(slot)], param.numel())
+        .copy_(grad.reshape({-1}));
     --bucket.pending;
     launch_ready();
   }
@@ -92,7 +95,8 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, Communicato
   int64_t bytes = 0, elements = 0;
   auto close = [&] {
     if (current.params.empty()) return;
-    current.flat = at::zeros({elements}, m.params[static_cast<size_t>(current.params[0])].options());
+    current.flat =
+        at::zeros({elements}, m.params[static_cast<size_t>(current.params[0])].options());
     m.layout.push_back(current.params);
     m.buckets.push_back(std::move(current));
     current = Impl::Bucket();
@@ -101,8 +105,9 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, Communicato
   };
   for (int64_t p = static_cast<int64_t>(m.params.size()) - 1; p >= 0; --p) {
     const at::Tensor& t = m.params[static_cast<size_t>(p)];
-    if (!t.requires_grad()) throw std::invalid_argument("GradientReducer: parameter " + std::to_string(p) +
-                                                        " does not require a gradient");
+    if (!t.requires_grad())
+      throw std::invalid_argument("GradientReducer: parameter " + std::to_string(p) +
+                                  " does not require a gradient");
     if (!current.params.empty() &&
         t.scalar_type() != m.params[static_cast<size_t>(current.params[0])].scalar_type())
       close();
@@ -118,7 +123,8 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, Communicato
   Impl* impl = impl_.get();
   for (size_t p = 0; p < m.params.size(); ++p) {
     const auto index = static_cast<int64_t>(p);
-    m.hooks.push_back(m.params[p].register_hook([impl, index](const at::Tensor& grad) { impl->on_grad(index, grad); }));
+    m.hooks.push_back(m.params[p].register_hook(
+        [impl, index](const at::Tensor& grad) { impl->on_grad(index, grad); }));
   }
 }
 

@@ -15,14 +15,17 @@ void SlidingWindowOptions::validate() const {
       throw std::invalid_argument("sliding window: roi[" + std::to_string(a) + "]=" +
                                   std::to_string(roi[static_cast<size_t>(a)]) + " must be >= 1");
   if (!(overlap >= 0.0 && overlap < 1.0))
-    throw std::invalid_argument("sliding window: overlap=" + std::to_string(overlap) + " must be in [0, 1)");
+    throw std::invalid_argument("sliding window: overlap=" + std::to_string(overlap) +
+                                " must be in [0, 1)");
   if (sw_batch_size < 1)
-    throw std::invalid_argument("sliding window: sw_batch_size=" + std::to_string(sw_batch_size) + " must be >= 1");
+    throw std::invalid_argument("sliding window: sw_batch_size=" + std::to_string(sw_batch_size) +
+                                " must be >= 1");
 }
 
 std::vector<int64_t> window_starts(int64_t length, int64_t roi, double overlap) {
   if (length <= roi) return {0};
-  const int64_t interval = std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(roi) * (1.0 - overlap))));
+  const int64_t interval = std::max<int64_t>(
+      1, static_cast<int64_t>(std::floor(static_cast<double>(roi) * (1.0 - overlap))));
   const int64_t count = (length - roi + interval - 1) / interval + 1;
   std::vector<int64_t> starts;
   for (int64_t i = 0; i < count; ++i) starts.push_back(std::min(i * interval, length - roi));
@@ -46,8 +49,8 @@ at::Tensor pad_to(const at::Tensor& x, const std::array<int64_t, 3>& target) {
 
 void check_image(const at::Tensor& image) {
   if (image.dim() != 5 || image.size(0) != 1)
-    throw std::invalid_argument("inference: image must be 1 x C x X x Y x Z, got " + std::to_string(image.dim()) +
-                                " dimensions");
+    throw std::invalid_argument("inference: image must be 1 x C x X x Y x Z, got " +
+                                std::to_string(image.dim()) + " dimensions");
 }
 
 }  // namespace
@@ -61,7 +64,8 @@ at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindow
   for (size_t a = 0; a < 3; ++a) padded[a] = std::max(size[a], options.roi[a]);
   const at::Tensor x = pad_to(image, padded);
   std::array<std::vector<int64_t>, 3> starts;
-  for (size_t a = 0; a < 3; ++a) starts[a] = window_starts(padded[a], options.roi[a], options.overlap);
+  for (size_t a = 0; a < 3; ++a)
+    starts[a] = window_starts(padded[a], options.roi[a], options.overlap);
   std::vector<std::array<int64_t, 3>> windows;
   for (int64_t i : starts[0])
     for (int64_t j : starts[1])
@@ -73,7 +77,9 @@ at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindow
     std::vector<at::Tensor> patches;
     for (size_t v = w; v < end; ++v) {
       const auto& s = windows[v];
-      patches.push_back(x.narrow(2, s[0], options.roi[0]).narrow(3, s[1], options.roi[1]).narrow(4, s[2], options.roi[2]));
+      patches.push_back(x.narrow(2, s[0], options.roi[0])
+                            .narrow(3, s[1], options.roi[1])
+                            .narrow(4, s[2], options.roi[2]));
     }
     const at::Tensor out = predict(at::cat(patches, 0));
     if (!sum.defined()) {
@@ -83,22 +89,35 @@ at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindow
     for (size_t v = w; v < end; ++v) {
       const auto& s = windows[v];
       auto region = [&](const at::Tensor& t) {
-        return t.narrow(2, s[0], options.roi[0]).narrow(3, s[1], options.roi[1]).narrow(4, s[2], options.roi[2]);
+        return t.narrow(2, s[0], options.roi[0])
+            .narrow(3, s[1], options.roi[1])
+            .narrow(4, s[2], options.roi[2]);
       };
       region(sum).add_(out.narrow(0, static_cast<int64_t>(v - w), 1));
       region(count).add_(1.0);
     }
   }
-  return (sum / count).narrow(2, 0, size[0]).narrow(3, 0, size[1]).narrow(4, 0, size[2]).contiguous();
+  return (sum / count)
+      .narrow(2, 0, size[0])
+      .narrow(3, 0, size[1])
+      .narrow(4, 0, size[2])
+      .contiguous();
 }
 
-at::Tensor whole_volume_inference(const at::Tensor& image, int64_t multiple, const Predictor& predict) {
+at::Tensor whole_volume_inference(const at::Tensor& image, int64_t multiple,
+                                  const Predictor& predict) {
   check_image(image);
-  if (multiple < 1) throw std::invalid_argument("inference: multiple=" + std::to_string(multiple) + " must be >= 1");
+  if (multiple < 1)
+    throw std::invalid_argument("inference: multiple=" + std::to_string(multiple) +
+                                " must be >= 1");
   std::array<int64_t, 3> target{};
-  for (size_t a = 0; a < 3; ++a) target[a] = (image.size(2 + static_cast<int64_t>(a)) + multiple - 1) / multiple * multiple;
+  for (size_t a = 0; a < 3; ++a)
+    target[a] = (image.size(2 + static_cast<int64_t>(a)) + multiple - 1) / multiple * multiple;
   const at::Tensor out = predict(pad_to(image, target));
-  return out.narrow(2, 0, image.size(2)).narrow(3, 0, image.size(3)).narrow(4, 0, image.size(4)).contiguous();
+  return out.narrow(2, 0, image.size(2))
+      .narrow(3, 0, image.size(3))
+      .narrow(4, 0, image.size(4))
+      .contiguous();
 }
 
 }  // namespace volshard

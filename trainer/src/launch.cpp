@@ -30,7 +30,8 @@ void on_signal(int sig) {
 
 int bind_any_interface(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("launcher: socket() failed: ") + std::strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error(std::string("launcher: socket() failed: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -46,22 +47,28 @@ int bind_any_interface(int port) {
 
 void LaunchOptions::validate() const {
   if (nproc_per_node < 1 || nproc_per_node > 1024)
-    throw std::invalid_argument("launcher: --nproc-per-node=" + std::to_string(nproc_per_node) + " must be in [1, 1024]");
-  if (nnodes < 1) throw std::invalid_argument("launcher: --nnodes=" + std::to_string(nnodes) + " must be >= 1");
+    throw std::invalid_argument("launcher: --nproc-per-node=" + std::to_string(nproc_per_node) +
+                                " must be in [1, 1024]");
+  if (nnodes < 1)
+    throw std::invalid_argument("launcher: --nnodes=" + std::to_string(nnodes) + " must be >= 1");
   if (node_rank < 0 || node_rank >= nnodes)
-    throw std::invalid_argument("launcher: --node-rank=" + std::to_string(node_rank) + " must be in [0, nnodes=" +
-                                std::to_string(nnodes) + ")");
+    throw std::invalid_argument("launcher: --node-rank=" + std::to_string(node_rank) +
+                                " must be in [0, nnodes=" + std::to_string(nnodes) + ")");
   if (master_port < 0 || master_port > 65535)
-    throw std::invalid_argument("launcher: --master-port=" + std::to_string(master_port) + " must be in [0, 65535]");
+    throw std::invalid_argument("launcher: --master-port=" + std::to_string(master_port) +
+                                " must be in [0, 65535]");
   if (master_port == 0 && nnodes > 1)
-    throw std::invalid_argument("launcher: --master-port is required with --nnodes=" + std::to_string(nnodes));
+    throw std::invalid_argument("launcher: --master-port is required with --nnodes=" +
+                                std::to_string(nnodes));
   if (master_addr.empty()) throw std::invalid_argument("launcher: --master-addr is empty");
   if (command.empty()) throw std::invalid_argument("launcher: no worker command");
 }
 
 int find_free_port() {
   const int fd = bind_any_interface(0);
-  if (fd < 0) throw std::runtime_error(std::string("launcher: cannot bind a free port: ") + std::strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error(std::string("launcher: cannot bind a free port: ") +
+                             std::strerror(errno));
   sockaddr_in addr{};
   socklen_t len = sizeof addr;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -80,27 +87,32 @@ void check_port_free(int port) {
 int run_workers(const LaunchOptions& o) {
   o.validate();
   int port = o.master_port;
-  if (port == 0) port = find_free_port();
-  else if (o.node_rank == 0) check_port_free(port);
+  if (port == 0)
+    port = find_free_port();
+  else if (o.node_rank == 0)
+    check_port_free(port);
   const int64_t world = o.nnodes * o.nproc_per_node;
 
   g_signal = 0;
   g_signal_count = 0;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
   std::vector<pid_t> pids;
   for (int64_t local = 0; local < o.nproc_per_node; ++local) {
     const int64_t rank = o.node_rank * o.nproc_per_node + local;
-    std::vector<std::string> env_strings{
-        "RANK=" + std::to_string(rank),          "LOCAL_RANK=" + std::to_string(local),
-        "WORLD_SIZE=" + std::to_string(world),   "LOCAL_WORLD_SIZE=" + std::to_string(o.nproc_per_node),
-        "MASTER_ADDR=" + o.master_addr,          "MASTER_PORT=" + std::to_string(port),
-        "GROUP_RANK=" + std::to_string(o.node_rank)};
+    std::vector<std::string> env_strings{"RANK=" + std::to_string(rank),
+                                         "LOCAL_RANK=" + std::to_string(local),
+                                         "WORLD_SIZE=" + std::to_string(world),
+                                         "LOCAL_WORLD_SIZE=" + std::to_string(o.nproc_per_node),
+                                         "MASTER_ADDR=" + o.master_addr,
+                                         "MASTER_PORT=" + std::to_string(port),
+                                         "GROUP_RANK=" + std::to_string(o.node_rank)};
     const pid_t pid = ::fork();
     if (pid < 0) {
       for (pid_t p : pids) ::kill(p, SIGKILL);
@@ -146,8 +158,9 @@ int run_workers(const LaunchOptions& o) {
         if (code != 0 && forwarded == 0) {
           const int64_t rank = o.node_rank * o.nproc_per_node + static_cast<int64_t>(i);
           std::cerr << "launcher: worker rank " << rank << " (pid " << pid << ") "
-                    << (WIFEXITED(status) ? "exited with status " + std::to_string(code)
-                                          : "was killed by signal " + std::to_string(WTERMSIG(status)))
+                    << (WIFEXITED(status)
+                            ? "exited with status " + std::to_string(code)
+                            : "was killed by signal " + std::to_string(WTERMSIG(status)))
                     << "\n";
           if (!failed) {
             failed = true;
@@ -162,8 +175,9 @@ int run_workers(const LaunchOptions& o) {
     if (failed && std::chrono::steady_clock::now() >= kill_at) {
       for (size_t i = 0; i < pids.size(); ++i) {
         if (!running[i]) continue;
-        std::cerr << "launcher: killing worker rank " << o.node_rank * o.nproc_per_node + static_cast<int64_t>(i)
-                  << " (still running " << o.grace_seconds << " s after a failure)\n";
+        std::cerr << "launcher: killing worker rank "
+                  << o.node_rank * o.nproc_per_node + static_cast<int64_t>(i) << " (still running "
+                  << o.grace_seconds << " s after a failure)\n";
         ::kill(pids[i], SIGKILL);
       }
       kill_at = std::chrono::steady_clock::time_point::max();

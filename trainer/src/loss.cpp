@@ -20,22 +20,27 @@ Reduction parse_reduction(const std::string& text) {
 }
 
 void DiceLossOptions::validate() const {
-  if (sigmoid && softmax) throw std::invalid_argument("DiceLoss: sigmoid and softmax are mutually exclusive");
+  if (sigmoid && softmax)
+    throw std::invalid_argument("DiceLoss: sigmoid and softmax are mutually exclusive");
   if (!(smooth_nr >= 0) || !(smooth_dr >= 0))
     throw std::invalid_argument("DiceLoss: smooth_nr=" + std::to_string(smooth_nr) +
                                 " and smooth_dr=" + std::to_string(smooth_dr) + " must be >= 0");
 }
 
-at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target_in, const DiceLossOptions& o) {
+at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target_in,
+                     const DiceLossOptions& o) {
   o.validate();
-  if (input.dim() < 3) throw std::invalid_argument("DiceLoss: input must be B x C x spatial..., got " +
-                                                   std::to_string(input.dim()) + " dimensions");
+  if (input.dim() < 3)
+    throw std::invalid_argument("DiceLoss: input must be B x C x spatial..., got " +
+                                std::to_string(input.dim()) + " dimensions");
   const int64_t channels = input.size(1);
   at::Tensor p = input;
   if (o.sigmoid) p = at::sigmoid(p);
   if (o.softmax) {
-    if (channels == 1) warn("DiceLoss: single channel prediction, softmax=True ignored.");
-    else p = at::softmax(p, 1);
+    if (channels == 1)
+      warn("DiceLoss: single channel prediction, softmax=True ignored.");
+    else
+      p = at::softmax(p, 1);
   }
   at::Tensor g = target_in;
   if (o.to_onehot_y) {
@@ -89,7 +94,8 @@ double dice_score(const at::Tensor& logits_in, const at::Tensor& label_in, bool 
   const at::Tensor label = label_in.dim() == 5 ? label_in.select(0, 0) : label_in;
   if (logits.sizes() != label.sizes()) {
     std::ostringstream s;
-    s << "dice_score: prediction shape " << logits.sizes() << " differs from label shape " << label.sizes();
+    s << "dice_score: prediction shape " << logits.sizes() << " differs from label shape "
+      << label.sizes();
     throw std::invalid_argument(s.str());
   }
   const int64_t channels = logits.size(0);
@@ -110,7 +116,8 @@ double dice_score(const at::Tensor& logits_in, const at::Tensor& label_in, bool 
     sum += 2.0 * inter / (pr + g);
     ++counted;
   }
-  return counted == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / static_cast<double>(counted);
+  return counted == 0 ? std::numeric_limits<double>::quiet_NaN()
+                      : sum / static_cast<double>(counted);
 }
 
 }  // namespace volshard

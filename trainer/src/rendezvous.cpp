@@ -22,8 +22,8 @@ int64_t parse_int(const std::string& text, const std::string& what, int64_t lo, 
 }
 
 // The first of `names` that is set, or `fallback` (nullptr: required).
-std::string lookup(const EnvLookup& env, std::initializer_list<const char*> names, const char* fallback,
-                   std::string* used) {
+std::string lookup(const EnvLookup& env, std::initializer_list<const char*> names,
+                   const char* fallback, std::string* used) {
   std::string value;
   for (const char* name : names) {
     if (env(name, &value)) {
@@ -40,8 +40,8 @@ std::string lookup(const EnvLookup& env, std::initializer_list<const char*> name
   return fallback;
 }
 
-int64_t env_int(const EnvLookup& env, std::initializer_list<const char*> names, const char* fallback, int64_t lo,
-                int64_t hi) {
+int64_t env_int(const EnvLookup& env, std::initializer_list<const char*> names,
+                const char* fallback, int64_t lo, int64_t hi) {
   std::string used;
   const std::string text = lookup(env, names, fallback, &used);
   return parse_int(text, used, lo, hi);
@@ -53,17 +53,21 @@ constexpr int64_t kMaxWorld = 1 << 20;
 
 void Rendezvous::validate() const {
   if (world_size < 1 || world_size > kMaxWorld)
-    throw std::invalid_argument("rendezvous: world_size=" + std::to_string(world_size) + " must be >= 1");
+    throw std::invalid_argument("rendezvous: world_size=" + std::to_string(world_size) +
+                                " must be >= 1");
   if (rank < 0 || rank >= world_size)
-    throw std::invalid_argument("rendezvous: rank=" + std::to_string(rank) + " must be in [0, world_size=" +
-                                std::to_string(world_size) + ")");
+    throw std::invalid_argument("rendezvous: rank=" + std::to_string(rank) +
+                                " must be in [0, world_size=" + std::to_string(world_size) + ")");
   if (local_world_size < 1 || local_rank < 0 || local_rank >= local_world_size)
-    throw std::invalid_argument("rendezvous: local_rank=" + std::to_string(local_rank) +
-                                " must be in [0, local_world_size=" + std::to_string(local_world_size) + ")");
+    throw std::invalid_argument(
+        "rendezvous: local_rank=" + std::to_string(local_rank) +
+        " must be in [0, local_world_size=" + std::to_string(local_world_size) + ")");
   if (kind == Kind::kTcp && (port < 1 || port > 65535))
-    throw std::invalid_argument("rendezvous: port=" + std::to_string(port) + " must be in [1, 65535]");
+    throw std::invalid_argument("rendezvous: port=" + std::to_string(port) +
+                                " must be in [1, 65535]");
   if (kind == Kind::kTcp && host.empty()) throw std::invalid_argument("rendezvous: host is empty");
-  if (kind == Kind::kFile && path.empty()) throw std::invalid_argument("rendezvous: file path is empty");
+  if (kind == Kind::kFile && path.empty())
+    throw std::invalid_argument("rendezvous: file path is empty");
 }
 
 EnvLookup process_environment() {
@@ -88,7 +92,8 @@ Rendezvous parse_rendezvous(const std::string& init_method, int64_t rank, int64_
   const bool slurm = !torchrun && env("SLURM_PROCID", &ignored);
   // Rank and world size: arguments first, then torchrun's variables, then SLURM's.
   if (rank < 0) {
-    rank = slurm ? env_int(env, {"SLURM_PROCID"}, nullptr, 0, kMaxWorld) : env_int(env, {"RANK"}, nullptr, 0, kMaxWorld);
+    rank = slurm ? env_int(env, {"SLURM_PROCID"}, nullptr, 0, kMaxWorld)
+                 : env_int(env, {"RANK"}, nullptr, 0, kMaxWorld);
   }
   if (world_size < 0) {
     world_size = slurm ? env_int(env, {"SLURM_NTASKS"}, nullptr, 1, kMaxWorld)
@@ -100,9 +105,10 @@ Rendezvous parse_rendezvous(const std::string& init_method, int64_t rank, int64_
     r.local_rank = env_int(env, {"SLURM_LOCALID"}, "0", 0, kMaxWorld);
     std::string per_node;
     // SLURM_NTASKS_PER_NODE may read "4(x2)"; only a plain number is used.
-    r.local_world_size = env("SLURM_NTASKS_PER_NODE", &per_node) && per_node.find('(') == std::string::npos
-                             ? parse_int(per_node, "SLURM_NTASKS_PER_NODE", 1, kMaxWorld)
-                             : std::max<int64_t>(r.local_rank + 1, 1);
+    r.local_world_size =
+        env("SLURM_NTASKS_PER_NODE", &per_node) && per_node.find('(') == std::string::npos
+            ? parse_int(per_node, "SLURM_NTASKS_PER_NODE", 1, kMaxWorld)
+            : std::max<int64_t>(r.local_rank + 1, 1);
     r.source = "SLURM";
   } else {
     r.local_rank = env_int(env, {"LOCAL_RANK"}, std::to_string(rank).c_str(), 0, kMaxWorld);
@@ -121,16 +127,20 @@ Rendezvous parse_rendezvous(const std::string& init_method, int64_t rank, int64_
     const std::string rest = init_method.substr(tcp_prefix.size());
     const size_t colon = rest.rfind(':');
     if (colon == std::string::npos || colon == 0)
-      throw std::invalid_argument("rendezvous: init method '" + init_method + "' must be tcp://host:port");
+      throw std::invalid_argument("rendezvous: init method '" + init_method +
+                                  "' must be tcp://host:port");
     r.kind = Rendezvous::Kind::kTcp;
     r.host = rest.substr(0, colon);
-    if (r.host.size() > 2 && r.host.front() == '[' && r.host.back() == ']') r.host = r.host.substr(1, r.host.size() - 2);
-    r.port = static_cast<int>(parse_int(rest.substr(colon + 1), "port of '" + init_method + "'", 1, 65535));
+    if (r.host.size() > 2 && r.host.front() == '[' && r.host.back() == ']')
+      r.host = r.host.substr(1, r.host.size() - 2);
+    r.port = static_cast<int>(
+        parse_int(rest.substr(colon + 1), "port of '" + init_method + "'", 1, 65535));
   } else if (init_method.rfind(file_prefix, 0) == 0) {
     r.kind = Rendezvous::Kind::kFile;
     r.path = init_method.substr(file_prefix.size());
     if (r.path.empty() || r.path.front() != '/')
-      throw std::invalid_argument("rendezvous: init method '" + init_method + "' must be file:///absolute/path");
+      throw std::invalid_argument("rendezvous: init method '" + init_method +
+                                  "' must be file:///absolute/path");
   } else {
     throw std::invalid_argument("rendezvous: init method '" + init_method +
                                 "' must start with env://, tcp:// or file://");

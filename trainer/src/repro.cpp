@@ -28,9 +28,11 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 void ReproOptions::validate() const {
-  if (steps < 2) throw std::invalid_argument("repro: --steps=" + std::to_string(steps) + " must be >= 2");
+  if (steps < 2)
+    throw std::invalid_argument("repro: --steps=" + std::to_string(steps) + " must be >= 2");
   if (nproc_per_node < 2)
-    throw std::invalid_argument("repro: --nproc-per-node=" + std::to_string(nproc_per_node) + " must be >= 2");
+    throw std::invalid_argument("repro: --nproc-per-node=" + std::to_string(nproc_per_node) +
+                                " must be >= 2");
 }
 
 namespace {
@@ -48,7 +50,8 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   if (pid < 0) throw std::runtime_error(std::string("repro: fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
-    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID"}) ::unsetenv(k);
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID"})
+      ::unsetenv(k);
     if (FILE* f = std::fopen(log.c_str(), "a")) {
       ::dup2(fileno(f), STDOUT_FILENO);
       ::dup2(fileno(f), STDERR_FILENO);
@@ -91,7 +94,8 @@ int64_t last_step(const std::string& run) {
   std::string line;
   while (std::getline(in, line)) {
     json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("type", "") == "step") step = std::max(step, j.value("step", int64_t{0}));
+    if (!j.is_discarded() && j.value("type", "") == "step")
+      step = std::max(step, j.value("step", int64_t{0}));
   }
   return step;
 }
@@ -126,9 +130,16 @@ class Runner {
     write_file_atomic(config_, {text.data()}, {text.size()});
   }
 
-  std::vector<std::string> argv(const std::string& run, int64_t nproc, const std::vector<std::string>& extra) const {
-    std::vector<std::string> a{binary_, "train", "--config", config_, "--out", (root_ / run).string(),
-                               "--nproc-per-node", std::to_string(nproc)};
+  std::vector<std::string> argv(const std::string& run, int64_t nproc,
+                                const std::vector<std::string>& extra) const {
+    std::vector<std::string> a{binary_,
+                               "train",
+                               "--config",
+                               config_,
+                               "--out",
+                               (root_ / run).string(),
+                               "--nproc-per-node",
+                               std::to_string(nproc)};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -138,12 +149,15 @@ class Runner {
     std::cerr << "repro: " << run << " (" << nproc << " rank" << (nproc > 1 ? "s" : "") << ")\n";
     const std::string log = (root_ / (run + ".log")).string();
     const int code = wait_exit(spawn(argv(run, nproc, extra), log));
-    if (code != 0) throw std::runtime_error("run " + run + " failed with status " + std::to_string(code) + ": see " + log);
+    if (code != 0)
+      throw std::runtime_error("run " + run + " failed with status " + std::to_string(code) +
+                               ": see " + log);
   }
 
   // Starts a run and SIGKILLs its whole process tree once it logged `step`.
   // Returns the step it had reached.
-  int64_t run_and_kill(const std::string& run, int64_t nproc, const std::vector<std::string>& extra, int64_t step) const {
+  int64_t run_and_kill(const std::string& run, int64_t nproc, const std::vector<std::string>& extra,
+                       int64_t step) const {
     std::cerr << "repro: " << run << " (killed at step " << step << ")\n";
     const std::string log = (root_ / (run + ".log")).string();
     const pid_t pid = spawn(argv(run, nproc, extra), log);
@@ -187,7 +201,8 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   bool temporary = false;
   if (root.empty()) {
     char tmpl[] = "/tmp/volshard_repro_XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("repro: cannot create a temporary folder");
+    if (::mkdtemp(tmpl) == nullptr)
+      throw std::runtime_error("repro: cannot create a temporary folder");
     root = tmpl;
     temporary = true;
   }
@@ -203,61 +218,79 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   checks.push_back(check("same seed twice: bit-identical model and metrics", [&](std::string& ev) {
     runner.run("a", n, capped);
     runner.run("b", n, capped);
-    const bool model = detail::read_bytes(runner.path("a/model.pt")) == detail::read_bytes(runner.path("b/model.pt"));
+    const bool model = detail::read_bytes(runner.path("a/model.pt")) ==
+                       detail::read_bytes(runner.path("b/model.pt"));
     const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
-    ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " + (model ? "equal" : "DIFFERS") +
-         ", " + std::to_string(ma.size()) + " metric lines " + (ma == mb ? "equal" : "DIFFER");
+    ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " +
+         (model ? "equal" : "DIFFERS") + ", " + std::to_string(ma.size()) + " metric lines " +
+         (ma == mb ? "equal" : "DIFFER");
     return model && ma == mb && !ma.empty();
   }));
 
-  checks.push_back(check("SIGKILL mid-run, resume: bit-identical to uninterrupted", [&](std::string& ev) {
-    const int64_t reached = runner.run_and_kill("c", n, capped, s / 2);
-    auto resume = capped;
-    resume.insert(resume.end(), {"--resume", runner.path("c")});
-    runner.run("c", n, resume);
-    const bool model = detail::read_bytes(runner.path("a/model.pt")) == detail::read_bytes(runner.path("c/model.pt"));
-    const bool metrics = metrics_of(runner.path("a")) == metrics_of(runner.path("c"));
-    ev = (reached < 0 ? std::string("run ended before the kill") : "killed after step " + std::to_string(reached)) +
-         "; model.pt " + (model ? "equal" : "DIFFERS") + ", metrics " + (metrics ? "equal" : "DIFFER");
-    return model && metrics;
-  }));
+  checks.push_back(
+      check("SIGKILL mid-run, resume: bit-identical to uninterrupted", [&](std::string& ev) {
+        const int64_t reached = runner.run_and_kill("c", n, capped, s / 2);
+        auto resume = capped;
+        resume.insert(resume.end(), {"--resume", runner.path("c")});
+        runner.run("c", n, resume);
+        const bool model = detail::read_bytes(runner.path("a/model.pt")) ==
+                           detail::read_bytes(runner.path("c/model.pt"));
+        const bool metrics = metrics_of(runner.path("a")) == metrics_of(runner.path("c"));
+        ev = (reached < 0 ? std::string("run ended before the kill")
+                          : "killed after step " + std::to_string(reached)) +
+             "; model.pt " + (model ? "equal" : "DIFFERS") + ", metrics " +
+             (metrics ? "equal" : "DIFFER");
+        return model && metrics;
+      }));
 
   checks.push_back(check("world-size invariance of the augmented data", [&](std::string& ev) {
     // The same permutation positions: s steps on n ranks, s * n steps on 1.
-    const std::vector<std::string> t1{"--trace-samples", runner.path("d1.trace"), "--val-every", "0", "--epochs", "1",
-                                      "--max-steps", std::to_string(s * n)};
-    const std::vector<std::string> tn{"--trace-samples", runner.path("dn.trace"), "--val-every", "0", "--epochs", "1",
-                                      "--max-steps", std::to_string(s)};
+    const std::vector<std::string> t1{
+        "--trace-samples", runner.path("d1.trace"), "--val-every", "0", "--epochs", "1",
+        "--max-steps",     std::to_string(s * n)};
+    const std::vector<std::string> tn{
+        "--trace-samples", runner.path("dn.trace"), "--val-every", "0", "--epochs", "1",
+        "--max-steps",     std::to_string(s)};
     runner.run("d1", 1, t1);
     runner.run("dn", n, tn);
     std::multiset<TraceKey> k1, kn;
     for (const auto& r : trace_of(runner.path("d1.trace"))) k1.insert(key_of(r));
     for (const auto& r : trace_of(runner.path("dn.trace"))) kn.insert(key_of(r));
     const bool same = k1 == kn;
-    const bool same_set = std::set<TraceKey>(k1.begin(), k1.end()) == std::set<TraceKey>(kn.begin(), kn.end());
-    ev = std::to_string(k1.size()) + " crops at 1 rank, " + std::to_string(kn.size()) + " at " + std::to_string(n) +
-         ": " + (same ? "same multiset" : same_set ? "same set (padding repeats)" : "DIFFERENT");
+    const bool same_set =
+        std::set<TraceKey>(k1.begin(), k1.end()) == std::set<TraceKey>(kn.begin(), kn.end());
+    ev = std::to_string(k1.size()) + " crops at 1 rank, " + std::to_string(kn.size()) + " at " +
+         std::to_string(n) + ": " +
+         (same       ? "same multiset"
+          : same_set ? "same set (padding repeats)"
+                     : "DIFFERENT");
     return same || same_set;
   }));
 
-  checks.push_back(check("elastic resume, " + std::to_string(n) + " ranks -> 1: no sample skipped or repeated",
-                         [&](std::string& ev) {
-    const std::string trace = runner.path("e.trace");
-    runner.run("e", n, {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--max-steps", "1"});
-    runner.run("e", 1, {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--resume", runner.path("e")});
-    std::map<int64_t, int64_t> seen;
-    for (const auto& r : trace_of(trace))
-      if (r["epoch"] == 0 && r["patch"] == 0) ++seen[r["index"].get<int64_t>()];
-    // After one step on n ranks the rest of the epoch runs on 1 rank, which
-    // needs no padding: every training index exactly once.
-    const int64_t size = training_set_size(o.train);
-    int64_t missing = 0, repeated = 0;
-    for (const auto& [index, count] : seen) repeated += count - 1;
-    for (int64_t i = 0; i < size; ++i) missing += seen.count(i) ? 0 : 1;
-    ev = std::to_string(size) + " training volumes: " + std::to_string(seen.size()) + " seen, " +
-         std::to_string(missing) + " missing, " + std::to_string(repeated) + " repeated";
-    return missing == 0 && repeated == 0;
-  }));
+  checks.push_back(check(
+      "elastic resume, " + std::to_string(n) + " ranks -> 1: no sample skipped or repeated",
+      [&](std::string& ev) {
+        const std::string trace = runner.path("e.trace");
+        runner.run(
+            "e", n,
+            {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--max-steps", "1"});
+        runner.run("e", 1,
+                   {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--resume",
+                    runner.path("e")});
+        std::map<int64_t, int64_t> seen;
+        for (const auto& r : trace_of(trace))
+          if (r["epoch"] == 0 && r["patch"] == 0) ++seen[r["index"].get<int64_t>()];
+        // After one step on n ranks the rest of the epoch runs on 1 rank, which
+        // needs no padding: every training index exactly once.
+        const int64_t size = training_set_size(o.train);
+        int64_t missing = 0, repeated = 0;
+        for (const auto& [index, count] : seen) repeated += count - 1;
+        for (int64_t i = 0; i < size; ++i) missing += seen.count(i) ? 0 : 1;
+        ev = std::to_string(size) + " training volumes: " + std::to_string(seen.size()) +
+             " seen, " + std::to_string(missing) + " missing, " + std::to_string(repeated) +
+             " repeated";
+        return missing == 0 && repeated == 0;
+      }));
 
   if (temporary && !o.keep) {
     std::error_code ec;
@@ -275,8 +308,8 @@ std::string format_repro_table(const std::vector<ReproCheck>& checks) {
   out << "check" << std::string(w - 5, ' ') << " | result | evidence\n";
   out << std::string(w, '-') << "-+--------+" << std::string(40, '-') << "\n";
   for (const auto& c : checks) {
-    out << c.name << std::string(w - c.name.size(), ' ') << " | " << (c.passed ? "pass  " : "FAIL  ") << " | "
-        << c.evidence << "\n";
+    out << c.name << std::string(w - c.name.size(), ' ') << " | "
+        << (c.passed ? "pass  " : "FAIL  ") << " | " << c.evidence << "\n";
   }
   return out.str();
 }

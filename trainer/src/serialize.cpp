@@ -1,8 +1,8 @@
 #include "volshard/trainer/serialize.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <ATen/ops/empty.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
@@ -34,7 +34,8 @@ std::vector<char> read_bytes(const std::string& path) {
   return bytes;
 }
 
-c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what, const std::string& kind) {
+c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,
+                     const std::string& kind) {
   try {
     return torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
@@ -58,7 +59,21 @@ using detail::read_bytes;
 struct PyValue;
 using PyPtr = std::shared_ptr<PyValue>;
 struct PyValue {
-  enum Kind { kNone, kInt, kFloat, kBool, kString, kTuple, kList, kDict, kGlobal, kStorage, kTensor, kMark, kOther };
+  enum Kind {
+    kNone,
+    kInt,
+    kFloat,
+    kBool,
+    kString,
+    kTuple,
+    kList,
+    kDict,
+    kGlobal,
+    kStorage,
+    kTensor,
+    kMark,
+    kOther
+  };
   Kind kind = kNone;
   int64_t i = 0;
   double f = 0;
@@ -76,12 +91,14 @@ PyPtr make(PyValue::Kind k) {
 
 at::ScalarType storage_dtype(const std::string& name, const std::string& what) {
   static const std::map<std::string, at::ScalarType> types{
-      {"FloatStorage", at::kFloat}, {"DoubleStorage", at::kDouble},     {"HalfStorage", at::kHalf},
-      {"BFloat16Storage", at::kBFloat16}, {"LongStorage", at::kLong}, {"IntStorage", at::kInt},
-      {"ShortStorage", at::kShort}, {"CharStorage", at::kChar},       {"ByteStorage", at::kByte},
-      {"BoolStorage", at::kBool}};
+      {"FloatStorage", at::kFloat}, {"DoubleStorage", at::kDouble},
+      {"HalfStorage", at::kHalf},   {"BFloat16Storage", at::kBFloat16},
+      {"LongStorage", at::kLong},   {"IntStorage", at::kInt},
+      {"ShortStorage", at::kShort}, {"CharStorage", at::kChar},
+      {"ByteStorage", at::kByte},   {"BoolStorage", at::kBool}};
   auto it = types.find(name);
-  if (it == types.end()) throw std::runtime_error(what + ": unsupported tensor storage type " + name);
+  if (it == types.end())
+    throw std::runtime_error(what + ": unsupported tensor storage type " + name);
   return it->second;
 }
 
@@ -107,7 +124,9 @@ class StateDictReader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& why) const { throw std::runtime_error(what_ + ": " + why); }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw std::runtime_error(what_ + ": " + why);
+  }
   void need(size_t n) const {
     if (static_cast<size_t>(end_ - p_) < n) fail("truncated pickle");
   }
@@ -126,7 +145,8 @@ class StateDictReader {
     return s;
   }
   std::string take_line() {
-    const uint8_t* nl = static_cast<const uint8_t*>(std::memchr(p_, '\n', static_cast<size_t>(end_ - p_)));
+    const uint8_t* nl =
+        static_cast<const uint8_t*>(std::memchr(p_, '\n', static_cast<size_t>(end_ - p_)));
     if (nl == nullptr) fail("truncated pickle");
     std::string s(reinterpret_cast<const char*>(p_), static_cast<size_t>(nl - p_));
     p_ = nl + 1;
@@ -162,7 +182,8 @@ class StateDictReader {
 
   PyPtr storage(const PyPtr& pid) {
     // ('storage', <global torch.XStorage>, key, location, numel)
-    if (pid->kind != PyValue::kTuple || pid->items.size() < 5 || pid->items[1]->kind != PyValue::kGlobal)
+    if (pid->kind != PyValue::kTuple || pid->items.size() < 5 ||
+        pid->items[1]->kind != PyValue::kGlobal)
       fail("unsupported persistent id");
     const at::ScalarType dtype = storage_dtype(pid->items[1]->name, what_);
     const std::string key = pid->items[2]->s;
@@ -201,22 +222,72 @@ class StateDictReader {
     while (p_ < end_) {
       const uint8_t op = *p_++;
       switch (op) {
-        case 0x80: take<uint8_t>(); break;                    // PROTO
-        case 0x95: take<uint64_t>(); break;                   // FRAME
-        case '.': return pop();                               // STOP
-        case '(': stack_.push_back(make(PyValue::kMark)); break;
-        case ')': stack_.push_back(tuple({})); break;
-        case 't': stack_.push_back(tuple(pop_to_mark())); break;
-        case 0x85: { auto a = pop(); stack_.push_back(tuple({a})); break; }
-        case 0x86: { auto b = pop(), a = pop(); stack_.push_back(tuple({a, b})); break; }
-        case 0x87: { auto c = pop(), b = pop(), a = pop(); stack_.push_back(tuple({a, b, c})); break; }
-        case '}': stack_.push_back(make(PyValue::kDict)); break;
-        case ']': stack_.push_back(make(PyValue::kList)); break;
-        case 'N': stack_.push_back(make(PyValue::kNone)); break;
-        case 0x88: case 0x89: { auto b = make(PyValue::kBool); b->i = op == 0x88; stack_.push_back(b); break; }
-        case 'J': { auto v = make(PyValue::kInt); v->i = take<int32_t>(); stack_.push_back(v); break; }
-        case 'K': { auto v = make(PyValue::kInt); v->i = take<uint8_t>(); stack_.push_back(v); break; }
-        case 'M': { auto v = make(PyValue::kInt); v->i = take<uint16_t>(); stack_.push_back(v); break; }
+        case 0x80:
+          take<uint8_t>();
+          break;  // PROTO
+        case 0x95:
+          take<uint64_t>();
+          break;  // FRAME
+        case '.':
+          return pop();  // STOP
+        case '(':
+          stack_.push_back(make(PyValue::kMark));
+          break;
+        case ')':
+          stack_.push_back(tuple({}));
+          break;
+        case 't':
+          stack_.push_back(tuple(pop_to_mark()));
+          break;
+        case 0x85: {
+          auto a = pop();
+          stack_.push_back(tuple({a}));
+          break;
+        }
+        case 0x86: {
+          auto b = pop(), a = pop();
+          stack_.push_back(tuple({a, b}));
+          break;
+        }
+        case 0x87: {
+          auto c = pop(), b = pop(), a = pop();
+          stack_.push_back(tuple({a, b, c}));
+          break;
+        }
+        case '}':
+          stack_.push_back(make(PyValue::kDict));
+          break;
+        case ']':
+          stack_.push_back(make(PyValue::kList));
+          break;
+        case 'N':
+          stack_.push_back(make(PyValue::kNone));
+          break;
+        case 0x88:
+        case 0x89: {
+          auto b = make(PyValue::kBool);
+          b->i = op == 0x88;
+          stack_.push_back(b);
+          break;
+        }
+        case 'J': {
+          auto v = make(PyValue::kInt);
+          v->i = take<int32_t>();
+          stack_.push_back(v);
+          break;
+        }
+        case 'K': {
+          auto v = make(PyValue::kInt);
+          v->i = take<uint8_t>();
+          stack_.push_back(v);
+          break;
+        }
+        case 'M': {
+          auto v = make(PyValue::kInt);
+          v->i = take<uint16_t>();
+          stack_.push_back(v);
+          break;
+        }
         case 0x8a: {  // LONG1: little-endian two's complement
           const size_t n = take<uint8_t>();
           need(n);
@@ -239,37 +310,109 @@ class StateDictReader {
           stack_.push_back(x);
           break;
         }
-        case 'X': { auto v = make(PyValue::kString); v->s = take_string(take<uint32_t>()); stack_.push_back(v); break; }
-        case 0x8c: { auto v = make(PyValue::kString); v->s = take_string(take<uint8_t>()); stack_.push_back(v); break; }
-        case 0x8d: { auto v = make(PyValue::kString); v->s = take_string(take<uint64_t>()); stack_.push_back(v); break; }
-        case 'C': { auto v = make(PyValue::kOther); take_string(take<uint8_t>()); stack_.push_back(v); break; }
-        case 'B': { auto v = make(PyValue::kOther); take_string(take<uint32_t>()); stack_.push_back(v); break; }
-        case 'c': { std::string m = take_line(); std::string n = take_line(); stack_.push_back(global(m, n)); break; }
-        case 0x93: { auto n = pop(), m = pop(); stack_.push_back(global(m->s, n->s)); break; }
-        case 'q': memo_[take<uint8_t>()] = stack_.at(stack_.size() - 1); break;
-        case 'r': memo_[take<uint32_t>()] = stack_.at(stack_.size() - 1); break;
-        case 0x94: memo_[memo_.size()] = stack_.at(stack_.size() - 1); break;
-        case 'h': case 'j': {
+        case 'X': {
+          auto v = make(PyValue::kString);
+          v->s = take_string(take<uint32_t>());
+          stack_.push_back(v);
+          break;
+        }
+        case 0x8c: {
+          auto v = make(PyValue::kString);
+          v->s = take_string(take<uint8_t>());
+          stack_.push_back(v);
+          break;
+        }
+        case 0x8d: {
+          auto v = make(PyValue::kString);
+          v->s = take_string(take<uint64_t>());
+          stack_.push_back(v);
+          break;
+        }
+        case 'C': {
+          auto v = make(PyValue::kOther);
+          take_string(take<uint8_t>());
+          stack_.push_back(v);
+          break;
+        }
+        case 'B': {
+          auto v = make(PyValue::kOther);
+          take_string(take<uint32_t>());
+          stack_.push_back(v);
+          break;
+        }
+        case 'c': {
+          std::string m = take_line();
+          std::string n = take_line();
+          stack_.push_back(global(m, n));
+          break;
+        }
+        case 0x93: {
+          auto n = pop(), m = pop();
+          stack_.push_back(global(m->s, n->s));
+          break;
+        }
+        case 'q':
+          memo_[take<uint8_t>()] = stack_.at(stack_.size() - 1);
+          break;
+        case 'r':
+          memo_[take<uint32_t>()] = stack_.at(stack_.size() - 1);
+          break;
+        case 0x94:
+          memo_[memo_.size()] = stack_.at(stack_.size() - 1);
+          break;
+        case 'h':
+        case 'j': {
           const uint32_t k = op == 'h' ? take<uint8_t>() : take<uint32_t>();
           auto it = memo_.find(k);
           if (it == memo_.end()) fail("malformed pickle (memo)");
           stack_.push_back(it->second);
           break;
         }
-        case 's': { auto v = pop(), k = pop(); stack_.back()->entries.emplace_back(k, v); break; }
-        case 'u': {
-          auto items = pop_to_mark();
-          for (size_t i = 0; i + 1 < items.size(); i += 2) stack_.back()->entries.emplace_back(items[i], items[i + 1]);
+        case 's': {
+          auto v = pop(), k = pop();
+          stack_.back()->entries.emplace_back(k, v);
           break;
         }
-        case 'a': { auto v = pop(); stack_.back()->items.push_back(v); break; }
-        case 'e': { auto items = pop_to_mark(); for (auto& v : items) stack_.back()->items.push_back(v); break; }
-        case 'Q': { auto pid = pop(); stack_.push_back(storage(pid)); break; }
-        case 'R': { auto args = pop(), callable = pop(); stack_.push_back(reduce(callable, args)); break; }
-        case 0x81: { auto args = pop(), cls = pop(); stack_.push_back(reduce(cls, args)); break; }  // NEWOBJ
-        case 'b': pop(); break;  // BUILD: attributes (e.g. _metadata) are not needed
-        case '0': pop(); break;
-        case '2': stack_.push_back(stack_.at(stack_.size() - 1)); break;
+        case 'u': {
+          auto items = pop_to_mark();
+          for (size_t i = 0; i + 1 < items.size(); i += 2)
+            stack_.back()->entries.emplace_back(items[i], items[i + 1]);
+          break;
+        }
+        case 'a': {
+          auto v = pop();
+          stack_.back()->items.push_back(v);
+          break;
+        }
+        case 'e': {
+          auto items = pop_to_mark();
+          for (auto& v : items) stack_.back()->items.push_back(v);
+          break;
+        }
+        case 'Q': {
+          auto pid = pop();
+          stack_.push_back(storage(pid));
+          break;
+        }
+        case 'R': {
+          auto args = pop(), callable = pop();
+          stack_.push_back(reduce(callable, args));
+          break;
+        }
+        case 0x81: {
+          auto args = pop(), cls = pop();
+          stack_.push_back(reduce(cls, args));
+          break;
+        }  // NEWOBJ
+        case 'b':
+          pop();
+          break;  // BUILD: attributes (e.g. _metadata) are not needed
+        case '0':
+          pop();
+          break;
+        case '2':
+          stack_.push_back(stack_.at(stack_.size() - 1));
+          break;
         default: {
           char hex[8];
           std::snprintf(hex, sizeof hex, "0x%02x", op);
@@ -292,7 +435,8 @@ class StateDictReader {
 
 std::vector<char> pickle_tensor_dict(const NamedTensors& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& kv : tensors) dict.insert(kv.first, kv.second.detach().to(at::kCPU).contiguous());
+  for (const auto& kv : tensors)
+    dict.insert(kv.first, kv.second.detach().to(at::kCPU).contiguous());
   return torch::jit::pickle_save(c10::IValue(dict));
 }
 
@@ -306,27 +450,32 @@ NamedTensors unpickle_tensor_dict(const std::vector<char>& bytes, const std::str
     try {
       return StateDictReader(bytes, what).read();
     } catch (const std::exception& e2) {
-      throw std::runtime_error(what + ": not a readable PyTorch archive of tensors (" + first_line(e) + "; " +
-                               first_line(e2) + ")");
+      throw std::runtime_error(what + ": not a readable PyTorch archive of tensors (" +
+                               first_line(e) + "; " + first_line(e2) + ")");
     }
   }
-  if (!value.isGenericDict()) throw std::runtime_error(what + ": holds a " + value.tagKind() + ", not a dict of tensors");
+  if (!value.isGenericDict())
+    throw std::runtime_error(what + ": holds a " + value.tagKind() + ", not a dict of tensors");
   NamedTensors out;
   for (const auto& kv : value.toGenericDict()) {
-    if (!kv.key().isString()) throw std::runtime_error(what + ": a key is a " + kv.key().tagKind() + ", not a string");
+    if (!kv.key().isString())
+      throw std::runtime_error(what + ": a key is a " + kv.key().tagKind() + ", not a string");
     if (!kv.value().isTensor())
-      throw std::runtime_error(what + ": entry '" + kv.key().toStringRef() + "' is a " + kv.value().tagKind() +
-                               ", not a tensor");
+      throw std::runtime_error(what + ": entry '" + kv.key().toStringRef() + "' is a " +
+                               kv.value().tagKind() + ", not a tensor");
     out.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
   }
   return out;
 }
 
-NamedTensors load_tensor_dict(const std::string& path) { return unpickle_tensor_dict(read_bytes(path), path); }
+NamedTensors load_tensor_dict(const std::string& path) {
+  return unpickle_tensor_dict(read_bytes(path), path);
+}
 
 at::Tensor load_tensor(const std::string& path) {
   const c10::IValue value = detail::unpickle(read_bytes(path), path, "PyTorch archive");
-  if (!value.isTensor()) throw std::runtime_error(path + ": holds a " + value.tagKind() + ", not a tensor");
+  if (!value.isTensor())
+    throw std::runtime_error(path + ": holds a " + value.tagKind() + ", not a tensor");
   return value.toTensor();
 }
 

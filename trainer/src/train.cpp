@@ -5,8 +5,8 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
@@ -14,12 +14,12 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <optional>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -48,30 +48,39 @@ using json = nlohmann::json;
 
 void TrainOptions::validate() const {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
-  if (data_dir.empty() == datalist.empty()) bad("train: give exactly one of --data DIR and --datalist FILE");
+  if (data_dir.empty() == datalist.empty())
+    bad("train: give exactly one of --data DIR and --datalist FILE");
   if (out_dir.empty()) bad("train: --out RUN is required");
-  if (epochs < 1 || epochs > 1000000) bad("train: --epochs=" + std::to_string(epochs) + " must be in [1, 1000000]");
+  if (epochs < 1 || epochs > 1000000)
+    bad("train: --epochs=" + std::to_string(epochs) + " must be in [1, 1000000]");
   if (batch_size < 1) bad("train: --batch-size=" + std::to_string(batch_size) + " must be >= 1");
   if (crop < 1) bad("train: --crop=" + std::to_string(crop) + " must be >= 1");
   if (num_samples < 1) bad("train: --num-samples=" + std::to_string(num_samples) + " must be >= 1");
   if (!(lr > 0 && lr <= 10)) bad("train: --lr=" + std::to_string(lr) + " must be in (0, 10]");
-  if (!(weight_decay >= 0)) bad("train: --weight-decay=" + std::to_string(weight_decay) + " must be >= 0");
-  if (!(momentum >= 0 && momentum < 1)) bad("train: --momentum=" + std::to_string(momentum) + " must be in [0, 1)");
-  if (optimizer != "adam" && optimizer != "sgd") bad("train: --optimizer='" + optimizer + "' must be adam or sgd");
+  if (!(weight_decay >= 0))
+    bad("train: --weight-decay=" + std::to_string(weight_decay) + " must be >= 0");
+  if (!(momentum >= 0 && momentum < 1))
+    bad("train: --momentum=" + std::to_string(momentum) + " must be in [0, 1)");
+  if (optimizer != "adam" && optimizer != "sgd")
+    bad("train: --optimizer='" + optimizer + "' must be adam or sgd");
   if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "poly")
     bad("train: --lr-schedule='" + lr_schedule + "' must be constant, cosine or poly");
   if (!(val_fraction >= 0 && val_fraction < 1))
     bad("train: --val-fraction=" + std::to_string(val_fraction) + " must be in [0, 1)");
-  if (!(cache_rate >= 0 && cache_rate <= 1)) bad("train: --cache-rate=" + std::to_string(cache_rate) + " must be in [0, 1]");
+  if (!(cache_rate >= 0 && cache_rate <= 1))
+    bad("train: --cache-rate=" + std::to_string(cache_rate) + " must be in [0, 1]");
   if (workers < 0) bad("train: --workers=" + std::to_string(workers) + " must be >= 0");
   if (!(rot90_prob >= 0 && rot90_prob <= 1)) bad("train: --rot90-prob must be in [0, 1]");
   if (val_every < 0) bad("train: --val-every=" + std::to_string(val_every) + " must be >= 0");
   if (roi < 0) bad("train: --roi=" + std::to_string(roi) + " must be >= 0");
-  if (!(overlap >= 0 && overlap < 1)) bad("train: --overlap=" + std::to_string(overlap) + " must be in [0, 1)");
-  if (checkpoint_every < 0) bad("train: --checkpoint-every=" + std::to_string(checkpoint_every) + " must be >= 0");
+  if (!(overlap >= 0 && overlap < 1))
+    bad("train: --overlap=" + std::to_string(overlap) + " must be in [0, 1)");
+  if (checkpoint_every < 0)
+    bad("train: --checkpoint-every=" + std::to_string(checkpoint_every) + " must be >= 0");
   if (!(timeout_s > 0)) bad("train: --timeout=" + std::to_string(timeout_s) + " must be > 0");
   if (threads < 0) bad("train: --threads=" + std::to_string(threads) + " must be >= 0");
-  if (backend != "gloo" && backend != "nccl") bad("train: --backend='" + backend + "' must be gloo or nccl");
+  if (backend != "gloo" && backend != "nccl")
+    bad("train: --backend='" + backend + "' must be gloo or nccl");
   model.validate();
   model.check_spatial_size({crop, crop, crop}, "train: --crop");
   if (roi > 0) model.check_spatial_size({roi, roi, roi}, "train: --roi");
@@ -133,48 +142,89 @@ void TrainOptions::merge_json(const std::string& text, const std::string& source
     const std::string& k = it.key();
     const json& v = it.value();
     try {
-      if (k == "data") data_dir = v.get<std::string>();
-      else if (k == "datalist") datalist = v.get<std::string>();
-      else if (k == "image_glob") image_glob = v.get<std::string>();
-      else if (k == "label_glob") label_glob = v.get<std::string>();
-      else if (k == "val_fraction") val_fraction = v.get<double>();
-      else if (k == "cache_rate") cache_rate = v.get<double>();
-      else if (k == "cache_dir") cache_dir = v.get<std::string>();
-      else if (k == "workers") workers = v.get<int64_t>();
-      else if (k == "out") out_dir = v.get<std::string>();
-      else if (k == "epochs") epochs = v.get<int64_t>();
-      else if (k == "batch_size") batch_size = v.get<int64_t>();
-      else if (k == "crop") crop = v.get<int64_t>();
-      else if (k == "num_samples") num_samples = v.get<int64_t>();
-      else if (k == "allow_smaller") allow_smaller = v.get<bool>();
-      else if (k == "rot90_prob") rot90_prob = v.get<double>();
-      else if (k == "optimizer") optimizer = v.get<std::string>();
-      else if (k == "lr") lr = v.get<double>();
-      else if (k == "momentum") momentum = v.get<double>();
-      else if (k == "weight_decay") weight_decay = v.get<double>();
-      else if (k == "lr_schedule") lr_schedule = v.get<std::string>();
-      else if (k == "seed") seed = v.get<uint64_t>();
-      else if (k == "in_channels") model.in_channels = v.get<int64_t>();
-      else if (k == "out_channels") model.out_channels = v.get<int64_t>();
-      else if (k == "channels") model.channels = v.get<std::vector<int64_t>>();
-      else if (k == "strides") model.strides = v.get<std::vector<int64_t>>();
-      else if (k == "res_units") model.num_res_units = v.get<int64_t>();
-      else if (k == "norm") model.norm = parse_norm_kind(v.get<std::string>());
-      else if (k == "dropout") model.dropout = v.get<double>();
-      else if (k == "val_every") val_every = v.get<int64_t>();
-      else if (k == "roi") roi = v.get<int64_t>();
-      else if (k == "overlap") overlap = v.get<double>();
-      else if (k == "checkpoint_every") checkpoint_every = v.get<int64_t>();
-      else if (k == "max_steps") max_steps = v.get<int64_t>();
-      else if (k == "timeout") timeout_s = v.get<double>();
-      else if (k == "threads") threads = v.get<int64_t>();
-      else if (k == "backend") backend = v.get<std::string>();
-      else if (k == "deterministic") deterministic = v.get<bool>();
-      else if (k == "init_weights") init_weights = v.get<std::string>();
-      else if (k == "trace_samples") trace_samples = v.get<std::string>();
-      else throw std::invalid_argument(source + ": unknown key '" + k + "'");
+      if (k == "data")
+        data_dir = v.get<std::string>();
+      else if (k == "datalist")
+        datalist = v.get<std::string>();
+      else if (k == "image_glob")
+        image_glob = v.get<std::string>();
+      else if (k == "label_glob")
+        label_glob = v.get<std::string>();
+      else if (k == "val_fraction")
+        val_fraction = v.get<double>();
+      else if (k == "cache_rate")
+        cache_rate = v.get<double>();
+      else if (k == "cache_dir")
+        cache_dir = v.get<std::string>();
+      else if (k == "workers")
+        workers = v.get<int64_t>();
+      else if (k == "out")
+        out_dir = v.get<std::string>();
+      else if (k == "epochs")
+        epochs = v.get<int64_t>();
+      else if (k == "batch_size")
+        batch_size = v.get<int64_t>();
+      else if (k == "crop")
+        crop = v.get<int64_t>();
+      else if (k == "num_samples")
+        num_samples = v.get<int64_t>();
+      else if (k == "allow_smaller")
+        allow_smaller = v.get<bool>();
+      else if (k == "rot90_prob")
+        rot90_prob = v.get<double>();
+      else if (k == "optimizer")
+        optimizer = v.get<std::string>();
+      else if (k == "lr")
+        lr = v.get<double>();
+      else if (k == "momentum")
+        momentum = v.get<double>();
+      else if (k == "weight_decay")
+        weight_decay = v.get<double>();
+      else if (k == "lr_schedule")
+        lr_schedule = v.get<std::string>();
+      else if (k == "seed")
+        seed = v.get<uint64_t>();
+      else if (k == "in_channels")
+        model.in_channels = v.get<int64_t>();
+      else if (k == "out_channels")
+        model.out_channels = v.get<int64_t>();
+      else if (k == "channels")
+        model.channels = v.get<std::vector<int64_t>>();
+      else if (k == "strides")
+        model.strides = v.get<std::vector<int64_t>>();
+      else if (k == "res_units")
+        model.num_res_units = v.get<int64_t>();
+      else if (k == "norm")
+        model.norm = parse_norm_kind(v.get<std::string>());
+      else if (k == "dropout")
+        model.dropout = v.get<double>();
+      else if (k == "val_every")
+        val_every = v.get<int64_t>();
+      else if (k == "roi")
+        roi = v.get<int64_t>();
+      else if (k == "overlap")
+        overlap = v.get<double>();
+      else if (k == "checkpoint_every")
+        checkpoint_every = v.get<int64_t>();
+      else if (k == "max_steps")
+        max_steps = v.get<int64_t>();
+      else if (k == "timeout")
+        timeout_s = v.get<double>();
+      else if (k == "threads")
+        threads = v.get<int64_t>();
+      else if (k == "backend")
+        backend = v.get<std::string>();
+      else if (k == "deterministic")
+        deterministic = v.get<bool>();
+      else if (k == "init_weights")
+        init_weights = v.get<std::string>();
+      else if (k == "trace_samples")
+        trace_samples = v.get<std::string>();
+      else
+        throw std::invalid_argument(source + ": unknown key '" + k + "'");
     } catch (const json::exception& e) {
-      throw std::invalid_argument(source + ": key '" + k + "' has the wrong type (" + e.what() + ")");
+      throw std::invalid_argument(source + ": key '" + k + "' has the wrong type (" + e.what() +
+                                  ")");
     }
   }
 }
@@ -193,16 +243,19 @@ DataSplit list_data(const TrainOptions& o) {
     d.train = pairs_from_datalist(o.datalist, "training");
     std::ifstream in(o.datalist);
     const json j = json::parse(in, nullptr, false);
-    if (j.is_object() && j.contains("validation")) d.val = pairs_from_datalist(o.datalist, "validation");
+    if (j.is_object() && j.contains("validation"))
+      d.val = pairs_from_datalist(o.datalist, "validation");
     return d;
   }
   auto all = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
   const auto n = static_cast<int64_t>(all.size());
   int64_t n_val = 0;
-  if (o.val_fraction > 0) n_val = std::max<int64_t>(1, std::llround(static_cast<double>(n) * o.val_fraction));
+  if (o.val_fraction > 0)
+    n_val = std::max<int64_t>(1, std::llround(static_cast<double>(n) * o.val_fraction));
   if (n - n_val < 1)
-    throw std::invalid_argument("train: " + o.data_dir + " has " + std::to_string(n) +
-                                " pairs: too few to hold out --val-fraction=" + std::to_string(o.val_fraction));
+    throw std::invalid_argument(
+        "train: " + o.data_dir + " has " + std::to_string(n) +
+        " pairs: too few to hold out --val-fraction=" + std::to_string(o.val_fraction));
   d.val.assign(all.end() - n_val, all.end());
   all.resize(static_cast<size_t>(n - n_val));
   d.train = std::move(all);
@@ -244,12 +297,18 @@ std::string loaded_blas() {
     if (name.find("openblas") != std::string::npos || name.find("libblas") != std::string::npos ||
         name.find("mkl_core") != std::string::npos || name.find("libblis") != std::string::npos) {
       std::string kind = "unknown BLAS";
-      if (path.find("openblas-openmp") != std::string::npos) kind = "OpenBLAS (OpenMP)";
-      else if (path.find("openblas-pthread") != std::string::npos) kind = "OpenBLAS (pthreads)";
-      else if (path.find("openblas") != std::string::npos) kind = "OpenBLAS";
-      else if (path.find("mkl") != std::string::npos) kind = "MKL";
-      else if (path.find("blis") != std::string::npos) kind = "BLIS";
-      else if (path.find("/blas/") != std::string::npos) kind = "reference BLAS (slow: apt install libopenblas0-openmp)";
+      if (path.find("openblas-openmp") != std::string::npos)
+        kind = "OpenBLAS (OpenMP)";
+      else if (path.find("openblas-pthread") != std::string::npos)
+        kind = "OpenBLAS (pthreads)";
+      else if (path.find("openblas") != std::string::npos)
+        kind = "OpenBLAS";
+      else if (path.find("mkl") != std::string::npos)
+        kind = "MKL";
+      else if (path.find("blis") != std::string::npos)
+        kind = "BLIS";
+      else if (path.find("/blas/") != std::string::npos)
+        kind = "reference BLAS (slow: apt install libopenblas0-openmp)";
       return kind + " " + path;
     }
   }
@@ -267,7 +326,8 @@ std::vector<char> optimizer_bytes(torch::optim::Optimizer& opt) {
   return {s.begin(), s.end()};
 }
 
-void load_optimizer(torch::optim::Optimizer& opt, const std::vector<char>& bytes, const std::string& path) {
+void load_optimizer(torch::optim::Optimizer& opt, const std::vector<char>& bytes,
+                    const std::string& path) {
   try {
     torch::serialize::InputArchive archive;
     std::istringstream in(std::string(bytes.begin(), bytes.end()));
@@ -281,8 +341,10 @@ void load_optimizer(torch::optim::Optimizer& opt, const std::vector<char>& bytes
 
 void set_lr(torch::optim::Optimizer& opt, double lr, bool adam) {
   for (auto& group : opt.param_groups()) {
-    if (adam) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
-    else static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+    if (adam)
+      static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
+    else
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
   }
 }
 
@@ -308,8 +370,10 @@ class LineFile {
  public:
   LineFile() = default;
   LineFile(const std::string& path, bool truncate) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0644);
-    if (fd_ < 0) throw std::runtime_error(path + ": cannot open for writing (" + std::strerror(errno) + ")");
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0),
+                 0644);
+    if (fd_ < 0)
+      throw std::runtime_error(path + ": cannot open for writing (" + std::strerror(errno) + ")");
   }
   ~LineFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -370,7 +434,8 @@ void draw_curves(const std::string& metrics_path, const std::string& png_path) {
     const json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || j.value("type", "") != "epoch") continue;
     loss.push_back(j.value("loss", 0.0));
-    dice.push_back(j.contains("val_dice") && j["val_dice"].is_number() ? j["val_dice"].get<double>() : NAN);
+    dice.push_back(j.contains("val_dice") && j["val_dice"].is_number() ? j["val_dice"].get<double>()
+                                                                       : NAN);
   }
   const int w = 720, h = 400, left = 60, right = 20, top = 40, bottom = 50;
   cv::Mat img(h, w, CV_8UC3, cv::Scalar(255, 255, 255));
@@ -380,7 +445,8 @@ void draw_curves(const std::string& metrics_path, const std::string& png_path) {
   for (int t = 0; t <= 4; ++t) {  // y axis: 0 .. 1 (Dice loss and Dice both live there)
     const int y = h - bottom - t * (h - top - bottom) / 4;
     cv::line(img, {left - 4, y}, {left, y}, {0, 0, 0}, 1);
-    cv::putText(img, fmt(t / 4.0, 2), {8, y + 4}, cv::FONT_HERSHEY_SIMPLEX, 0.4, {0, 0, 0}, 1, cv::LINE_AA);
+    cv::putText(img, fmt(t / 4.0, 2), {8, y + 4}, cv::FONT_HERSHEY_SIMPLEX, 0.4, {0, 0, 0}, 1,
+                cv::LINE_AA);
   }
   const size_t n = loss.size();
   auto point = [&](size_t i, double v) {
@@ -392,15 +458,18 @@ void draw_curves(const std::string& metrics_path, const std::string& png_path) {
     for (size_t i = 0; i < v.size(); ++i) {
       if (std::isnan(v[i])) continue;
       cv::circle(img, point(i, v[i]), 3, colour, cv::FILLED, cv::LINE_AA);
-      if (i > 0 && !std::isnan(v[i - 1])) cv::line(img, point(i - 1, v[i - 1]), point(i, v[i]), colour, 2, cv::LINE_AA);
+      if (i > 0 && !std::isnan(v[i - 1]))
+        cv::line(img, point(i - 1, v[i - 1]), point(i, v[i]), colour, 2, cv::LINE_AA);
     }
   };
   plot(loss, {200, 80, 0});
   plot(dice, {0, 150, 0});
-  cv::putText(img, "training Dice loss", {left + 10, 22}, cv::FONT_HERSHEY_SIMPLEX, 0.5, {200, 80, 0}, 1, cv::LINE_AA);
-  cv::putText(img, "validation Dice", {left + 200, 22}, cv::FONT_HERSHEY_SIMPLEX, 0.5, {0, 150, 0}, 1, cv::LINE_AA);
-  cv::putText(img, "epoch 1 .. " + std::to_string(n), {w / 2 - 40, h - 15}, cv::FONT_HERSHEY_SIMPLEX, 0.5,
-              {0, 0, 0}, 1, cv::LINE_AA);
+  cv::putText(img, "training Dice loss", {left + 10, 22}, cv::FONT_HERSHEY_SIMPLEX, 0.5,
+              {200, 80, 0}, 1, cv::LINE_AA);
+  cv::putText(img, "validation Dice", {left + 200, 22}, cv::FONT_HERSHEY_SIMPLEX, 0.5, {0, 150, 0},
+              1, cv::LINE_AA);
+  cv::putText(img, "epoch 1 .. " + std::to_string(n), {w / 2 - 40, h - 15},
+              cv::FONT_HERSHEY_SIMPLEX, 0.5, {0, 0, 0}, 1, cv::LINE_AA);
   std::vector<uchar> png;
   cv::imencode(".png", img, png);
   write_file_atomic(png_path, {png.data()}, {png.size()});
@@ -429,7 +498,8 @@ std::string resume_checkpoint_path(const TrainOptions& o) {
 // vector indexed by dataset index (every other rank adds exact zeros), and the
 // mean is taken in index order, so the result equals a single process's bit
 // for bit.
-double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const TrainOptions& o, Communicator& comm) {
+double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const TrainOptions& o,
+                       Communicator& comm) {
   const auto n = static_cast<int64_t>(val.size());
   if (n == 0) return NAN;
   DistributedSamplerOptions so;
@@ -453,8 +523,8 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
       po.label_indices = false;
       po.image_layout = VolumeLayout::kContiguous;
       const Sample s = load_pair(val[static_cast<size_t>(i)], i, po);
-      const at::Tensor logits =
-          sliding_window_inference(s.image.unsqueeze(0), sw, [&](const at::Tensor& x) { return net.forward(x); });
+      const at::Tensor logits = sliding_window_inference(
+          s.image.unsqueeze(0), sw, [&](const at::Tensor& x) { return net.forward(x); });
       const double d = dice_score(logits, s.label.unsqueeze(0));
       if (!std::isnan(d)) {
         scores[0][i] = d;
@@ -478,11 +548,15 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
 
 // ---- checks before start ------------------------------------------------------------------
 
-int64_t training_set_size(const TrainOptions& o) { return static_cast<int64_t>(list_data(o).train.size()); }
+int64_t training_set_size(const TrainOptions& o) {
+  return static_cast<int64_t>(list_data(o).train.size());
+}
 
 void check_training_config(const TrainOptions& o, int64_t world_size) {
   o.validate();
-  if (world_size < 1) throw std::invalid_argument("train: world size " + std::to_string(world_size) + " must be >= 1");
+  if (world_size < 1)
+    throw std::invalid_argument("train: world size " + std::to_string(world_size) +
+                                " must be >= 1");
   DataSplit d;
   try {
     d = list_data(o);
@@ -491,8 +565,10 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
   }
   if (d.train.empty()) throw std::invalid_argument("train: no training pairs");
   if (o.val_every > 0 && !d.val.empty() && static_cast<int64_t>(d.val.size()) < world_size)
-    throw std::invalid_argument("train: " + std::to_string(d.val.size()) + " validation volumes cannot be split "
-                                "unevenly over world size " + std::to_string(world_size) +
+    throw std::invalid_argument("train: " + std::to_string(d.val.size()) +
+                                " validation volumes cannot be split "
+                                "unevenly over world size " +
+                                std::to_string(world_size) +
                                 " (every rank needs one); use fewer ranks or more validation data");
   // Every header, image against label, crop against volume.
   auto check = [&](const ImageLabelPair& p, bool training) {
@@ -505,20 +581,22 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     }
     const auto si = spatial_shape(hi), sl = spatial_shape(hl);
     if (si != sl)
-      throw std::invalid_argument("train: image " + p.image + " is " + shape_text(si) + " but label " + p.label +
-                                  " is " + shape_text(sl));
+      throw std::invalid_argument("train: image " + p.image + " is " + shape_text(si) +
+                                  " but label " + p.label + " is " + shape_text(sl));
     if (training && !o.allow_smaller) {
       for (int64_t side : si)
         if (side < o.crop)
-          throw std::invalid_argument("train: --crop=" + std::to_string(o.crop) + " is larger than " + p.image +
-                                      " (" + shape_text(si) + "); use a smaller crop or --allow-smaller");
+          throw std::invalid_argument("train: --crop=" + std::to_string(o.crop) +
+                                      " is larger than " + p.image + " (" + shape_text(si) +
+                                      "); use a smaller crop or --allow-smaller");
     }
   };
   for (const auto& p : d.train) check(p, true);
   for (const auto& p : d.val) check(p, false);
   if (!o.resume.empty()) {
     const std::string path = resume_checkpoint_path(o);
-    if (!fs::exists(path)) throw std::invalid_argument("train: --resume: " + path + " does not exist");
+    if (!fs::exists(path))
+      throw std::invalid_argument("train: --resume: " + path + " does not exist");
   }
   if (!o.init_weights.empty() && !fs::exists(o.init_weights))
     throw std::invalid_argument("train: --init-weights: " + o.init_weights + " does not exist");
@@ -526,7 +604,8 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
 
 // ---- training --------------------------------------------------------------------------------
 
-TrainSummary train(const TrainOptions& o, Communicator& comm, const std::function<bool()>& stop_requested) {
+TrainSummary train(const TrainOptions& o, Communicator& comm,
+                   const std::function<bool()>& stop_requested) {
   o.validate();
   const int64_t rank = comm.rank(), world = comm.world_size();
   const bool lead = rank == 0;
@@ -537,19 +616,24 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   tune_allocator_for_volumes();
   const int64_t local_world = std::max<int64_t>(1, o.local_world_size);
   const int64_t threads =
-      o.threads > 0 ? o.threads
-                    : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / local_world);
+      o.threads > 0
+          ? o.threads
+          : std::max<int64_t>(
+                1, static_cast<int64_t>(std::thread::hardware_concurrency()) / local_world);
   at::set_num_threads(static_cast<int>(threads));
   if (o.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   if (lead) {
     std::error_code ec;
     fs::create_directories(run, ec);
-    if (ec) throw std::runtime_error(o.out_dir + ": cannot create the run folder (" + ec.message() + ")");
+    if (ec)
+      throw std::runtime_error(o.out_dir + ": cannot create the run folder (" + ec.message() + ")");
     // Temporary files of writes that were killed half-way (the files they
     // were to replace are intact).
     for (const auto& entry : fs::directory_iterator(run, ec))
-      if (entry.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(entry.path(), ec);
-    std::cerr << "volshard train: " << world << " rank(s) over " << to_string(comm.options().backend) << ", " << threads
+      if (entry.path().filename().string().find(".tmp-") != std::string::npos)
+        fs::remove(entry.path(), ec);
+    std::cerr << "volshard train: " << world << " rank(s) over "
+              << to_string(comm.options().backend) << ", " << threads
               << " intra-op thread(s) per rank, BLAS: " << loaded_blas() << "\n";
   }
   comm.barrier();
@@ -565,11 +649,12 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   const bool adam = o.optimizer == "adam";
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (adam) {
-    opt = std::make_unique<torch::optim::Adam>(net.parameters(),
-                                               torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+    opt = std::make_unique<torch::optim::Adam>(
+        net.parameters(), torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
   } else {
     opt = std::make_unique<torch::optim::SGD>(
-        net.parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+        net.parameters(),
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
   }
 
   // Resume: model, optimizer, where in which epoch, and the epoch's loss so far.
@@ -616,8 +701,9 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
     cache_options.config_key = train_pair.config_key();
     cache_options.item_files = files_of(data.train);
   }
-  const SampleCache cache([&](int64_t i) { return load_pair(data.train[static_cast<size_t>(i)], i, train_pair); },
-                          n_train, cache_options);
+  const SampleCache cache(
+      [&](int64_t i) { return load_pair(data.train[static_cast<size_t>(i)], i, train_pair); },
+      n_train, cache_options);
   LoaderOptions lo;
   lo.batch_size = o.batch_size;
   lo.workers = o.workers;
@@ -637,7 +723,8 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
     // killed run traced after its last checkpoint (they are traced again),
     // before any rank appends.
     if (lead && resumed) {
-      keep_json_lines(o.trace_samples, [&](const json& j) { return j.value("step", int64_t{0}) <= global_step; });
+      keep_json_lines(o.trace_samples,
+                      [&](const json& j) { return j.value("step", int64_t{0}) <= global_step; });
     } else if (lead) {
       LineFile(o.trace_samples, true);
     }
@@ -652,14 +739,16 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   so.shuffle = true;
   so.seed = o.seed;
   so.mode = PartitionMode::kPad;
-  const int64_t steps_per_epoch = (ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) +
-                                   o.batch_size - 1) / o.batch_size;
+  const int64_t steps_per_epoch =
+      (ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) + o.batch_size - 1) /
+      o.batch_size;
   const int64_t total_steps = steps_per_epoch * o.epochs;
 
   auto save = [&](int64_t epoch, int64_t consumed, bool end_of_epoch) {
     if (!lead) return;
     json meta;
-    const SamplerState state = SamplerState::at(so, end_of_epoch ? epoch + 1 : epoch, end_of_epoch ? 0 : consumed);
+    const SamplerState state =
+        SamplerState::at(so, end_of_epoch ? epoch + 1 : epoch, end_of_epoch ? 0 : consumed);
     meta["sampler"] = json::parse(state.to_json());
     meta["global_step"] = global_step;
     meta["epoch_loss_sum"] = end_of_epoch ? 0.0 : epoch_loss_sum;
@@ -676,7 +765,8 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t epoch = epoch0; epoch < o.epochs; ++epoch) {
     const bool restore = resumed && epoch == resumed->epoch && resumed->consumed > 0;
-    DistributedSampler sampler = restore ? DistributedSampler::restore(*resumed, rank, world) : DistributedSampler(so);
+    DistributedSampler sampler =
+        restore ? DistributedSampler::restore(*resumed, rank, world) : DistributedSampler(so);
     sampler.set_epoch(epoch);
     const int64_t consumed0 = restore ? resumed->consumed : 0;
     loader.start_epoch(sampler.indices().to_vector(), epoch);
@@ -705,13 +795,16 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
       opt->step();
       ++global_step;
       ++step_in_run;
-      const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double step_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // One small all-reduce per step: mean loss, data wait, crops, and
       // whether any rank wants to stop (all ranks then stop after this step).
-      const bool want_stop = (stop_requested && stop_requested()) || (o.max_steps >= 0 && global_step >= o.max_steps);
-      at::Tensor stats = at::tensor({loss.item<double>(), batch->wait_seconds, step_seconds,
-                                     static_cast<double>(batch->image.size(0)), want_stop ? 1.0 : 0.0},
-                                    at::kDouble);
+      const bool want_stop =
+          (stop_requested && stop_requested()) || (o.max_steps >= 0 && global_step >= o.max_steps);
+      at::Tensor stats =
+          at::tensor({loss.item<double>(), batch->wait_seconds, step_seconds,
+                      static_cast<double>(batch->image.size(0)), want_stop ? 1.0 : 0.0},
+                     at::kDouble);
       comm.allreduce_sum(stats);
       const auto* s = stats.data_ptr<double>();
       const double mean_loss = s[0] / static_cast<double>(world);
@@ -753,15 +846,20 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
         line["samples_per_s"] = samples_per_s;
         line["data_wait"] = wait_fraction;
         metrics.write(line.dump() + "\n");
-        const int64_t left = (o.epochs - epoch) * steps_per_epoch - (global_step - epoch * steps_per_epoch);
-        const double per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() /
-                                static_cast<double>(global_step - resumed_steps);
+        const int64_t left =
+            (o.epochs - epoch) * steps_per_epoch - (global_step - epoch * steps_per_epoch);
+        const double per_step =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() /
+            static_cast<double>(global_step - resumed_steps);
         std::ostringstream p;
-        p << "epoch " << epoch + 1 << "/" << o.epochs << " step " << global_step << "/" << total_steps << " loss "
-          << fmt(mean_loss, 4) << " | " << fmt(samples_per_s, 3) << " samples/s | data-wait "
-          << fmt(100 * wait_fraction, 2) << "% | ETA " << duration_text(per_step * static_cast<double>(left));
-        if (tty) std::cerr << "\r" << p.str() << "   " << std::flush;
-        else std::cout << p.str() << "\n" << std::flush;
+        p << "epoch " << epoch + 1 << "/" << o.epochs << " step " << global_step << "/"
+          << total_steps << " loss " << fmt(mean_loss, 4) << " | " << fmt(samples_per_s, 3)
+          << " samples/s | data-wait " << fmt(100 * wait_fraction, 2) << "% | ETA "
+          << duration_text(per_step * static_cast<double>(left));
+        if (tty)
+          std::cerr << "\r" << p.str() << "   " << std::flush;
+        else
+          std::cout << p.str() << "\n" << std::flush;
       }
       const int64_t consumed = consumed0 + step_in_run * o.batch_size * world;
       const bool periodic = o.checkpoint_every > 0 && global_step % o.checkpoint_every == 0;
@@ -787,21 +885,26 @@ TrainSummary train(const TrainOptions& o, Communicator& comm, const std::functio
       line["type"] = "epoch";
       line["epoch"] = epoch;
       line["step"] = global_step;
-      line["loss"] = epoch_loss_steps > 0 ? epoch_loss_sum / static_cast<double>(epoch_loss_steps) : NAN;
+      line["loss"] =
+          epoch_loss_steps > 0 ? epoch_loss_sum / static_cast<double>(epoch_loss_steps) : NAN;
       line["val_dice"] = nan_to_null(val_dice);
       line["lr"] = scheduled_lr(o, global_step - 1, total_steps);
       line["samples_per_s"] = static_cast<double>(epoch_samples) / std::max(epoch_time, 1e-12);
       line["data_wait"] = epoch_wait / std::max(epoch_time, 1e-12);
-      line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
+      line["seconds"] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
       metrics.write(line.dump() + "\n");
-      std::cout << "epoch " << epoch + 1 << "/" << o.epochs << ": loss " << fmt(line["loss"].get<double>(), 4)
-                << (std::isnan(val_dice) ? std::string() : ", validation Dice " + fmt(val_dice, 4)) << "\n"
+      std::cout << "epoch " << epoch + 1 << "/" << o.epochs << ": loss "
+                << fmt(line["loss"].get<double>(), 4)
+                << (std::isnan(val_dice) ? std::string() : ", validation Dice " + fmt(val_dice, 4))
+                << "\n"
                 << std::flush;
       save(epoch, 0, true);
       save_tensor_dict((run / "model.pt").string(), net.state_dict());
       draw_curves(metrics_path, (run / "curves.png").string());
     }
-    if (stop) {  // the stop landed on the epoch's last step: its end-of-epoch checkpoint is the resume point
+    if (stop) {  // the stop landed on the epoch's last step: its end-of-epoch checkpoint is the
+                 // resume point
       summary.interrupted = epoch + 1 < o.epochs;
       break;
     }
@@ -819,8 +922,10 @@ void PredictOptions::validate() const {
     throw std::invalid_argument("predict: --model, --image and --out are required");
   if (output != "logits" && output != "prob" && output != "label")
     throw std::invalid_argument("predict: --output='" + output + "' must be logits, prob or label");
-  if (roi < 0) throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
-  if (!(overlap >= 0 && overlap < 1)) throw std::invalid_argument("predict: --overlap must be in [0, 1)");
+  if (roi < 0)
+    throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
+  if (!(overlap >= 0 && overlap < 1))
+    throw std::invalid_argument("predict: --overlap must be in [0, 1)");
   model.validate();
   if (roi > 0) model.check_spatial_size({roi, roi, roi}, "predict: --roi");
 }
@@ -849,9 +954,12 @@ void predict(const PredictOptions& o) {
   logits = logits.squeeze(0);  // C x X x Y x Z
   at::Tensor out;
   const bool multi = logits.size(0) > 1;
-  if (o.output == "logits") out = logits;
-  else if (o.output == "prob") out = multi ? at::softmax(logits, 0) : at::sigmoid(logits);
-  else out = multi ? logits.argmax(0, true).to(at::kByte) : (logits > 0).to(at::kByte);
+  if (o.output == "logits")
+    out = logits;
+  else if (o.output == "prob")
+    out = multi ? at::softmax(logits, 0) : at::sigmoid(logits);
+  else
+    out = multi ? logits.argmax(0, true).to(at::kByte) : (logits > 0).to(at::kByte);
   write_volume(o.out_path, out.contiguous(), volume.affine);
 }
 

@@ -27,24 +27,30 @@ NormKind parse_norm_kind(const std::string& text) {
 }
 
 void UNetOptions::validate() const {
-  if (in_channels < 1) throw std::invalid_argument("UNet: in_channels=" + std::to_string(in_channels) + " must be >= 1");
+  if (in_channels < 1)
+    throw std::invalid_argument("UNet: in_channels=" + std::to_string(in_channels) +
+                                " must be >= 1");
   if (out_channels < 1)
-    throw std::invalid_argument("UNet: out_channels=" + std::to_string(out_channels) + " must be >= 1");
+    throw std::invalid_argument("UNet: out_channels=" + std::to_string(out_channels) +
+                                " must be >= 1");
   if (channels.size() < 2)
-    throw std::invalid_argument("UNet: channels needs at least 2 entries, got " + std::to_string(channels.size()));
+    throw std::invalid_argument("UNet: channels needs at least 2 entries, got " +
+                                std::to_string(channels.size()));
   if (strides.size() + 1 != channels.size())
-    throw std::invalid_argument("UNet: strides has " + std::to_string(strides.size()) + " entries, channels " +
-                                std::to_string(channels.size()) + ": strides must have one fewer");
+    throw std::invalid_argument("UNet: strides has " + std::to_string(strides.size()) +
+                                " entries, channels " + std::to_string(channels.size()) +
+                                ": strides must have one fewer");
   for (size_t i = 0; i < channels.size(); ++i)
     if (channels[i] < 1)
-      throw std::invalid_argument("UNet: channels[" + std::to_string(i) + "]=" + std::to_string(channels[i]) +
-                                  " must be >= 1");
+      throw std::invalid_argument("UNet: channels[" + std::to_string(i) +
+                                  "]=" + std::to_string(channels[i]) + " must be >= 1");
   for (size_t i = 0; i < strides.size(); ++i)
     if (strides[i] < 1 || strides[i] > 8)
-      throw std::invalid_argument("UNet: strides[" + std::to_string(i) + "]=" + std::to_string(strides[i]) +
-                                  " must be in [1, 8]");
+      throw std::invalid_argument("UNet: strides[" + std::to_string(i) +
+                                  "]=" + std::to_string(strides[i]) + " must be in [1, 8]");
   if (num_res_units < 0)
-    throw std::invalid_argument("UNet: num_res_units=" + std::to_string(num_res_units) + " must be >= 0");
+    throw std::invalid_argument("UNet: num_res_units=" + std::to_string(num_res_units) +
+                                " must be >= 0");
   if (!(dropout >= 0.0 && dropout < 1.0))
     throw std::invalid_argument("UNet: dropout=" + std::to_string(dropout) + " must be in [0, 1)");
 }
@@ -55,12 +61,14 @@ int64_t UNetOptions::size_multiple() const {
   return m;
 }
 
-void UNetOptions::check_spatial_size(const std::array<int64_t, 3>& size, const std::string& what) const {
+void UNetOptions::check_spatial_size(const std::array<int64_t, 3>& size,
+                                     const std::string& what) const {
   const int64_t m = size_multiple();
   for (int a = 0; a < 3; ++a) {
     if (size[a] < 1 || size[a] % m != 0) {
-      throw std::invalid_argument(what + " " + std::to_string(size[0]) + "x" + std::to_string(size[1]) + "x" +
-                                  std::to_string(size[2]) + ": every side must be a positive multiple of " +
+      throw std::invalid_argument(what + " " + std::to_string(size[0]) + "x" +
+                                  std::to_string(size[1]) + "x" + std::to_string(size[2]) +
+                                  ": every side must be a positive multiple of " +
                                   std::to_string(m) + " (the product of the UNet strides)");
     }
   }
@@ -94,7 +102,8 @@ struct Seq : Layer {
 // backward of an all-reduce is an all-reduce. Every rank runs forward and
 // backward, so the collectives pair up.
 struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            Communicator* comm) {
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
     at::Tensor y = x.clone();
     comm->allreduce_sum(y);
@@ -124,14 +133,16 @@ struct SyncBatchNorm : Layer {
   at::Tensor forward(const at::Tensor& x) override {
     if (!is_training() || comm == nullptr || comm->world_size() == 1) {
       if (is_training()) num_batches_tracked.add_(1);
-      return at::batch_norm(x, weight, bias, running_mean, running_var, is_training(), kMomentum, kEps, false);
+      return at::batch_norm(x, weight, bias, running_mean, running_var, is_training(), kMomentum,
+                            kEps, false);
     }
     num_batches_tracked.add_(1);
     const int64_t c = x.size(1);
     const std::vector<int64_t> dims{0, 2, 3, 4};
     const double local_count = static_cast<double>(x.numel() / c);
     // [sum, sum of squares, count] per channel, summed over ranks.
-    at::Tensor stats = torch::cat({x.sum(dims), (x * x).sum(dims), torch::full({c}, local_count, x.options())});
+    at::Tensor stats =
+        torch::cat({x.sum(dims), (x * x).sum(dims), torch::full({c}, local_count, x.options())});
     at::Tensor global = AllReduceSum::apply(stats, comm);
     at::Tensor count = global.narrow(0, 2 * c, c);
     at::Tensor mean = global.narrow(0, 0, c) / count;
@@ -164,8 +175,11 @@ struct Builder {
   std::shared_ptr<Seq> adn(int64_t channels) const {
     auto m = std::make_shared<Seq>();
     if (o.norm == NormKind::kInstance) {
-      m->add("N", torch::nn::InstanceNorm3d(
-                      torch::nn::InstanceNorm3dOptions(channels).eps(1e-5).momentum(0.1).affine(false).track_running_stats(false)));
+      m->add("N", torch::nn::InstanceNorm3d(torch::nn::InstanceNorm3dOptions(channels)
+                                                .eps(1e-5)
+                                                .momentum(0.1)
+                                                .affine(false)
+                                                .track_running_stats(false)));
     } else {
       auto bn = std::make_shared<SyncBatchNorm>(channels);
       batch_norms->push_back(bn);
@@ -178,13 +192,17 @@ struct Builder {
 
   // MONAI's Convolution: conv (+ ADN unless conv_only); kernel 3, padding 1;
   // transposed: output_padding = stride - 1 so sizes multiply by the stride.
-  std::shared_ptr<Seq> convolution(int64_t in, int64_t out, int64_t stride, bool transposed, bool conv_only) const {
+  std::shared_ptr<Seq> convolution(int64_t in, int64_t out, int64_t stride, bool transposed,
+                                   bool conv_only) const {
     auto m = std::make_shared<Seq>();
     if (transposed) {
-      m->add("conv", torch::nn::ConvTranspose3d(
-                         torch::nn::ConvTranspose3dOptions(in, out, 3).stride(stride).padding(1).output_padding(stride - 1)));
+      m->add("conv", torch::nn::ConvTranspose3d(torch::nn::ConvTranspose3dOptions(in, out, 3)
+                                                    .stride(stride)
+                                                    .padding(1)
+                                                    .output_padding(stride - 1)));
     } else {
-      m->add("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, 3).stride(stride).padding(1)));
+      m->add("conv",
+             torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, 3).stride(stride).padding(1)));
     }
     if (!conv_only) m->add("adn", adn(out));
     return m;
@@ -197,13 +215,15 @@ struct Builder {
     std::shared_ptr<Seq> conv;
     std::function<at::Tensor(const at::Tensor&)> residual;
   };
-  LayerPtr residual_unit(int64_t in, int64_t out, int64_t stride, int64_t subunits, bool last_conv_only) const {
+  LayerPtr residual_unit(int64_t in, int64_t out, int64_t stride, int64_t subunits,
+                         bool last_conv_only) const {
     auto unit = std::make_shared<Residual>();
     auto conv = std::make_shared<Seq>();
     int64_t channels = in, s = stride;
     subunits = std::max<int64_t>(1, subunits);
     for (int64_t su = 0; su < subunits; ++su) {
-      conv->add("unit" + std::to_string(su), convolution(channels, out, s, false, last_conv_only && su == subunits - 1));
+      conv->add("unit" + std::to_string(su),
+                convolution(channels, out, s, false, last_conv_only && su == subunits - 1));
       channels = out;
       s = 1;
     }
@@ -236,7 +256,9 @@ struct Builder {
   }
 
   struct Skip : Layer {
-    at::Tensor forward(const at::Tensor& x) override { return torch::cat({x, submodule->forward(x)}, 1); }
+    at::Tensor forward(const at::Tensor& x) override {
+      return torch::cat({x, submodule->forward(x)}, 1);
+    }
     LayerPtr submodule;
   };
 
@@ -315,7 +337,8 @@ at::Tensor UNet::forward(const at::Tensor& input) {
   const auto& o = impl_->options;
   if (input.dim() != 5 || input.size(1) != o.in_channels) {
     std::ostringstream s;
-    s << "UNet: input of shape " << input.sizes() << " must be N x " << o.in_channels << " x X x Y x Z";
+    s << "UNet: input of shape " << input.sizes() << " must be N x " << o.in_channels
+      << " x X x Y x Z";
     throw std::invalid_argument(s.str());
   }
   o.check_spatial_size({input.size(2), input.size(3), input.size(4)}, "UNet: input spatial size");
@@ -326,8 +349,10 @@ NamedTensors UNet::state_dict() const {
   NamedTensors out;
   for (const auto& m : impl_->net->named_modules("", false)) {
     const std::string prefix = m.key().empty() ? "" : m.key() + ".";
-    for (const auto& p : m.value()->named_parameters(false)) out.emplace_back(prefix + p.key(), p.value());
-    for (const auto& b : m.value()->named_buffers(false)) out.emplace_back(prefix + b.key(), b.value());
+    for (const auto& p : m.value()->named_parameters(false))
+      out.emplace_back(prefix + p.key(), p.value());
+    for (const auto& b : m.value()->named_buffers(false))
+      out.emplace_back(prefix + b.key(), b.value());
   }
   return out;
 }
@@ -355,13 +380,14 @@ void UNet::load_state_dict(const NamedTensors& state, bool strict) {
     known.insert(kv.first);
     auto it = given.find(kv.first);
     if (it == given.end()) {
-      if (strict) throw std::invalid_argument("UNet::load_state_dict: missing key '" + kv.first + "'");
+      if (strict)
+        throw std::invalid_argument("UNet::load_state_dict: missing key '" + kv.first + "'");
       continue;
     }
     if (it->second->sizes() != kv.second.sizes()) {
       std::ostringstream s;
-      s << "UNet::load_state_dict: key '" << kv.first << "' has shape " << it->second->sizes() << ", the model's is "
-        << kv.second.sizes();
+      s << "UNet::load_state_dict: key '" << kv.first << "' has shape " << it->second->sizes()
+        << ", the model's is " << kv.second.sizes();
       throw std::invalid_argument(s.str());
     }
   }

@@ -26,14 +26,19 @@ bool tune_allocator_for_volumes() {
 }
 
 void LoaderOptions::validate() const {
-  if (batch_size < 1) throw std::invalid_argument("DataLoader: batch_size=" + std::to_string(batch_size) + " must be >= 1");
-  if (workers < 0) throw std::invalid_argument("DataLoader: workers=" + std::to_string(workers) + " must be >= 0");
+  if (batch_size < 1)
+    throw std::invalid_argument("DataLoader: batch_size=" + std::to_string(batch_size) +
+                                " must be >= 1");
+  if (workers < 0)
+    throw std::invalid_argument("DataLoader: workers=" + std::to_string(workers) + " must be >= 0");
   if (prefetch_batches < 1) {
-    throw std::invalid_argument("DataLoader: prefetch_batches=" + std::to_string(prefetch_batches) + " must be >= 1");
+    throw std::invalid_argument("DataLoader: prefetch_batches=" + std::to_string(prefetch_batches) +
+                                " must be >= 1");
   }
   if (pin_memory == PinMemory::kOn && !at::hasCUDA()) {
     throw std::invalid_argument(
-        "DataLoader: pin_memory=on needs a CUDA build of LibTorch and a visible GPU (at::hasCUDA() is false); "
+        "DataLoader: pin_memory=on needs a CUDA build of LibTorch and a visible GPU (at::hasCUDA() "
+        "is false); "
         "use auto or off");
   }
 }
@@ -48,15 +53,16 @@ std::vector<int64_t> row_shape(const at::Tensor& t, const std::array<int64_t, 3>
 // Uninitialised batch tensors of n rows shaped (and typed) as `first`, the
 // label typed label_dtype when given; pinned: in page-locked memory, which
 // the workers then write the crops into directly (no second copy to pin).
-void allocate_rows(const Sample& first, int64_t n, std::optional<at::ScalarType> label_dtype, bool pinned,
-                   at::Tensor& image, at::Tensor& label) {
+void allocate_rows(const Sample& first, int64_t n, std::optional<at::ScalarType> label_dtype,
+                   bool pinned, at::Tensor& image, at::Tensor& label) {
   const auto spatial = view_shape(first);
   std::vector<int64_t> image_shape{n}, label_shape{n};
   for (int64_t d : row_shape(first.image, spatial)) image_shape.push_back(d);
   for (int64_t d : row_shape(first.label, spatial)) label_shape.push_back(d);
   image = at::empty(image_shape, first.image.options().pinned_memory(pinned));
-  label = at::empty(label_shape,
-                    first.label.options().dtype(label_dtype.value_or(first.label.scalar_type())).pinned_memory(pinned));
+  label = at::empty(label_shape, first.label.options()
+                                     .dtype(label_dtype.value_or(first.label.scalar_type()))
+                                     .pinned_memory(pinned));
 }
 
 // Whether s goes into these rows: same shapes and image dtype; the label's
@@ -75,15 +81,18 @@ bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label
 Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype, bool pinned) {
   Batch batch;
   if (samples.empty()) return batch;
-  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), label_dtype, pinned, batch.image, batch.label);
+  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), label_dtype, pinned, batch.image,
+                batch.label);
   for (size_t k = 0; k < samples.size(); ++k) {
     if (!fits(samples[k], batch.image, batch.label, label_dtype)) {
       throw std::invalid_argument("collate: sample " + std::to_string(k) + " (dataset index " +
-                                  std::to_string(samples[k].meta.index) + ") has another shape or dtype than sample 0");
+                                  std::to_string(samples[k].meta.index) +
+                                  ") has another shape or dtype than sample 0");
     }
   }
   for (size_t k = 0; k < samples.size(); ++k) {
-    at::Tensor image = batch.image[static_cast<int64_t>(k)], label = batch.label[static_cast<int64_t>(k)];
+    at::Tensor image = batch.image[static_cast<int64_t>(k)],
+               label = batch.label[static_cast<int64_t>(k)];
     materialize_into(samples[k], image, label);  // the crop, rotation and flip happen here, once
     batch.meta.push_back(std::move(samples[k].meta));
   }
@@ -94,7 +103,8 @@ DataLoader::DataLoader(SampleSource source, Compose transforms, LoaderOptions op
     : source_(std::move(source)), transforms_(std::move(transforms)), options_(options) {
   options_.validate();
   if (!source_) throw std::invalid_argument("DataLoader: source is empty");
-  pinned_ = options_.pin_memory == PinMemory::kOn || (options_.pin_memory == PinMemory::kAuto && at::hasCUDA());
+  pinned_ = options_.pin_memory == PinMemory::kOn ||
+            (options_.pin_memory == PinMemory::kAuto && at::hasCUDA());
   for (int64_t w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
 }
 
@@ -118,7 +128,8 @@ std::vector<Sample> DataLoader::produce(int64_t index, int64_t epoch) const {
     const uint64_t seed = SeedStreams(options_.seed).sample_seed(index, epoch);
     return transforms_.lazy(std::move(sample), seed);
   } catch (const std::exception& e) {
-    throw std::runtime_error("DataLoader: dataset index " + std::to_string(index) + ": " + e.what());
+    throw std::runtime_error("DataLoader: dataset index " + std::to_string(index) + ": " +
+                             e.what());
   }
 }
 
@@ -126,7 +137,8 @@ std::vector<Sample> DataLoader::produce(int64_t index, int64_t epoch) const {
 // batch (the usual case: every volume gives the same number of same-shaped
 // crops), writes them straight into those rows: the crop, rotation and flip
 // cost one copy, made by the worker, and next() has nothing left to copy.
-DataLoader::Result DataLoader::make_result(size_t position, uint64_t generation, int64_t index, int64_t epoch) {
+DataLoader::Result DataLoader::make_result(size_t position, uint64_t generation, int64_t index,
+                                           int64_t epoch) {
   Result result;
   try {
     result.samples = produce(index, epoch);
@@ -145,15 +157,18 @@ DataLoader::Result DataLoader::make_result(size_t position, uint64_t generation,
       Rows& r = rows_[batch];
       if (!r.image.defined()) {
         const size_t begin = static_cast<size_t>(batch) * batch_size;
-        const auto volumes = static_cast<int64_t>(std::min(indices_.size(), begin + batch_size) - begin);
+        const auto volumes =
+            static_cast<int64_t>(std::min(indices_.size(), begin + batch_size) - begin);
         r.per_volume = static_cast<int64_t>(result.samples.size());
-        allocate_rows(result.samples[0], volumes * r.per_volume, options_.label_dtype, pinned_, r.image, r.label);
+        allocate_rows(result.samples[0], volumes * r.per_volume, options_.label_dtype, pinned_,
+                      r.image, r.label);
       }
       rows = r;
     }
     if (static_cast<int64_t>(result.samples.size()) != rows.per_volume) return result;
     for (const Sample& s : result.samples) {
-      if (!fits(s, rows.image, rows.label, options_.label_dtype)) return result;  // next() collates this batch (and names the misfit)
+      if (!fits(s, rows.image, rows.label, options_.label_dtype))
+        return result;  // next() collates this batch (and names the misfit)
     }
     for (size_t k = 0; k < result.samples.size(); ++k) {
       Sample& s = result.samples[k];
@@ -180,9 +195,11 @@ void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
     indices_ = std::move(indices);
     epoch_ = epoch;
     const auto n = static_cast<int64_t>(indices_.size());
-    num_batches_ = options_.drop_last_batch ? n / options_.batch_size
-                                            : n / options_.batch_size + (n % options_.batch_size != 0 ? 1 : 0);
-    if (options_.drop_last_batch) indices_.resize(static_cast<size_t>(num_batches_ * options_.batch_size));
+    num_batches_ = options_.drop_last_batch
+                       ? n / options_.batch_size
+                       : n / options_.batch_size + (n % options_.batch_size != 0 ? 1 : 0);
+    if (options_.drop_last_batch)
+      indices_.resize(static_cast<size_t>(num_batches_ * options_.batch_size));
     next_batch_ = 0;
     next_position_ = 0;
     results_.clear();
@@ -196,8 +213,9 @@ void DataLoader::worker_loop() {
   for (;;) {
     // Bounded prefetch: only positions of the batches up to next_batch_ + prefetch.
     const auto limit = [&] {
-      return std::min(indices_.size(),
-                      static_cast<size_t>((next_batch_ + options_.prefetch_batches) * options_.batch_size));
+      return std::min(
+          indices_.size(),
+          static_cast<size_t>((next_batch_ + options_.prefetch_batches) * options_.batch_size));
     };
     work_ready_.wait(lock, [&] { return stopping_ || next_position_ < limit(); });
     if (stopping_) return;
@@ -221,7 +239,8 @@ std::optional<Batch> DataLoader::next() {
   std::vector<Result> parts;
   const auto t0 = std::chrono::steady_clock::now();
   if (threads_.empty()) {
-    for (size_t p = begin; p < end; ++p) parts.push_back(make_result(p, generation_, indices_[p], epoch_));
+    for (size_t p = begin; p < end; ++p)
+      parts.push_back(make_result(p, generation_, indices_[p], epoch_));
   } else {
     std::unique_lock<std::mutex> lock(mutex_);
     result_ready_.wait(lock, [&] {
@@ -232,7 +251,8 @@ std::optional<Batch> DataLoader::next() {
     });
     for (size_t p = begin; p < end; ++p) parts.push_back(std::move(results_.extract(p).mapped()));
   }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Rows rows;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -20,22 +20,27 @@ namespace volshard {
 namespace {
 
 std::string shape_text(const std::array<int64_t, 3>& s) {
-  return "(" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ")";
+  return "(" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) +
+         ")";
 }
 
 std::array<int64_t, 3> spatial_shape(const at::Tensor& t) {
   if (t.dim() != 4) {
-    throw std::invalid_argument("expected a C x X x Y x Z tensor, got " + std::to_string(t.dim()) + " dims");
+    throw std::invalid_argument("expected a C x X x Y x Z tensor, got " + std::to_string(t.dim()) +
+                                " dims");
   }
   return {t.size(1), t.size(2), t.size(3)};
 }
 
 void check_probability(const char* what, double p) {
-  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument(std::string(what) + "=" + std::to_string(p) + " must be in [0, 1]");
+  if (!(p >= 0.0 && p <= 1.0))
+    throw std::invalid_argument(std::string(what) + "=" + std::to_string(p) + " must be in [0, 1]");
 }
 
 void check_spatial_axis(const char* what, int64_t axis) {
-  if (axis < 0 || axis > 2) throw std::invalid_argument(std::string(what) + "=" + std::to_string(axis) + " must be in [0, 2]");
+  if (axis < 0 || axis > 2)
+    throw std::invalid_argument(std::string(what) + "=" + std::to_string(axis) +
+                                " must be in [0, 2]");
 }
 
 }  // namespace
@@ -70,14 +75,16 @@ std::pair<float, float> min_max(const float* p, int64_t n) {
     lo = std::min(lo, p[i]);
     hi = std::max(hi, p[i]);
   }
-  if (nan) return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
+  if (nan)
+    return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
   return {lo, hi};
 }
 
 // o[i] = (in[i] - lo) / range * scale + offset, each step rounded to float32
 // as MONAI's rescale_array does (no fused multiply-add); `affine` false skips
 // the * 1 + 0, which is exact. in == o is allowed.
-void rescale(const float* in, float* o, int64_t n, float lo, float range, float scale, float offset, bool affine) {
+void rescale(const float* in, float* o, int64_t n, float lo, float range, float scale, float offset,
+             bool affine) {
   int64_t i = 0;
 #if defined(__SSE2__)
   const __m128 vlo = _mm_set1_ps(lo), vrange = _mm_set1_ps(range), vscale = _mm_set1_ps(scale),
@@ -120,7 +127,8 @@ at::Tensor scale_intensity(const at::Tensor& image, const ScaleIntensityOptions&
     const auto minmax = at::aminmax(x);
     const float lo = std::get<0>(minmax).item<float>(), hi = std::get<1>(minmax).item<float>();
     if (hi - lo == 0.0f) return x * static_cast<float>(options.minv);  // constant image
-    return ((x - lo) / (hi - lo)) * static_cast<float>(options.maxv - options.minv) + static_cast<float>(options.minv);
+    return ((x - lo) / (hi - lo)) * static_cast<float>(options.maxv - options.minv) +
+           static_cast<float>(options.minv);
   }
   at::Tensor out = at::empty_like(x);  // keeps a dense layout's strides
   scale_dense(x, out, options);
@@ -137,16 +145,18 @@ void scale_intensity_(at::Tensor& image, const ScaleIntensityOptions& options) {
 
 void PosNegCropOptions::validate() const {
   if (!(pos >= 0.0) || !(neg >= 0.0) || !(pos + neg > 0.0)) {
-    throw std::invalid_argument("RandCropByPosNegLabel: pos=" + std::to_string(pos) + " and neg=" + std::to_string(neg) +
-                                " must be >= 0 with pos + neg > 0");
+    throw std::invalid_argument("RandCropByPosNegLabel: pos=" + std::to_string(pos) + " and neg=" +
+                                std::to_string(neg) + " must be >= 0 with pos + neg > 0");
   }
   if (num_samples < 1) {
-    throw std::invalid_argument("RandCropByPosNegLabel: num_samples=" + std::to_string(num_samples) + " must be >= 1");
+    throw std::invalid_argument(
+        "RandCropByPosNegLabel: num_samples=" + std::to_string(num_samples) + " must be >= 1");
   }
 }
 
 int64_t LabelIndices::background_count() const {
-  return voxels > 0 ? voxels - static_cast<int64_t>(foreground.size()) : static_cast<int64_t>(background.size());
+  return voxels > 0 ? voxels - static_cast<int64_t>(foreground.size())
+                    : static_cast<int64_t>(background.size());
 }
 
 int32_t LabelIndices::background_at(int64_t k) const {
@@ -178,11 +188,13 @@ namespace {
 inline int zero_mask16(const float* p) {
   const __m128 zero = _mm_setzero_ps();
   int m = 0;
-  for (int q = 0; q < 4; ++q) m |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(p + 4 * q), zero)) << (4 * q);
+  for (int q = 0; q < 4; ++q)
+    m |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(p + 4 * q), zero)) << (4 * q);
   return m;
 }
 inline int zero_mask16(const uint8_t* p) {
-  return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), _mm_setzero_si128()));
+  return _mm_movemask_epi8(
+      _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), _mm_setzero_si128()));
 }
 #endif
 
@@ -200,7 +212,8 @@ template <class T>
 std::vector<int32_t> foreground_of(const T* label, int64_t voxels) {
   int64_t count = 0, v = 0;
 #if defined(__SSE2__)
-  for (; v + 16 <= voxels; v += 16) count += 16 - popcount16(static_cast<unsigned>(zero_mask16(label + v)));
+  for (; v + 16 <= voxels; v += 16)
+    count += 16 - popcount16(static_cast<unsigned>(zero_mask16(label + v)));
 #endif
   for (; v < voxels; ++v) count += label[v] != T(0) ? 1 : 0;
   std::vector<int32_t> fg(static_cast<size_t>(count));
@@ -232,17 +245,21 @@ std::vector<int32_t> foreground_of(const T* label, int64_t voxels) {
 
 }  // namespace
 
-LabelIndices label_indices(const at::Tensor& label, const at::Tensor* image, double image_threshold) {
+LabelIndices label_indices(const at::Tensor& label, const at::Tensor* image,
+                           double image_threshold) {
   (void)spatial_shape(label);
   // One-hot labels: channel 0 is the background and does not count.
-  const at::Tensor channels_used = label.size(0) > 1 ? label.narrow(0, 1, label.size(0) - 1) : label;
+  const at::Tensor channels_used =
+      label.size(0) > 1 ? label.narrow(0, 1, label.size(0) - 1) : label;
   const int64_t channels = channels_used.size(0);
   const int64_t voxels = label.size(1) * label.size(2) * label.size(3);
   if (voxels > std::numeric_limits<int32_t>::max()) {
-    throw std::invalid_argument("label_indices: " + std::to_string(voxels) + " voxels exceed int32 indices");
+    throw std::invalid_argument("label_indices: " + std::to_string(voxels) +
+                                " voxels exceed int32 indices");
   }
   LabelIndices out;
-  if (channels == 1 && image == nullptr) {  // the common case: one label channel, background = the rest
+  if (channels == 1 &&
+      image == nullptr) {  // the common case: one label channel, background = the rest
     out.voxels = voxels;
     if (channels_used.scalar_type() == at::kByte) {
       const at::Tensor l = channels_used.contiguous();
@@ -274,7 +291,8 @@ LabelIndices label_indices(const at::Tensor& label, const at::Tensor* image, dou
   return out;
 }
 
-std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape, const PosNegCropOptions& options) {
+std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape,
+                                 const PosNegCropOptions& options) {
   std::array<int64_t, 3> size{};
   bool larger = false;
   for (size_t a = 0; a < 3; ++a) {
@@ -285,8 +303,9 @@ std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape, const PosN
     }
   }
   if (larger && !options.allow_smaller) {
-    throw std::invalid_argument("RandCropByPosNegLabel: the crop ROI " + shape_text(options.spatial_size) +
-                                " is larger than the image " + shape_text(shape) + " (set allow_smaller)");
+    throw std::invalid_argument("RandCropByPosNegLabel: the crop ROI " +
+                                shape_text(options.spatial_size) + " is larger than the image " +
+                                shape_text(shape) + " (set allow_smaller)");
   }
   return size;
 }
@@ -294,25 +313,30 @@ std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape, const PosN
 int64_t clamp_crop_centre(int64_t centre, int64_t size, int64_t length) {
   const int64_t lo = size / 2;
   // MONAI: uint16(L + 1 - s / 2) with float division, truncated.
-  auto hi = static_cast<int64_t>(static_cast<double>(length) + 1.0 - static_cast<double>(size) / 2.0);
+  auto hi =
+      static_cast<int64_t>(static_cast<double>(length) + 1.0 - static_cast<double>(size) / 2.0);
   if (lo == hi) ++hi;
   return std::min(std::max(centre, lo), hi - 1);
 }
 
-std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape, const LabelIndices& indices,
+std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape,
+                                             const LabelIndices& indices,
                                              const PosNegCropOptions& options, StreamRng& rng,
                                              std::atomic<bool>* warned) {
   options.validate();
   const std::array<int64_t, 3> size = crop_size(shape, options);
-  if (indices.empty()) throw std::invalid_argument("RandCropByPosNegLabel: No sampling location available.");
+  if (indices.empty())
+    throw std::invalid_argument("RandCropByPosNegLabel: No sampling location available.");
   double pos_ratio = options.pos / (options.pos + options.neg);
   const int64_t background = indices.background_count();
   if (indices.foreground.empty() || background == 0) {
     pos_ratio = indices.foreground.empty() ? 0.0 : 1.0;
     if (warned == nullptr || !warned->exchange(true)) {
-      warn("RandCropByPosNegLabel: " + std::to_string(indices.foreground.size()) + " foreground and " +
-           std::to_string(background) + " background voxels; unable to generate class balanced "
-           "samples, setting pos_ratio to " + (pos_ratio == 0.0 ? "0" : "1"));
+      warn("RandCropByPosNegLabel: " + std::to_string(indices.foreground.size()) +
+           " foreground and " + std::to_string(background) +
+           " background voxels; unable to generate class balanced "
+           "samples, setting pos_ratio to " +
+           (pos_ratio == 0.0 ? "0" : "1"));
     }
   }
   std::vector<CropParams> crops;
@@ -320,10 +344,14 @@ std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape
     CropParams crop;
     crop.size = size;
     crop.foreground = rng.uniform_double() < pos_ratio;
-    const int64_t flat = crop.foreground ? indices.foreground[static_cast<size_t>(rng.below(indices.foreground.size()))]
-                                         : indices.background_at(static_cast<int64_t>(rng.below(static_cast<uint64_t>(background))));
+    const int64_t flat =
+        crop.foreground
+            ? indices.foreground[static_cast<size_t>(rng.below(indices.foreground.size()))]
+            : indices.background_at(
+                  static_cast<int64_t>(rng.below(static_cast<uint64_t>(background))));
     // C order: the last spatial axis varies fastest.
-    const std::array<int64_t, 3> voxel{flat / (shape[1] * shape[2]), (flat / shape[2]) % shape[1], flat % shape[2]};
+    const std::array<int64_t, 3> voxel{flat / (shape[1] * shape[2]), (flat / shape[2]) % shape[1],
+                                       flat % shape[2]};
     crop.voxel = voxel;
     for (size_t a = 0; a < 3; ++a) {
       crop.centre[a] = clamp_crop_centre(voxel[a], size[a], shape[a]);
@@ -355,14 +383,14 @@ Sample apply_crop(const Sample& sample, const CropParams& crop, int64_t patch_in
   return materialize(crop_lazy(sample, crop, patch_index));
 }
 
-CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape, const std::array<int64_t, 3>& size,
-                               StreamRng& rng) {
+CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape,
+                               const std::array<int64_t, 3>& size, StreamRng& rng) {
   CropParams crop;
   crop.size = size;
   for (size_t a = 0; a < 3; ++a) {
     if (size[a] < 1 || size[a] > shape[a]) {
-      throw std::invalid_argument("RandSpatialCrop: size " + shape_text(size) + " must fit the image " +
-                                  shape_text(shape));
+      throw std::invalid_argument("RandSpatialCrop: size " + shape_text(size) +
+                                  " must fit the image " + shape_text(shape));
     }
     crop.start[a] = rng.uniform_int(0, shape[a] - size[a]);
     crop.centre[a] = crop.start[a] + size[a] / 2;
@@ -373,10 +401,12 @@ CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape, const std::a
 
 void Rotate90Options::validate() const {
   check_probability("RandRotate90: prob", prob);
-  if (max_k < 1) throw std::invalid_argument("RandRotate90: max_k=" + std::to_string(max_k) + " must be >= 1");
+  if (max_k < 1)
+    throw std::invalid_argument("RandRotate90: max_k=" + std::to_string(max_k) + " must be >= 1");
   check_spatial_axis("RandRotate90: spatial_axes[0]", spatial_axes[0]);
   check_spatial_axis("RandRotate90: spatial_axes[1]", spatial_axes[1]);
-  if (spatial_axes[0] == spatial_axes[1]) throw std::invalid_argument("RandRotate90: spatial_axes must differ");
+  if (spatial_axes[0] == spatial_axes[1])
+    throw std::invalid_argument("RandRotate90: spatial_axes must differ");
 }
 
 Rotate90Params sample_rotate90(const Rotate90Options& options, StreamRng& rng) {
@@ -388,7 +418,8 @@ Rotate90Params sample_rotate90(const Rotate90Options& options, StreamRng& rng) {
 
 Sample rotate90_lazy(Sample sample, const Rotate90Params& params, const Rotate90Options& options) {
   if (!params.apply || params.k % 4 == 0) return sample;
-  sample.view = view_of(sample).rotated90(params.k, options.spatial_axes[0], options.spatial_axes[1]);
+  sample.view =
+      view_of(sample).rotated90(params.k, options.spatial_axes[0], options.spatial_axes[1]);
   sample.meta.rot90_k = params.k % 4;
   sample.meta.rot90_axes = options.spatial_axes;
   return sample;
@@ -403,7 +434,9 @@ void FlipOptions::validate() const {
   for (int64_t a : spatial_axes) check_spatial_axis("RandFlip: spatial_axis", a);
 }
 
-bool sample_flip(const FlipOptions& options, StreamRng& rng) { return rng.uniform_double() < options.prob; }
+bool sample_flip(const FlipOptions& options, StreamRng& rng) {
+  return rng.uniform_double() < options.prob;
+}
 
 Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options) {
   if (!apply || options.spatial_axes.empty()) return sample;
@@ -459,12 +492,14 @@ class RandCropByPosNegLabel final : public Geometric {
   std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
     // The label indices index the stored volume: a crop of an already
     // rotated or cropped view is drawn from that view's pixels.
-    if (sample.view && !sample.view->is_identity(spatial_shape(sample.image))) sample = materialize(std::move(sample));
+    if (sample.view && !sample.view->is_identity(spatial_shape(sample.image)))
+      sample = materialize(std::move(sample));
     sample.view.reset();
     const auto shape = spatial_shape(sample.image);
     if (spatial_shape(sample.label) != shape) {
-      throw std::invalid_argument("RandCropByPosNegLabel: image " + shape_text(shape) + " and label " +
-                                  shape_text(spatial_shape(sample.label)) + " differ in spatial shape");
+      throw std::invalid_argument("RandCropByPosNegLabel: image " + shape_text(shape) +
+                                  " and label " + shape_text(spatial_shape(sample.label)) +
+                                  " differ in spatial shape");
     }
     LabelIndices computed;
     const LabelIndices* indices = sample.indices.get();
@@ -475,7 +510,8 @@ class RandCropByPosNegLabel final : public Geometric {
     }
     const auto crops = sample_pos_neg_crops(shape, *indices, options_, rng, &warned_);
     std::vector<Sample> out;
-    for (size_t k = 0; k < crops.size(); ++k) out.push_back(crop_lazy(sample, crops[k], static_cast<int64_t>(k)));
+    for (size_t k = 0; k < crops.size(); ++k)
+      out.push_back(crop_lazy(sample, crops[k], static_cast<int64_t>(k)));
     return out;
   }
   std::string name() const override { return "RandCropByPosNegLabel"; }
@@ -532,8 +568,12 @@ std::shared_ptr<const Transform> make_rand_crop_by_pos_neg_label(PosNegCropOptio
 std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size) {
   return std::make_shared<RandSpatialCrop>(size);
 }
-std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options o) { return std::make_shared<RandRotate90>(o); }
-std::shared_ptr<const Transform> make_rand_flip(FlipOptions o) { return std::make_shared<RandFlip>(std::move(o)); }
+std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options o) {
+  return std::make_shared<RandRotate90>(o);
+}
+std::shared_ptr<const Transform> make_rand_flip(FlipOptions o) {
+  return std::make_shared<RandFlip>(std::move(o));
+}
 
 Compose::Compose(std::vector<std::shared_ptr<const Transform>> steps) : steps_(std::move(steps)) {
   for (const auto& s : steps_) {

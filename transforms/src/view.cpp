@@ -28,11 +28,12 @@ SpatialMap SpatialMap::identity(const std::array<int64_t, 3>& shape) {
 }
 
 bool SpatialMap::is_identity(const std::array<int64_t, 3>& source_shape) const {
-  return origin == std::array<int64_t, 3>{} && size == source_shape && axis == std::array<int64_t, 3>{0, 1, 2} &&
-         sign == std::array<int64_t, 3>{1, 1, 1};
+  return origin == std::array<int64_t, 3>{} && size == source_shape &&
+         axis == std::array<int64_t, 3>{0, 1, 2} && sign == std::array<int64_t, 3>{1, 1, 1};
 }
 
-SpatialMap SpatialMap::cropped(const std::array<int64_t, 3>& start, const std::array<int64_t, 3>& box) const {
+SpatialMap SpatialMap::cropped(const std::array<int64_t, 3>& start,
+                               const std::array<int64_t, 3>& box) const {
   SpatialMap m = *this;
   for (size_t d = 0; d < 3; ++d) {
     if (start[d] < 0 || box[d] < 0 || start[d] + box[d] > size[d]) {
@@ -108,14 +109,19 @@ inline void copy_row(const In* src, int64_t step, int64_t n, Out* dst) {
     if (step == 1 || step == -1) {
       const __m128i zero = _mm_setzero_si128();
       for (; i + 16 <= n; i += 16) {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(step == 1 ? src + i : src - i - 15));
+        const __m128i bytes =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(step == 1 ? src + i : src - i - 15));
         const __m128i lo = _mm_unpacklo_epi8(bytes, zero), hi = _mm_unpackhi_epi8(bytes, zero);
-        __m128 q[4] = {_mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, zero)), _mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, zero)),
-                       _mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, zero)), _mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, zero))};
+        __m128 q[4] = {_mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, zero)),
+                       _mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, zero)),
+                       _mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, zero)),
+                       _mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, zero))};
         if (step == 1) {
           for (int k = 0; k < 4; ++k) _mm_storeu_ps(dst + i + 4 * k, q[k]);
         } else {  // reversed: the last quarter first, each quarter reversed
-          for (int k = 0; k < 4; ++k) _mm_storeu_ps(dst + i + 4 * (3 - k), _mm_shuffle_ps(q[k], q[k], _MM_SHUFFLE(0, 1, 2, 3)));
+          for (int k = 0; k < 4; ++k)
+            _mm_storeu_ps(dst + i + 4 * (3 - k),
+                          _mm_shuffle_ps(q[k], q[k], _MM_SHUFFLE(0, 1, 2, 3)));
         }
       }
     }
@@ -152,11 +158,12 @@ inline void transpose_block_4x4(const float* src, int64_t s_row, float* dst, int
 // source directly instead hits a few cache sets over and over with the
 // power-of-two strides of volumes like 128^3.
 template <class In, class Out>
-void gather_transposing(const In* in, int64_t na, int64_t sa, int64_t nb, int64_t sb, int64_t n2, int64_t s2, Out* out,
-                        int64_t da, int64_t db) {
+void gather_transposing(const In* in, int64_t na, int64_t sa, int64_t nb, int64_t sb, int64_t n2,
+                        int64_t s2, Out* out, int64_t da, int64_t db) {
   const int64_t plane_elements = na * n2;
   constexpr int64_t kBufferBytes = 256 * 1024;  // half of this machine's L2
-  const int64_t group = std::clamp<int64_t>(kBufferBytes / (plane_elements * static_cast<int64_t>(sizeof(Out))), 1, nb);
+  const int64_t group = std::clamp<int64_t>(
+      kBufferBytes / (plane_elements * static_cast<int64_t>(sizeof(Out))), 1, nb);
   thread_local std::vector<Out> buffer;
   buffer.resize(static_cast<size_t>(group * plane_elements));
   // The rows are too short for the hardware prefetcher: ask for a few ahead.
@@ -215,7 +222,8 @@ void gather_channel(const In* in, const Strides& v, Out* out) {
   const auto [s0, s1, s2] = v.stride;
   if (s2 == 1 || s2 == -1 || n2 == 1) {  // output rows are source rows (maybe reversed)
     for (int64_t i0 = 0; i0 < n0; ++i0) {
-      for (int64_t i1 = 0; i1 < n1; ++i1) copy_row(in + i0 * s0 + i1 * s1, s2, n2, out + (i0 * n1 + i1) * n2);
+      for (int64_t i1 = 0; i1 < n1; ++i1)
+        copy_row(in + i0 * s0 + i1 * s1, s2, n2, out + (i0 * n1 + i1) * n2);
     }
     return;
   }
@@ -230,7 +238,8 @@ void gather_channel(const In* in, const Strides& v, Out* out) {
   for (int64_t i0 = 0; i0 < n0; ++i0) {  // no unit stride anywhere: element by element
     for (int64_t i1 = 0; i1 < n1; ++i1) {
       Out* dst = out + (i0 * n1 + i1) * n2;
-      for (int64_t i2 = 0; i2 < n2; ++i2) dst[i2] = static_cast<Out>(in[i0 * s0 + i1 * s1 + i2 * s2]);
+      for (int64_t i2 = 0; i2 < n2; ++i2)
+        dst[i2] = static_cast<Out>(in[i0 * s0 + i1 * s1 + i2 * s2]);
     }
   }
 }
@@ -243,7 +252,8 @@ at::Tensor aten_view(const at::Tensor& t, const SpatialMap& m) {
   std::vector<int64_t> flips;
   for (size_t d = 0; d < 3; ++d) {
     const int64_t a = m.axis[d];
-    const int64_t lo = m.sign[d] > 0 ? m.origin[static_cast<size_t>(a)] : m.origin[static_cast<size_t>(a)] - m.size[d] + 1;
+    const int64_t lo = m.sign[d] > 0 ? m.origin[static_cast<size_t>(a)]
+                                     : m.origin[static_cast<size_t>(a)] - m.size[d] + 1;
     x = x.slice(1 + a, lo, lo + m.size[d]);
     if (m.sign[d] < 0) flips.push_back(1 + a);
   }
@@ -263,7 +273,8 @@ void gather_tensor(const at::Tensor& src, const SpatialMap& m, at::Tensor& dst) 
   const In* in = src.data_ptr<In>() + base;
   Out* out = dst.data_ptr<Out>();
   const int64_t out_channel = m.size[0] * m.size[1] * m.size[2];
-  for (int64_t c = 0; c < src.size(0); ++c) gather_channel(in + c * src.stride(0), v, out + c * out_channel);
+  for (int64_t c = 0; c < src.size(0); ++c)
+    gather_channel(in + c * src.stride(0), v, out + c * out_channel);
 }
 
 void check_map(const at::Tensor& t, const SpatialMap& m, const char* what) {
@@ -271,10 +282,12 @@ void check_map(const at::Tensor& t, const SpatialMap& m, const char* what) {
   for (size_t d = 0; d < 3; ++d) {
     const auto a = static_cast<size_t>(m.axis[d]);
     const int64_t last = m.origin[a] + m.sign[d] * (m.size[d] - 1);
-    if (m.size[d] < 1 || m.origin[a] < 0 || m.origin[a] >= shape[a] || last < 0 || last >= shape[a]) {
-      throw std::out_of_range(std::string("materialize: the view of the ") + what + " leaves its spatial shape (" +
-                              std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ", " +
-                              std::to_string(shape[2]) + ") on axis " + std::to_string(a));
+    if (m.size[d] < 1 || m.origin[a] < 0 || m.origin[a] >= shape[a] || last < 0 ||
+        last >= shape[a]) {
+      throw std::out_of_range(std::string("materialize: the view of the ") + what +
+                              " leaves its spatial shape (" + std::to_string(shape[0]) + ", " +
+                              std::to_string(shape[1]) + ", " + std::to_string(shape[2]) +
+                              ") on axis " + std::to_string(a));
     }
   }
 }
@@ -282,15 +295,16 @@ void check_map(const at::Tensor& t, const SpatialMap& m, const char* what) {
 // dst (contiguous C x view size) = src seen through m.
 void gather_into(const at::Tensor& src, const SpatialMap& m, at::Tensor& dst, const char* what) {
   if (src.dim() != 4) {
-    throw std::invalid_argument(std::string("materialize: the ") + what + " is not C x X x Y x Z (" +
-                                std::to_string(src.dim()) + " dims)");
+    throw std::invalid_argument(std::string("materialize: the ") + what +
+                                " is not C x X x Y x Z (" + std::to_string(src.dim()) + " dims)");
   }
   check_map(src, m, what);
   const std::vector<int64_t> want{src.size(0), m.size[0], m.size[1], m.size[2]};
   if (dst.sizes() != at::IntArrayRef(want) || !dst.is_contiguous()) {
-    throw std::invalid_argument(std::string("materialize: the ") + what + "'s destination is not a contiguous " +
-                                std::to_string(want[0]) + " x " + std::to_string(want[1]) + " x " +
-                                std::to_string(want[2]) + " x " + std::to_string(want[3]) + " tensor");
+    throw std::invalid_argument(std::string("materialize: the ") + what +
+                                "'s destination is not a contiguous " + std::to_string(want[0]) +
+                                " x " + std::to_string(want[1]) + " x " + std::to_string(want[2]) +
+                                " x " + std::to_string(want[3]) + " tensor");
   }
   const auto in = src.scalar_type(), out = dst.scalar_type();
   if (in == at::kFloat && out == at::kFloat) {
@@ -332,7 +346,8 @@ void materialize_into(const Sample& sample, at::Tensor& image, at::Tensor& label
 SpatialMap view_of(const Sample& sample) {
   if (sample.view) return *sample.view;
   if (sample.image.dim() != 4) {
-    throw std::invalid_argument("expected a C x X x Y x Z tensor, got " + std::to_string(sample.image.dim()) + " dims");
+    throw std::invalid_argument("expected a C x X x Y x Z tensor, got " +
+                                std::to_string(sample.image.dim()) + " dims");
   }
   return SpatialMap::identity(spatial_of(sample.image));
 }

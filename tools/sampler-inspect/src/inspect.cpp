@@ -43,7 +43,8 @@ EpochShards compute_epoch(const InspectOptions& o, int64_t epoch) {
     e.by_rank.resize(static_cast<size_t>(o.sampler.num_replicas));
     const auto r = static_cast<size_t>(*o.rank);
     if (o.resume) {
-      e.by_rank[r] = DistributedSampler::restore(*o.resume, *o.rank, o.sampler.num_replicas).indices();
+      e.by_rank[r] =
+          DistributedSampler::restore(*o.resume, *o.rank, o.sampler.num_replicas).indices();
     } else {
       DistributedSamplerOptions one = o.sampler;
       one.rank = *o.rank;
@@ -57,10 +58,11 @@ EpochShards compute_epoch(const InspectOptions& o, int64_t epoch) {
 
 std::string hex64(uint64_t v);
 
-void print_seed_list(std::ostream& out, const SeedStreams& streams, const std::vector<int64_t>& shard,
-                     int64_t epoch) {
+void print_seed_list(std::ostream& out, const SeedStreams& streams,
+                     const std::vector<int64_t>& shard, int64_t epoch) {
   const size_t shown = std::min<size_t>(shard.size(), 4);
-  for (size_t k = 0; k < shown; ++k) out << ' ' << shard[k] << ':' << hex64(streams.sample_seed(shard[k], epoch));
+  for (size_t k = 0; k < shown; ++k)
+    out << ' ' << shard[k] << ':' << hex64(streams.sample_seed(shard[k], epoch));
   if (shown < shard.size()) out << " ... (" << shard.size() - shown << " more)";
 }
 
@@ -78,12 +80,15 @@ void print_elided(std::ostream& out, const std::vector<int64_t>& v) {
   print_list(out, v, v.size() - kShownEachEnd, v.size());
 }
 
-std::vector<std::vector<int64_t>> batches_of(const std::vector<int64_t>& shard, const InspectOptions& o) {
+std::vector<std::vector<int64_t>> batches_of(const std::vector<int64_t>& shard,
+                                             const InspectOptions& o) {
   std::vector<std::vector<int64_t>> batches;
-  const int64_t steps = steps_per_epoch(static_cast<int64_t>(shard.size()), o.batch_size, o.drop_last_batch);
+  const int64_t steps =
+      steps_per_epoch(static_cast<int64_t>(shard.size()), o.batch_size, o.drop_last_batch);
   for (int64_t b = 0; b < steps; ++b) {
     const auto begin = shard.begin() + b * o.batch_size;
-    const auto end = shard.begin() + std::min<int64_t>((b + 1) * o.batch_size, static_cast<int64_t>(shard.size()));
+    const auto end = shard.begin() +
+                     std::min<int64_t>((b + 1) * o.batch_size, static_cast<int64_t>(shard.size()));
     batches.emplace_back(begin, end);
   }
   return batches;
@@ -103,8 +108,8 @@ std::string verdict_line(const InspectOptions& o, const EpochCheck& c) {
     for (const auto& f : c.failures) os << ' ' << f << ';';
     return os.str();
   }
-  const ShardLayout layout =
-      ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas, o.sampler.mode, start_of(o));
+  const ShardLayout layout = ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas,
+                                               o.sampler.mode, start_of(o));
   os << "OK  " << to_string(o.sampler.mode) << ": ";
   if (layout.start > 0) os << layout.start << " consumed before + ";
   os << layout.total_size << " positions over " << layout.num_replicas << " ranks";
@@ -121,31 +126,34 @@ std::string verdict_line(const InspectOptions& o, const EpochCheck& c) {
       break;
   }
   if (c.changed_rank >= 0) {
-    os << "; " << c.changed_rank << " of " << layout.dataset_size << " samples changed rank since epoch "
-       << c.epoch - 1;
+    os << "; " << c.changed_rank << " of " << layout.dataset_size
+       << " samples changed rank since epoch " << c.epoch - 1;
   }
   return os.str();
 }
 
-int verify(const InspectOptions& o, const EpochShards& e, const EpochShards* previous, std::ostream& out) {
-  const EpochCheck c =
-      check_epoch(o.sampler, e.epoch, e.by_rank, previous ? &previous->by_rank : nullptr, start_of(o));
+int verify(const InspectOptions& o, const EpochShards& e, const EpochShards* previous,
+           std::ostream& out) {
+  const EpochCheck c = check_epoch(o.sampler, e.epoch, e.by_rank,
+                                   previous ? &previous->by_rank : nullptr, start_of(o));
   out << verdict_line(o, c) << '\n';
   return c.ok() ? 0 : 1;
 }
 
 void print_table_header(const InspectOptions& o, std::ostream& out) {
   if (o.resume) {
-    out << "resuming epoch " << o.resume->epoch << ": " << o.resume->consumed << " of " << o.resume->dataset_size
-        << " samples consumed at world_size=" << o.resume->world_size << "; the rest split over "
-        << o.sampler.num_replicas << " ranks\n";
+    out << "resuming epoch " << o.resume->epoch << ": " << o.resume->consumed << " of "
+        << o.resume->dataset_size << " samples consumed at world_size=" << o.resume->world_size
+        << "; the rest split over " << o.sampler.num_replicas << " ranks\n";
   }
-  const ShardLayout layout =
-      ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas, o.sampler.mode, start_of(o));
-  out << "size=" << layout.dataset_size << " world_size=" << layout.num_replicas << " seed=" << o.sampler.seed
-      << " shuffle=" << (o.sampler.shuffle ? "true" : "false") << " mode=" << to_string(o.sampler.mode)
-      << "  total_size=" << layout.total_size << " samples/rank=" << layout.num_samples(0);
-  if (o.sampler.mode == PartitionMode::kUneven && layout.num_samples(layout.num_replicas - 1) != layout.num_samples(0)) {
+  const ShardLayout layout = ShardLayout::make(o.sampler.dataset_size, o.sampler.num_replicas,
+                                               o.sampler.mode, start_of(o));
+  out << "size=" << layout.dataset_size << " world_size=" << layout.num_replicas
+      << " seed=" << o.sampler.seed << " shuffle=" << (o.sampler.shuffle ? "true" : "false")
+      << " mode=" << to_string(o.sampler.mode) << "  total_size=" << layout.total_size
+      << " samples/rank=" << layout.num_samples(0);
+  if (o.sampler.mode == PartitionMode::kUneven &&
+      layout.num_samples(layout.num_replicas - 1) != layout.num_samples(0)) {
     out << ".." << layout.num_samples(layout.num_replicas - 1);
   }
   if (o.batch_size > 0) {
@@ -185,15 +193,16 @@ void print_table_epoch(const InspectOptions& o, const EpochShards& e, const Epoc
     const SeedStreams streams(o.sampler.seed);
     out << "  seeds: permutation " << streams.permutation_seed(e.epoch) << "\n";
     for (int64_t r : ranks) {
-      out << "  rank " << std::setw(2) << r << "  rank seed " << hex64(streams.rank_seed(r, e.epoch))
-          << "  sample seeds:";
+      out << "  rank " << std::setw(2) << r << "  rank seed "
+          << hex64(streams.rank_seed(r, e.epoch)) << "  sample seeds:";
       print_seed_list(out, streams, e.by_rank[static_cast<size_t>(r)], e.epoch);
       out << '\n';
     }
   }
   if (previous != nullptr && e.complete && previous->complete) {
-    out << "  " << count_changed_owner(o.sampler.dataset_size, previous->by_rank, e.by_rank) << " of " << o.sampler.dataset_size
-        << " samples changed rank since epoch " << previous->epoch << '\n';
+    out << "  " << count_changed_owner(o.sampler.dataset_size, previous->by_rank, e.by_rank)
+        << " of " << o.sampler.dataset_size << " samples changed rank since epoch "
+        << previous->epoch << '\n';
   }
 }
 
@@ -299,7 +308,8 @@ uint64_t fingerprint(const std::vector<int64_t>& indices) {
 
 int run(const InspectOptions& o, std::ostream& out, std::ostream& verdicts) {
   if (o.resume) {
-    (void)DistributedSampler::restore(*o.resume, o.rank.value_or(0), o.sampler.num_replicas);  // validates
+    (void)DistributedSampler::restore(*o.resume, o.rank.value_or(0),
+                                      o.sampler.num_replicas);  // validates
   } else {
     DistributedSamplerOptions check = o.sampler;
     check.rank = o.rank.value_or(0);
@@ -313,7 +323,8 @@ int run(const InspectOptions& o, std::ostream& out, std::ostream& verdicts) {
 
   nlohmann::ordered_json json_epochs = nlohmann::ordered_json::array();
   if (o.format == Format::kTable) print_table_header(o, out);
-  if (o.format == Format::kCsv) out << (o.seeds ? "epoch,rank,position,index,sample_seed\n" : "epoch,rank,position,index\n");
+  if (o.format == Format::kCsv)
+    out << (o.seeds ? "epoch,rank,position,index,sample_seed\n" : "epoch,rank,position,index\n");
   std::vector<PngRow> png_rows;
 
   int status = 0;
@@ -323,10 +334,18 @@ int run(const InspectOptions& o, std::ostream& out, std::ostream& verdicts) {
     EpochShards e = compute_epoch(o, epoch);
     const EpochShards* prev = have_previous ? &previous : nullptr;
     switch (o.format) {
-      case Format::kTable: print_table_epoch(o, e, prev, out); break;
-      case Format::kSummary: print_summary_epoch(o, e, out); break;
-      case Format::kCsv: print_csv_epoch(o, e, out); break;
-      case Format::kJson: json_epochs.push_back(json_epoch(o, e)); break;
+      case Format::kTable:
+        print_table_epoch(o, e, prev, out);
+        break;
+      case Format::kSummary:
+        print_summary_epoch(o, e, out);
+        break;
+      case Format::kCsv:
+        print_csv_epoch(o, e, out);
+        break;
+      case Format::kJson:
+        json_epochs.push_back(json_epoch(o, e));
+        break;
     }
     if (o.verify) {
       if (o.format == Format::kTable) verdict_out << "  ";
@@ -339,17 +358,22 @@ int run(const InspectOptions& o, std::ostream& out, std::ostream& verdicts) {
   if (!o.png_path.empty()) {
     std::vector<int64_t> before;
     if (o.resume && o.resume->consumed > 0) {
-      const auto perm = global_order(ShardLayout::make(o.sampler.dataset_size, 1, PartitionMode::kPad),
-                                     o.sampler.shuffle, o.sampler.seed, o.resume->epoch, o.sampler.randperm);
+      const auto perm =
+          global_order(ShardLayout::make(o.sampler.dataset_size, 1, PartitionMode::kPad),
+                       o.sampler.shuffle, o.sampler.seed, o.resume->epoch, o.sampler.randperm);
       before.assign(perm.begin(), perm.begin() + o.resume->consumed);
     }
-    write_assignment_png(o.png_path, o.sampler.dataset_size, o.sampler.num_replicas, png_rows, before);
+    write_assignment_png(o.png_path, o.sampler.dataset_size, o.sampler.num_replicas, png_rows,
+                         before);
     verdict_out << "wrote " << o.png_path << '\n';
   }
   if (o.format == Format::kJson) {
-    nlohmann::ordered_json doc = {{"size", o.sampler.dataset_size},   {"world_size", o.sampler.num_replicas},
-                          {"seed", o.sampler.seed},           {"shuffle", o.sampler.shuffle},
-                          {"mode", to_string(o.sampler.mode)}, {"epochs", std::move(json_epochs)}};
+    nlohmann::ordered_json doc = {{"size", o.sampler.dataset_size},
+                                  {"world_size", o.sampler.num_replicas},
+                                  {"seed", o.sampler.seed},
+                                  {"shuffle", o.sampler.shuffle},
+                                  {"mode", to_string(o.sampler.mode)},
+                                  {"epochs", std::move(json_epochs)}};
     if (o.batch_size > 0) {
       doc["batch_size"] = o.batch_size;
       doc["drop_last_batch"] = o.drop_last_batch;

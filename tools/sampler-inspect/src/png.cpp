@@ -22,9 +22,9 @@ constexpr int kMargin = 6;
 
 // BGR; the first ten are the familiar "tab10" colours, more ranks cycle hues.
 cv::Scalar rank_colour(int64_t rank) {
-  static const cv::Scalar kTab10[] = {{180, 119, 31}, {14, 127, 255}, {44, 160, 44},  {40, 39, 214},
-                                      {189, 103, 148}, {75, 86, 140}, {194, 119, 227}, {127, 127, 127},
-                                      {34, 189, 188},  {207, 190, 23}};
+  static const cv::Scalar kTab10[] = {
+      {180, 119, 31}, {14, 127, 255},  {44, 160, 44},   {40, 39, 214},  {189, 103, 148},
+      {75, 86, 140},  {194, 119, 227}, {127, 127, 127}, {34, 189, 188}, {207, 190, 23}};
   if (rank < 10) return kTab10[rank];
   cv::Mat hsv(1, 1, CV_8UC3, cv::Scalar(static_cast<double>((rank * 37) % 180), 200, 220)), bgr;
   cv::cvtColor(hsv, bgr, cv::COLOR_HSV2BGR);
@@ -33,7 +33,8 @@ cv::Scalar rank_colour(int64_t rank) {
 }
 
 void put_u32(std::string& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((v >> shift) & 0xFF));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((v >> shift) & 0xFF));
 }
 
 void put_chunk(std::string& out, const char* type, const std::string& body) {
@@ -41,7 +42,7 @@ void put_chunk(std::string& out, const char* type, const std::string& body) {
   const std::string typed = std::string(type, 4) + body;
   out += typed;
   put_u32(out, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(typed.data()),
-                                            static_cast<uInt>(typed.size()))));
+                                           static_cast<uInt>(typed.size()))));
 }
 
 void text(cv::Mat& img, const std::string& s, int x, int y, double scale = 0.45) {
@@ -54,7 +55,8 @@ void text(cv::Mat& img, const std::string& s, int x, int y, double scale = 0.45)
 // cv::imwrite: opencv_imgcodecs drags ~120 shared libraries into every start of
 // the tool (0.19 s instead of a few ms), for one PNG.
 void write_png(const std::string& path, const cv::Mat& bgr) {
-  if (bgr.type() != CV_8UC3) throw std::invalid_argument("write_png: '" + path + "': expected an 8-bit BGR image");
+  if (bgr.type() != CV_8UC3)
+    throw std::invalid_argument("write_png: '" + path + "': expected an 8-bit BGR image");
   std::string raw;
   raw.reserve(static_cast<size_t>(bgr.rows) * (static_cast<size_t>(bgr.cols) * 3 + 1));
   for (int y = 0; y < bgr.rows; ++y) {
@@ -68,8 +70,9 @@ void write_png(const std::string& path, const cv::Mat& bgr) {
   }
   uLongf packed_size = compressBound(static_cast<uLong>(raw.size()));
   std::string packed(packed_size, '\0');
-  if (compress2(reinterpret_cast<Bytef*>(packed.data()), &packed_size, reinterpret_cast<const Bytef*>(raw.data()),
-                static_cast<uLong>(raw.size()), 9) != Z_OK) {
+  if (compress2(reinterpret_cast<Bytef*>(packed.data()), &packed_size,
+                reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()),
+                9) != Z_OK) {
     throw std::runtime_error("cannot write PNG '" + path + "': compression failed");
   }
   packed.resize(packed_size);
@@ -88,7 +91,8 @@ void write_png(const std::string& path, const cv::Mat& bgr) {
   }
 }
 
-void write_assignment_png(const std::string& path, int64_t n, int64_t world_size, const std::vector<PngRow>& rows,
+void write_assignment_png(const std::string& path, int64_t n, int64_t world_size,
+                          const std::vector<PngRow>& rows,
                           const std::vector<int64_t>& consumed_before) {
   if (n < 1 || n > kMaxColumns) {
     throw std::invalid_argument("--png: size=" + std::to_string(n) + " must be in [1, " +
@@ -136,7 +140,8 @@ void write_assignment_png(const std::string& path, int64_t n, int64_t world_size
     }
     for (int64_t i = 0; i < n; ++i) {
       const auto k = static_cast<size_t>(i);
-      const cv::Rect box(kLabelWidth + static_cast<int>(i) * cell, y + 2, std::max(cell - 1, 1), kRowHeight - 4);
+      const cv::Rect box(kLabelWidth + static_cast<int>(i) * cell, y + 2, std::max(cell - 1, 1),
+                         kRowHeight - 4);
       if (before[k]) {
         cv::rectangle(img, box, {90, 90, 90}, cv::FILLED);
       } else if (owner[k] < 0) {
@@ -146,8 +151,8 @@ void write_assignment_png(const std::string& path, int64_t n, int64_t world_size
         cv::rectangle(img, box, rank_colour(owner[k]), cv::FILLED);
       }
       if (reads[k] + (before[k] ? 1 : 0) > 1) {
-        cv::circle(img, {box.x + box.width / 2, box.y + box.height / 2}, std::max(1, std::min(cell / 4, 4)),
-                   {255, 255, 255}, cv::FILLED);
+        cv::circle(img, {box.x + box.width / 2, box.y + box.height / 2},
+                   std::max(1, std::min(cell / 4, 4)), {255, 255, 255}, cv::FILLED);
       }
     }
   }

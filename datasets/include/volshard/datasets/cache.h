@@ -44,7 +44,7 @@ struct CacheOptions {
   /// the dataset does not. Called from the fill threads concurrently.
   ItemFiles item_files;
 
-  void validate() const;    ///< throws std::invalid_argument naming the value
+  void validate() const;  ///< throws std::invalid_argument naming the value
 };
 
 /// Holds prepared samples. The random transforms never write into their input

@@ -40,7 +40,7 @@ struct VolumeInfo {
   int version = 1;
   std::array<double, 3> spacing_mm{};
   Affine affine{};
-  bool scaled = false;  ///< scl_slope/scl_inter applied
+  bool scaled = false;                         ///< scl_slope/scl_inter applied
   double min = 0, max = 0, mean = 0, sum = 0;  ///< of the (scaled) data, NaN/Inf skipped
   int64_t nonfinite = 0;
 };

@@ -33,7 +33,9 @@ uint64_t xxh64(const void* data, size_t size, uint64_t seed = 0);
 struct FileDigest {
   uint64_t size_bytes = 0;
   uint64_t xxh64 = 0;
-  bool operator==(const FileDigest& other) const { return size_bytes == other.size_bytes && xxh64 == other.xxh64; }
+  bool operator==(const FileDigest& other) const {
+    return size_bytes == other.size_bytes && xxh64 == other.xxh64;
+  }
 };
 
 /// Reads the file in 1 MiB blocks (about 2 ms for a 7 MB .nii.gz in the page

@@ -19,7 +19,8 @@ bool natural_less(const std::string& a, const std::string& b);
 /// natural order, paired by position. Throws std::runtime_error naming the
 /// folder, the globs and the counts if they differ or nothing matches, or if
 /// the folder cannot be read.
-std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder, const std::string& image_glob = "img*",
+std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
+                                              const std::string& image_glob = "img*",
                                               const std::string& label_glob = "seg*");
 
 /// {"training":[{"image":"...","label":"..."}],"validation":[...]}: the

@@ -63,10 +63,10 @@ struct NiftiHeader {
   /// nibabel's get_data_shape(): dim[1..ndim] after the FreeSurfer hacks.
   std::vector<int64_t> shape;
   NiftiDatatype datatype = NiftiDatatype::kUint8;
-  int64_t bitpix = 8;       ///< as stored (nibabel ignores a wrong bitpix; so do we)
-  int64_t vox_offset = 0;   ///< bytes from the start of the (decompressed) file
+  int64_t bitpix = 8;              ///< as stored (nibabel ignores a wrong bitpix; so do we)
+  int64_t vox_offset = 0;          ///< bytes from the start of the (decompressed) file
   std::array<double, 8> pixdim{};  ///< after the fixes; pixdim[0] = qfac
-  double scl_slope = 0;  ///< raw; see has_scaling()
+  double scl_slope = 0;            ///< raw; see has_scaling()
   double scl_inter = 0;
   double cal_min = 0, cal_max = 0;
   int64_t qform_code = 0, sform_code = 0;  ///< after the fixes (0 if not in 0..5)

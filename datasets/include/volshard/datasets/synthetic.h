@@ -64,14 +64,14 @@ class NumpyRandomState {
 /// create_test_image_3d's arguments, with MONAI's defaults (the DDP tutorial
 /// uses 128^3 and num_seg_classes = 1).
 struct SyntheticOptions {
-  int64_t height = 128;       ///< voxels along axis 0, > 2 * rad_max
-  int64_t width = 128;        ///< voxels along axis 1, > 2 * rad_max
-  int64_t depth = 128;        ///< voxels along axis 2 (fastest), > 2 * rad_max
-  int num_objs = 12;          ///< spheres; <= 0 draws none (as MONAI's range())
-  int rad_max = 30;           ///< voxels, > rad_min; radii are drawn in [rad_min, rad_max)
-  int rad_min = 5;            ///< voxels, >= 1
-  double noise_max = 0.0;     ///< noise is uniform in [0, num_seg_classes * noise_max)
-  int num_seg_classes = 5;    ///< >= 1 (volshard's check; MONAI treats < 1 like 1)
+  int64_t height = 128;     ///< voxels along axis 0, > 2 * rad_max
+  int64_t width = 128;      ///< voxels along axis 1, > 2 * rad_max
+  int64_t depth = 128;      ///< voxels along axis 2 (fastest), > 2 * rad_max
+  int num_objs = 12;        ///< spheres; <= 0 draws none (as MONAI's range())
+  int rad_max = 30;         ///< voxels, > rad_min; radii are drawn in [rad_min, rad_max)
+  int rad_min = 5;          ///< voxels, >= 1
+  double noise_max = 0.0;   ///< noise is uniform in [0, num_seg_classes * noise_max)
+  int num_seg_classes = 5;  ///< >= 1 (volshard's check; MONAI treats < 1 like 1)
 };
 
 /// One sphere as drawn: centre (x, y, z) along (height, width, depth), radius
@@ -84,9 +84,9 @@ struct SyntheticSphere {
 /// One volume, in numpy C order over (height, width, depth): voxel (i, j, k)
 /// is at (i * width + j) * depth + k, the last axis fastest.
 struct SyntheticVolume {
-  std::array<int64_t, 3> shape{};  ///< {height, width, depth}
-  std::vector<float> image;        ///< MONAI's img: rescaled to [0, 1]
-  std::vector<int32_t> label;      ///< MONAI's seg: ceil(image before noise), 0 = background
+  std::array<int64_t, 3> shape{};        ///< {height, width, depth}
+  std::vector<float> image;              ///< MONAI's img: rescaled to [0, 1]
+  std::vector<int32_t> label;            ///< MONAI's seg: ceil(image before noise), 0 = background
   std::vector<SyntheticSphere> spheres;  ///< in draw order (later ones overwrite earlier ones)
 };
 
@@ -119,7 +119,7 @@ uint32_t synthetic_volume_seed(uint64_t seed, int64_t index);
 /// std::threads. Byte-identical for any thread count. Throws
 /// std::invalid_argument for invalid options, first < 0, count < 0 or
 /// threads < 1.
-std::vector<SyntheticVolume> make_volumes(const SyntheticOptions& options, uint64_t seed, int64_t first,
-                                          int64_t count, int threads);
+std::vector<SyntheticVolume> make_volumes(const SyntheticOptions& options, uint64_t seed,
+                                          int64_t first, int64_t count, int threads);
 
 }  // namespace volshard

@@ -85,7 +85,7 @@ Volume read_volume_as_float(const std::string& path, ReadOptions options = {});
 at::ScalarType volume_dtype(const NiftiHeader& header, const ReadOptions& options = {});
 
 struct WriteOptions {
-  int gzip_level = -1;  ///< -1: gzip level 1 if the path ends in ".gz", else none; 0: none; 1..12
+  int gzip_level = -1;    ///< -1: gzip level 1 if the path ends in ".gz", else none; 0: none; 1..12
   int nifti_version = 1;  ///< 1: NIfTI-1 (affine stored as float32); 2: NIfTI-2 (float64, exact)
   std::vector<double> spacing_mm;  ///< pixdim[1..3]; empty: the affine's column norms
   std::string descrip;

@@ -99,12 +99,32 @@ class IndexSpan {
     explicit iterator(const uint32_t* p) : p_(p) {}
     int64_t operator*() const { return static_cast<int64_t>(*p_); }
     int64_t operator[](difference_type k) const { return static_cast<int64_t>(p_[k]); }
-    iterator& operator++() { ++p_; return *this; }
-    iterator operator++(int) { iterator t = *this; ++p_; return t; }
-    iterator& operator--() { --p_; return *this; }
-    iterator operator--(int) { iterator t = *this; --p_; return t; }
-    iterator& operator+=(difference_type k) { p_ += k; return *this; }
-    iterator& operator-=(difference_type k) { p_ -= k; return *this; }
+    iterator& operator++() {
+      ++p_;
+      return *this;
+    }
+    iterator operator++(int) {
+      iterator t = *this;
+      ++p_;
+      return t;
+    }
+    iterator& operator--() {
+      --p_;
+      return *this;
+    }
+    iterator operator--(int) {
+      iterator t = *this;
+      --p_;
+      return t;
+    }
+    iterator& operator+=(difference_type k) {
+      p_ += k;
+      return *this;
+    }
+    iterator& operator-=(difference_type k) {
+      p_ -= k;
+      return *this;
+    }
     friend iterator operator+(iterator it, difference_type k) { return it += k; }
     friend iterator operator+(difference_type k, iterator it) { return it += k; }
     friend iterator operator-(iterator it, difference_type k) { return it -= k; }
@@ -154,8 +174,7 @@ class DistributedSampler {
   /// was saved in, from where all ranks together stopped; num_replicas may
   /// differ from the saved world size (elastic resume, see ShardLayout).
   /// Throws std::invalid_argument naming a bad rank, world size or field.
-  static DistributedSampler restore(const SamplerState& state, int64_t rank,
-                                    int64_t num_replicas);
+  static DistributedSampler restore(const SamplerState& state, int64_t rank, int64_t num_replicas);
 
   /// Stores the epoch, like PyTorch's set_epoch: call it before every epoch or
   /// every epoch reads the same order. A different epoch starts from its
@@ -243,8 +262,7 @@ std::vector<uint32_t> randperm(int64_t n, uint64_t seed,
 /// layout.start > 0, the remaining order. A plain, unoptimised reference:
 /// O(n + total_size) memory.
 std::vector<int64_t> global_order(const ShardLayout& layout, bool shuffle, uint64_t seed,
-                                  int64_t epoch,
-                                  RandpermCompat compat = RandpermCompat::kTorch2);
+                                  int64_t epoch, RandpermCompat compat = RandpermCompat::kTorch2);
 
 namespace detail {
 /// Either shuffle algorithm at any n, for tests: the fast per-rank path and

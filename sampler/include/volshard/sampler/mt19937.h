@@ -72,7 +72,8 @@ class Mt19937 {
   }
   void twist() {
     int i = 0;
-    for (; i < kStateSize - kShift; ++i) state_[i] = mix(state_[i], state_[i + 1], state_[i + kShift]);
+    for (; i < kStateSize - kShift; ++i)
+      state_[i] = mix(state_[i], state_[i + 1], state_[i + kShift]);
     for (; i < kStateSize - 1; ++i) {
       state_[i] = mix(state_[i], state_[i + 1], state_[i + kShift - kStateSize]);
     }

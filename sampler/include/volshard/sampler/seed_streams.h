@@ -82,9 +82,13 @@ class SeedStreams {
   /// rank or loader thread processes it and however many there are.
   uint64_t sample_seed(int64_t index, int64_t epoch) const;
 
-  StreamRng shared(uint64_t purpose, int64_t epoch = 0) const { return StreamRng(shared_seed(purpose, epoch)); }
+  StreamRng shared(uint64_t purpose, int64_t epoch = 0) const {
+    return StreamRng(shared_seed(purpose, epoch));
+  }
   StreamRng rank(int64_t rank, int64_t epoch) const { return StreamRng(rank_seed(rank, epoch)); }
-  StreamRng sample(int64_t index, int64_t epoch) const { return StreamRng(sample_seed(index, epoch)); }
+  StreamRng sample(int64_t index, int64_t epoch) const {
+    return StreamRng(sample_seed(index, epoch));
+  }
 
  private:
   uint64_t base_;

@@ -16,11 +16,13 @@ namespace volshard {
 
 /// Copies rank `root`'s values of these tensors to every rank (one coalesced
 /// broadcast per dtype). Call on every rank.
-void broadcast_tensors(const std::vector<at::Tensor>& tensors, Communicator& comm, int64_t root = 0);
+void broadcast_tensors(const std::vector<at::Tensor>& tensors, Communicator& comm,
+                       int64_t root = 0);
 
 struct GradientReducerOptions {
-  int64_t bucket_bytes = int64_t{25} << 20;       ///< DDP's bucket_cap_mb = 25
-  int64_t first_bucket_bytes = int64_t{1} << 20;  ///< DDP's first bucket: 1 MiB, so communication starts early
+  int64_t bucket_bytes = int64_t{25} << 20;  ///< DDP's bucket_cap_mb = 25
+  int64_t first_bucket_bytes = int64_t{1}
+                               << 20;  ///< DDP's first bucket: 1 MiB, so communication starts early
   void validate() const;
 };
 
@@ -34,7 +36,8 @@ struct GradientReducerOptions {
 /// Every parameter must receive a gradient each step. Not thread-safe.
 class GradientReducer {
  public:
-  GradientReducer(std::vector<at::Tensor> parameters, Communicator& comm, GradientReducerOptions options = {});
+  GradientReducer(std::vector<at::Tensor> parameters, Communicator& comm,
+                  GradientReducerOptions options = {});
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;

@@ -34,6 +34,7 @@ at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindow
 
 /// The whole volume in one call, zero-padded at the end of each axis up to a
 /// multiple of `multiple` (the UNet's stride product) and cropped back.
-at::Tensor whole_volume_inference(const at::Tensor& image, int64_t multiple, const Predictor& predict);
+at::Tensor whole_volume_inference(const at::Tensor& image, int64_t multiple,
+                                  const Predictor& predict);
 
 }  // namespace volshard

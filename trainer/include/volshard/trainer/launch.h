@@ -14,7 +14,7 @@ struct LaunchOptions {
   int64_t nnodes = 1;          ///< machines, >= 1
   int64_t node_rank = 0;       ///< this machine, in [0, nnodes)
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;         ///< 0: a free port (single machine only)
+  int master_port = 0;               ///< 0: a free port (single machine only)
   std::vector<std::string> command;  ///< argv of every worker (argv[0]: the program)
   /// After one worker fails, how long the others get to stop by themselves
   /// (they see the lost rank) before they are killed.

@@ -21,7 +21,8 @@ struct DiceLossOptions {
   double smooth_dr = 1e-5;
   bool batch = false;  ///< sum over the batch before dividing
   Reduction reduction = Reduction::kMean;
-  void validate() const;  ///< throws std::invalid_argument (sigmoid and softmax together, negative smoothing)
+  void validate()
+      const;  ///< throws std::invalid_argument (sigmoid and softmax together, negative smoothing)
 };
 
 /// For logits x and target g of shape B x C x spatial...: per (b, c),
@@ -31,7 +32,8 @@ struct DiceLossOptions {
 /// (C x 1... with batch). With C == 1, softmax, to_onehot_y and
 /// include_background = false are ignored with a warning, as MONAI. Throws
 /// std::invalid_argument naming both shapes when they differ.
-at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target, const DiceLossOptions& options = {});
+at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target,
+                     const DiceLossOptions& options = {});
 
 /// MONAI's DiceMetric(include_background=True, reduction="mean",
 /// ignore_empty=True) for one volume (1 x C x spatial or C x spatial):

@@ -37,8 +37,8 @@ EnvLookup process_environment();
 /// rank and world size from the arguments (or, when those are < 0, from the
 /// environment as env:// does). Throws std::invalid_argument naming the
 /// variable or the URL part that is missing or malformed.
-Rendezvous parse_rendezvous(const std::string& init_method, int64_t rank = -1, int64_t world_size = -1,
-                            const EnvLookup& env = process_environment());
+Rendezvous parse_rendezvous(const std::string& init_method, int64_t rank = -1,
+                            int64_t world_size = -1, const EnvLookup& env = process_environment());
 
 /// True when the environment names a rank (RANK or SLURM_PROCID): the process
 /// was started by a launcher (torchrun, srun, or `volshard train

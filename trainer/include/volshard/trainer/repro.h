@@ -11,7 +11,8 @@
 namespace volshard {
 
 struct ReproOptions {
-  TrainOptions train;          ///< the user's configuration (out_dir: where the runs go; empty: a temporary folder)
+  TrainOptions
+      train;  ///< the user's configuration (out_dir: where the runs go; empty: a temporary folder)
   int64_t steps = 4;           ///< training steps per run, >= 2
   int64_t nproc_per_node = 2;  ///< ranks of the distributed runs, >= 2
   std::string binary;          ///< the volshard executable (default: this process's)

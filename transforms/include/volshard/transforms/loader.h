@@ -48,13 +48,13 @@ struct LoaderOptions {
   bool drop_last_batch = false;  ///< drop a short last batch
   int64_t workers = 2;           ///< 0: transforms run in next() on the caller's thread
   int64_t prefetch_batches = 2;  ///< batches prepared ahead of the consumer, >= 1
-  uint64_t seed = 0;             ///< base seed; sample i of epoch e uses SeedStreams(seed).sample_seed(i, e)
+  uint64_t seed = 0;  ///< base seed; sample i of epoch e uses SeedStreams(seed).sample_seed(i, e)
   /// The batches' label dtype: float32, as MONAI's, whatever the samples
   /// hold (a compact uint8 label is widened as it is copied in). nullopt:
   /// the first sample's, as the image's always is.
   std::optional<at::ScalarType> label_dtype = at::kFloat;
   PinMemory pin_memory = PinMemory::kAuto;
-  void validate() const;         ///< throws std::invalid_argument naming the value
+  void validate() const;  ///< throws std::invalid_argument naming the value
 };
 
 /// num_samples crops of each of batch_size volumes, flattened in order (volume

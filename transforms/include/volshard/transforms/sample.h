@@ -53,8 +53,8 @@ struct LabelIndices {
 /// changes this map; the pixels move once, when the sample is materialised
 /// (straight into the batch, in the loader).
 struct SpatialMap {
-  std::array<int64_t, 3> origin{};  ///< source voxel of view voxel (0, 0, 0)
-  std::array<int64_t, 3> size{};    ///< the view's spatial shape
+  std::array<int64_t, 3> origin{};       ///< source voxel of view voxel (0, 0, 0)
+  std::array<int64_t, 3> size{};         ///< the view's spatial shape
   std::array<int64_t, 3> axis{0, 1, 2};  ///< source axis of each view axis (a permutation)
   std::array<int64_t, 3> sign{1, 1, 1};  ///< +1 or -1 (reversed)
 

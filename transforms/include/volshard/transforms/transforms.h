@@ -63,16 +63,17 @@ struct PosNegCropOptions {
   double neg = 1.0;                                 ///< >= 0, pos + neg > 0
   int64_t num_samples = 1;                          ///< >= 1
   double image_threshold = 0.0;  ///< background is image > threshold when use_image_threshold
-  bool use_image_threshold = false;  ///< MONAI's image_key: restrict background to image > threshold
-  bool allow_smaller = false;        ///< a crop larger than the image shrinks to it instead of failing
-  void validate() const;             ///< throws std::invalid_argument naming the value
+  bool use_image_threshold =
+      false;                   ///< MONAI's image_key: restrict background to image > threshold
+  bool allow_smaller = false;  ///< a crop larger than the image shrinks to it instead of failing
+  void validate() const;       ///< throws std::invalid_argument naming the value
 };
 
 struct CropParams {
-  bool foreground = false;            ///< the centre was drawn from the foreground
-  std::array<int64_t, 3> voxel{};     ///< the drawn voxel, before clamping
-  std::array<int64_t, 3> centre{};    ///< after clamping
-  std::array<int64_t, 3> start{};     ///< in [0, L - size]
+  bool foreground = false;          ///< the centre was drawn from the foreground
+  std::array<int64_t, 3> voxel{};   ///< the drawn voxel, before clamping
+  std::array<int64_t, 3> centre{};  ///< after clamping
+  std::array<int64_t, 3> start{};   ///< in [0, L - size]
   std::array<int64_t, 3> size{};
 };
 
@@ -83,7 +84,8 @@ LabelIndices label_indices(const at::Tensor& label, const at::Tensor* image = nu
 
 /// The crop size after spatial_size <= 0 and allow_smaller are applied; throws
 /// std::invalid_argument naming both sizes if a crop exceeds the image.
-std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape, const PosNegCropOptions& options);
+std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape,
+                                 const PosNegCropOptions& options);
 
 /// MONAI's correct_crop_centers for one axis: lo = s // 2, hi = trunc(L + 1 - s / 2),
 /// hi += 1 if lo == hi, centre = min(max(c, lo), hi - 1).
@@ -94,7 +96,8 @@ int64_t clamp_crop_centre(int64_t centre, int64_t size, int64_t length);
 /// that class (one below(count)), unravels it C-order and clamps it. With no
 /// foreground (or no background) it warns once per `warned` flag and uses the
 /// other class; with neither it throws std::invalid_argument.
-std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape, const LabelIndices& indices,
+std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape,
+                                             const LabelIndices& indices,
                                              const PosNegCropOptions& options, StreamRng& rng,
                                              std::atomic<bool>* warned = nullptr);
 
@@ -106,14 +109,14 @@ Sample crop_lazy(const Sample& sample, const CropParams& crop, int64_t patch_ind
 // ---- RandSpatialCrop ------------------------------------------------------
 
 /// A uniformly placed crop of `size` (each start uniform in [0, L - size]).
-CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape, const std::array<int64_t, 3>& size,
-                               StreamRng& rng);
+CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape,
+                               const std::array<int64_t, 3>& size, StreamRng& rng);
 
 // ---- RandRotate90 ---------------------------------------------------------
 
 struct Rotate90Options {
   double prob = 0.1;
-  int64_t max_k = 3;                        ///< k uniform in [1, max_k]
+  int64_t max_k = 3;                          ///< k uniform in [1, max_k]
   std::array<int64_t, 2> spatial_axes{0, 1};  ///< the tutorial uses {0, 2}
   void validate() const;
 };
@@ -134,7 +137,8 @@ Sample rotate90_lazy(Sample sample, const Rotate90Params& params, const Rotate90
 
 struct FlipOptions {
   double prob = 0.1;
-  std::vector<int64_t> spatial_axes{0, 1, 2};  ///< flipped together when applied (MONAI: None = all)
+  std::vector<int64_t> spatial_axes{0, 1,
+                                    2};  ///< flipped together when applied (MONAI: None = all)
   void validate() const;
 };
 

@@ -27,7 +27,8 @@ struct PngRow {
 /// grey. A legend of rank colours runs along the top.
 /// Throws std::invalid_argument if n > 4096 or 0, std::runtime_error naming the
 /// path if it cannot be written.
-void write_assignment_png(const std::string& path, int64_t n, int64_t world_size, const std::vector<PngRow>& rows,
+void write_assignment_png(const std::string& path, int64_t n, int64_t world_size,
+                          const std::vector<PngRow>& rows,
                           const std::vector<int64_t>& consumed_before);
 
 }  // namespace volshard::inspect
