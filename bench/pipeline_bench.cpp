@@ -20,12 +20,13 @@
 #include <vector>
 
 #include "volshard/datasets/cache.h"
-#include "volshard/datasets/commands.h"
+#include "volshard/datasets/feed.h"
+#include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/sampler/distributed_sampler.h"
-#include "volshard/transforms/loader.h"
+#include "volshard/datasets/loader.h"
 #include "volshard/transforms/transforms.h"
 
 namespace {
@@ -58,7 +59,7 @@ double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t w
   LoaderOptions o;
   o.batch_size = 2;
   o.workers = workers;
-  DataLoader loader(source, tutorial_augmentation(), o);
+  DataLoader loader(source, feed_augmentation(FeedOptions{}), o);
   DistributedSamplerOptions so;
   so.dataset_size = volumes;
   DistributedSampler sampler(so);
@@ -120,13 +121,6 @@ double stage_ms(int64_t volumes, int rounds, Fn fn) {
   return median(ms);
 }
 
-// What `volshard train` loads and caches: a compact uint8 label.
-PairOptions as_trained() {
-  PairOptions o;
-  o.compact_label = true;
-  return o;
-}
-
 // Where one volume's time goes, one thread, median over the volumes.
 void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
   const auto n = static_cast<int64_t>(pairs.size());
@@ -141,8 +135,8 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
     labels.push_back(read_volume(p.label, c_order).data);
     compact_labels.push_back(read_volume(p.label, compact).data);
   }
-  const PairOptions trained = as_trained();
-  const Compose augment = tutorial_augmentation();
+  const PairOptions trained = feed_prefix();
+  const Compose augment = feed_augmentation(FeedOptions{});
   const auto row = [&](const char* stage, auto fn) {
     std::printf("%-11s | %-44s | %8.2f\n", data, stage, stage_ms(n, rounds, fn));
   };
@@ -221,7 +215,7 @@ int main(int argc, char** argv) {
     write_synthetic_dataset(synth);
     const auto pairs = pairs_from_folder(dir.string());
     stage_data.emplace_back(noise == 0.0 ? "noise-free" : "noisy", pairs);
-    const PairOptions loading = as_trained();
+    const PairOptions loading = feed_prefix();
     const SampleSource from_files = [&](int64_t i) {
       return load_pair(pairs[static_cast<size_t>(i)], i, loading);
     };

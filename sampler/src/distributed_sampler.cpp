@@ -1,7 +1,7 @@
 #include "volshard/sampler/distributed_sampler.h"
 
-#include "volshard/sampler/log.h"
-#include "volshard/sampler/mt19937.h"
+#include "volshard/core/log.h"
+#include "volshard/core/mt19937.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -265,12 +265,6 @@ RandpermCompat parse_randperm_compat(const std::string& text) {
   if (text == "torch2" || text == "2") return RandpermCompat::kTorch2;
   if (text == "torch1" || text == "1" || text == "1.13") return RandpermCompat::kTorch1;
   throw std::invalid_argument("randperm compat='" + text + "' must be one of torch2, torch1");
-}
-
-uint32_t epoch_seed(uint64_t seed, int64_t epoch) {
-  // Python computes seed + epoch exactly and the generator keeps the low 32
-  // bits; unsigned wrap-around gives the same low bits.
-  return static_cast<uint32_t>(seed + static_cast<uint64_t>(epoch));
 }
 
 ShardLayout ShardLayout::make(int64_t dataset_size, int64_t num_replicas, PartitionMode mode,

@@ -12,7 +12,8 @@
 
 #include "nifti_test_util.h"
 #include "volshard/datasets/volume.h"
-#include "volshard/sampler/log.h"
+#include "volshard/core/log.h"
+#include "transforms/augmentation_test_util.h"
 
 namespace volshard {
 namespace {
@@ -93,7 +94,7 @@ TEST(SampleCacheTest, FeedsTheLoaderTheSameBatchesAsThePreparingSource) {
   SampleCache cache(prepared, 6, {});
   LoaderOptions o;
   o.workers = 2;
-  const Compose pipeline = tutorial_augmentation({2, 2, 2}, 2);
+  const Compose pipeline = test_augmentation({2, 2, 2}, 2);
   DataLoader cached(cache.source(), pipeline, o), direct(prepared, pipeline, o);
   cached.start_epoch({5, 0, 3, 1}, 2);
   direct.start_epoch({5, 0, 3, 1}, 2);
@@ -270,7 +271,7 @@ TEST(PersistentCacheTest, WarmAndColdCachesFeedTheLoaderTheSameBatches) {
   ASSERT_EQ(warm.loaded_from_disk(), 4);
   LoaderOptions o;
   o.workers = 2;
-  const Compose pipeline = tutorial_augmentation({4, 4, 4}, 2);
+  const Compose pipeline = test_augmentation({4, 4, 4}, 2);
   DataLoader a(cold.source(), pipeline, o), b(warm.source(), pipeline, o);
   a.start_epoch({3, 1, 0, 2}, 5);
   b.start_epoch({3, 1, 0, 2}, 5);

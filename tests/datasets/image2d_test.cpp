@@ -11,7 +11,7 @@
 #include "nifti_test_util.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
-#include "volshard/transforms/loader.h"
+#include "volshard/datasets/loader.h"
 #include "volshard/transforms/transforms.h"
 
 namespace volshard {

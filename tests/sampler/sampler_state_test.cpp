@@ -10,7 +10,7 @@
 
 #include "sampler_test_util.h"
 #include "volshard/sampler/distributed_sampler.h"
-#include "volshard/sampler/log.h"
+#include "volshard/core/log.h"
 #include "volshard/sampler/shard_check.h"
 
 namespace volshard {

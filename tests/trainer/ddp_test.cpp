@@ -254,7 +254,7 @@ TEST(ValidationTest, DiceOverUnevenShardsEqualsASingleProcessExactly) {
   }
   TrainOptions o;
   o.model = small_net();
-  o.crop = 16;
+  o.feed.crop = 16;
   o.overlap = 0.25;
   UNet reference(o.model, 4);
   Communicator one;

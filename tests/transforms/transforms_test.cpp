@@ -8,7 +8,8 @@
 #include <cmath>
 #include <map>
 
-#include "volshard/sampler/log.h"
+#include "volshard/core/log.h"
+#include "transforms/augmentation_test_util.h"
 
 namespace volshard {
 namespace {
@@ -191,7 +192,7 @@ TEST(RandCropByPosNegLabelTest, ClampedStartsFollowTheDistributionTheLabelImplie
 
 TEST(RandCropByPosNegLabelTest, SameSeedSameCropsAndDifferentSeedsDiffer) {
   const Sample s = box_sample({30, 30, 30}, {5, 5, 5}, {20, 20, 20});
-  const Compose pipeline = tutorial_augmentation({16, 16, 16}, 4);
+  const Compose pipeline = test_augmentation({16, 16, 16}, 4);
   const auto a = pipeline(s, 1234), b = pipeline(s, 1234), c = pipeline(s, 1235);
   ASSERT_EQ(a.size(), 4u);
   bool differs = false;

@@ -15,9 +15,6 @@ namespace volshard::detail {
 /// The first line of an exception's message (c10 errors append a backtrace).
 std::string first_line(const std::exception& e);
 
-/// The whole file; throws std::runtime_error naming the path.
-std::vector<char> read_bytes(const std::string& path);
-
 /// torch::jit::pickle_load, its failure rethrown as std::runtime_error
 /// "<what>: not a readable <kind> (<first line of the reason>)".
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "volshard/core/file_io.h"
 #include "archive_io.h"
 #include "volshard/datasets/nifti_header.h"
 
@@ -64,7 +65,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 
 Checkpoint load_checkpoint(const std::string& path) {
   const c10::IValue value =
-      detail::unpickle(detail::read_bytes(path), path, "checkpoint (truncated or corrupt archive)");
+      detail::unpickle(read_file(path), path, "checkpoint (truncated or corrupt archive)");
   auto fail = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
   if (!value.isGenericDict()) fail("not a volshard checkpoint (not a dict)");
   const auto dict = value.toGenericDict();

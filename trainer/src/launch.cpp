@@ -1,5 +1,7 @@
 #include "volshard/trainer/launch.h"
 
+#include "volshard/core/file_io.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,17 +30,19 @@ void on_signal(int sig) {
   g_signal_count.fetch_add(1);
 }
 
-int bind_any_interface(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
+// A socket bound to `port` on every interface; not open if the port is taken.
+Fd bind_any_interface(int port) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.is_open())
     throw std::runtime_error(std::string("launcher: socket() failed: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const int err = errno;  // for the caller's message; close() may change it
+    fd.reset();
+    errno = err;
   }
   return fd;
 }
@@ -65,23 +69,20 @@ void LaunchOptions::validate() const {
 }
 
 int find_free_port() {
-  const int fd = bind_any_interface(0);
-  if (fd < 0)
+  const Fd fd = bind_any_interface(0);
+  if (!fd.is_open())
     throw std::runtime_error(std::string("launcher: cannot bind a free port: ") +
                              std::strerror(errno));
   sockaddr_in addr{};
   socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   return ntohs(addr.sin_port);
 }
 
 void check_port_free(int port) {
-  const int fd = bind_any_interface(port);
-  if (fd < 0)
+  if (!bind_any_interface(port).is_open())
     throw std::invalid_argument("launcher: --master-port=" + std::to_string(port) + " is busy (" +
                                 std::strerror(errno) + "); pick another or omit it for a free one");
-  ::close(fd);
 }
 
 int run_workers(const LaunchOptions& o) {

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "volshard/sampler/log.h"
+#include "volshard/core/log.h"
 
 namespace volshard {
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "volshard/core/file_io.h"
 #include "archive_io.h"
 #include "volshard/datasets/nifti_header.h"
 
@@ -24,14 +25,6 @@ std::string first_line(const std::exception& e) {
   std::string msg = e.what();
   if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
   return msg;
-}
-
-std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open for reading");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(path + ": read failed");
-  return bytes;
 }
 
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,
@@ -48,7 +41,6 @@ c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,
 namespace {
 
 using detail::first_line;
-using detail::read_bytes;
 
 // ---- A reader for what torch.save(model.state_dict()) writes ----------------
 // LibTorch 1.13's unpickler turns collections.OrderedDict (the type of every
@@ -469,11 +461,11 @@ NamedTensors unpickle_tensor_dict(const std::vector<char>& bytes, const std::str
 }
 
 NamedTensors load_tensor_dict(const std::string& path) {
-  return unpickle_tensor_dict(read_bytes(path), path);
+  return unpickle_tensor_dict(read_file(path), path);
 }
 
 at::Tensor load_tensor(const std::string& path) {
-  const c10::IValue value = detail::unpickle(read_bytes(path), path, "PyTorch archive");
+  const c10::IValue value = detail::unpickle(read_file(path), path, "PyTorch archive");
   if (!value.isTensor())
     throw std::runtime_error(path + ": holds a " + value.tagKind() + ", not a tensor");
   return value.toTensor();

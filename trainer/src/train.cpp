@@ -8,10 +8,6 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
-
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -24,210 +20,28 @@
 #include <stdexcept>
 #include <thread>
 
+#include "volshard/core/error.h"
+#include "volshard/core/file_io.h"
+#include "volshard/core/png.h"
 #include "archive_io.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/nifti_header.h"
 #include "volshard/datasets/volume.h"
-#include "volshard/sampler/seed_streams.h"
+#include "volshard/core/seed_streams.h"
 #include "volshard/trainer/checkpoint.h"
 #include "volshard/trainer/ddp.h"
 #include "volshard/trainer/inference.h"
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/serialize.h"
-#include "volshard/transforms/loader.h"
+#include "volshard/datasets/loader.h"
 #include "volshard/transforms/transforms.h"
 
 namespace volshard {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-// ---- options ----------------------------------------------------------------
-
-void TrainOptions::validate() const {
-  auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
-  if (data_dir.empty() == datalist.empty())
-    bad("train: give exactly one of --data DIR and --datalist FILE");
-  if (out_dir.empty()) bad("train: --out RUN is required");
-  if (epochs < 1 || epochs > 1000000)
-    bad("train: --epochs=" + std::to_string(epochs) + " must be in [1, 1000000]");
-  if (batch_size < 1) bad("train: --batch-size=" + std::to_string(batch_size) + " must be >= 1");
-  if (crop < 1) bad("train: --crop=" + std::to_string(crop) + " must be >= 1");
-  if (num_samples < 1) bad("train: --num-samples=" + std::to_string(num_samples) + " must be >= 1");
-  if (!(lr > 0 && lr <= 10)) bad("train: --lr=" + std::to_string(lr) + " must be in (0, 10]");
-  if (!(weight_decay >= 0))
-    bad("train: --weight-decay=" + std::to_string(weight_decay) + " must be >= 0");
-  if (!(momentum >= 0 && momentum < 1))
-    bad("train: --momentum=" + std::to_string(momentum) + " must be in [0, 1)");
-  if (optimizer != "adam" && optimizer != "sgd")
-    bad("train: --optimizer='" + optimizer + "' must be adam or sgd");
-  if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "poly")
-    bad("train: --lr-schedule='" + lr_schedule + "' must be constant, cosine or poly");
-  if (!(val_fraction >= 0 && val_fraction < 1))
-    bad("train: --val-fraction=" + std::to_string(val_fraction) + " must be in [0, 1)");
-  if (!(cache_rate >= 0 && cache_rate <= 1))
-    bad("train: --cache-rate=" + std::to_string(cache_rate) + " must be in [0, 1]");
-  if (workers < 0) bad("train: --workers=" + std::to_string(workers) + " must be >= 0");
-  if (!(rot90_prob >= 0 && rot90_prob <= 1)) bad("train: --rot90-prob must be in [0, 1]");
-  if (val_every < 0) bad("train: --val-every=" + std::to_string(val_every) + " must be >= 0");
-  if (roi < 0) bad("train: --roi=" + std::to_string(roi) + " must be >= 0");
-  if (!(overlap >= 0 && overlap < 1))
-    bad("train: --overlap=" + std::to_string(overlap) + " must be in [0, 1)");
-  if (checkpoint_every < 0)
-    bad("train: --checkpoint-every=" + std::to_string(checkpoint_every) + " must be >= 0");
-  if (!(timeout_s > 0)) bad("train: --timeout=" + std::to_string(timeout_s) + " must be > 0");
-  if (threads < 0) bad("train: --threads=" + std::to_string(threads) + " must be >= 0");
-  if (backend != "gloo" && backend != "nccl")
-    bad("train: --backend='" + backend + "' must be gloo or nccl");
-  model.validate();
-  model.check_spatial_size({crop, crop, crop}, "train: --crop");
-  if (roi > 0) model.check_spatial_size({roi, roi, roi}, "train: --roi");
-}
-
-std::string TrainOptions::to_json() const {
-  json j;
-  j["data"] = data_dir;
-  j["datalist"] = datalist;
-  j["image_glob"] = image_glob;
-  j["label_glob"] = label_glob;
-  j["val_fraction"] = val_fraction;
-  j["cache_rate"] = cache_rate;
-  j["cache_dir"] = cache_dir;
-  j["workers"] = workers;
-  j["out"] = out_dir;
-  j["epochs"] = epochs;
-  j["batch_size"] = batch_size;
-  j["crop"] = crop;
-  j["num_samples"] = num_samples;
-  j["allow_smaller"] = allow_smaller;
-  j["rot90_prob"] = rot90_prob;
-  j["optimizer"] = optimizer;
-  j["lr"] = lr;
-  j["momentum"] = momentum;
-  j["weight_decay"] = weight_decay;
-  j["lr_schedule"] = lr_schedule;
-  j["seed"] = seed;
-  j["in_channels"] = model.in_channels;
-  j["out_channels"] = model.out_channels;
-  j["channels"] = model.channels;
-  j["strides"] = model.strides;
-  j["res_units"] = model.num_res_units;
-  j["norm"] = to_string(model.norm);
-  j["dropout"] = model.dropout;
-  j["val_every"] = val_every;
-  j["roi"] = roi;
-  j["overlap"] = overlap;
-  j["checkpoint_every"] = checkpoint_every;
-  j["max_steps"] = max_steps;
-  j["timeout"] = timeout_s;
-  j["threads"] = threads;
-  j["backend"] = backend;
-  j["deterministic"] = deterministic;
-  j["init_weights"] = init_weights;
-  j["trace_samples"] = trace_samples;
-  return j.dump(2);
-}
-
-void TrainOptions::merge_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw std::invalid_argument(source + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) throw std::invalid_argument(source + ": must hold a JSON object");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& k = it.key();
-    const json& v = it.value();
-    try {
-      if (k == "data")
-        data_dir = v.get<std::string>();
-      else if (k == "datalist")
-        datalist = v.get<std::string>();
-      else if (k == "image_glob")
-        image_glob = v.get<std::string>();
-      else if (k == "label_glob")
-        label_glob = v.get<std::string>();
-      else if (k == "val_fraction")
-        val_fraction = v.get<double>();
-      else if (k == "cache_rate")
-        cache_rate = v.get<double>();
-      else if (k == "cache_dir")
-        cache_dir = v.get<std::string>();
-      else if (k == "workers")
-        workers = v.get<int64_t>();
-      else if (k == "out")
-        out_dir = v.get<std::string>();
-      else if (k == "epochs")
-        epochs = v.get<int64_t>();
-      else if (k == "batch_size")
-        batch_size = v.get<int64_t>();
-      else if (k == "crop")
-        crop = v.get<int64_t>();
-      else if (k == "num_samples")
-        num_samples = v.get<int64_t>();
-      else if (k == "allow_smaller")
-        allow_smaller = v.get<bool>();
-      else if (k == "rot90_prob")
-        rot90_prob = v.get<double>();
-      else if (k == "optimizer")
-        optimizer = v.get<std::string>();
-      else if (k == "lr")
-        lr = v.get<double>();
-      else if (k == "momentum")
-        momentum = v.get<double>();
-      else if (k == "weight_decay")
-        weight_decay = v.get<double>();
-      else if (k == "lr_schedule")
-        lr_schedule = v.get<std::string>();
-      else if (k == "seed")
-        seed = v.get<uint64_t>();
-      else if (k == "in_channels")
-        model.in_channels = v.get<int64_t>();
-      else if (k == "out_channels")
-        model.out_channels = v.get<int64_t>();
-      else if (k == "channels")
-        model.channels = v.get<std::vector<int64_t>>();
-      else if (k == "strides")
-        model.strides = v.get<std::vector<int64_t>>();
-      else if (k == "res_units")
-        model.num_res_units = v.get<int64_t>();
-      else if (k == "norm")
-        model.norm = parse_norm_kind(v.get<std::string>());
-      else if (k == "dropout")
-        model.dropout = v.get<double>();
-      else if (k == "val_every")
-        val_every = v.get<int64_t>();
-      else if (k == "roi")
-        roi = v.get<int64_t>();
-      else if (k == "overlap")
-        overlap = v.get<double>();
-      else if (k == "checkpoint_every")
-        checkpoint_every = v.get<int64_t>();
-      else if (k == "max_steps")
-        max_steps = v.get<int64_t>();
-      else if (k == "timeout")
-        timeout_s = v.get<double>();
-      else if (k == "threads")
-        threads = v.get<int64_t>();
-      else if (k == "backend")
-        backend = v.get<std::string>();
-      else if (k == "deterministic")
-        deterministic = v.get<bool>();
-      else if (k == "init_weights")
-        init_weights = v.get<std::string>();
-      else if (k == "trace_samples")
-        trace_samples = v.get<std::string>();
-      else
-        throw std::invalid_argument(source + ": unknown key '" + k + "'");
-    } catch (const json::exception& e) {
-      throw std::invalid_argument(source + ": key '" + k + "' has the wrong type (" + e.what() +
-                                  ")");
-    }
-  }
-}
 
 namespace {
 
@@ -266,22 +80,6 @@ std::array<int64_t, 3> spatial_shape(const NiftiHeader& h) {
   std::array<int64_t, 3> s{1, 1, 1};
   for (size_t a = 0; a < 3 && a < h.shape.size(); ++a) s[a] = h.shape[a];
   return s;
-}
-
-std::string shape_text(const std::array<int64_t, 3>& s) {
-  return std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]);
-}
-
-Compose make_augmentation(const TrainOptions& o) {
-  PosNegCropOptions crop;
-  crop.spatial_size = {o.crop, o.crop, o.crop};
-  crop.num_samples = o.num_samples;
-  crop.allow_smaller = o.allow_smaller;
-  Rotate90Options rot;
-  rot.prob = o.rot90_prob;
-  rot.max_k = 3;
-  rot.spatial_axes = {0, 2};
-  return Compose({make_rand_crop_by_pos_neg_label(crop), make_rand_rotate90(rot)});
 }
 
 // ---- machine ------------------------------------------------------------------
@@ -349,9 +147,9 @@ void set_lr(torch::optim::Optimizer& opt, double lr, bool adam) {
 }
 
 double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total_steps) {
-  if (o.lr_schedule == "constant" || total_steps <= 0) return o.lr;
+  if (o.lr_schedule == LrSchedule::kConstant || total_steps <= 0) return o.lr;
   const double t = std::min(1.0, static_cast<double>(step) / static_cast<double>(total_steps));
-  if (o.lr_schedule == "cosine") return o.lr * 0.5 * (1.0 + std::cos(M_PI * t));
+  if (o.lr_schedule == LrSchedule::kCosine) return o.lr * 0.5 * (1.0 + std::cos(M_PI * t));
   return o.lr * std::pow(1.0 - t, 0.9);  // poly
 }
 
@@ -363,43 +161,6 @@ std::string fmt(double v, int digits = 6) {
   s << v;
   return s.str();
 }
-
-// Appends whole lines with one write() each (O_APPEND): several ranks may share
-// the trace file, and a killed process leaves only whole lines behind.
-class LineFile {
- public:
-  LineFile() = default;
-  LineFile(const std::string& path, bool truncate) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0),
-                 0644);
-    if (fd_ < 0)
-      throw std::runtime_error(path + ": cannot open for writing (" + std::strerror(errno) + ")");
-  }
-  ~LineFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  LineFile(LineFile&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_) { o.fd_ = -1; }
-  LineFile& operator=(LineFile&& o) noexcept {
-    std::swap(path_, o.path_);
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  bool is_open() const { return fd_ >= 0; }
-  void write(const std::string& text) {
-    if (fd_ < 0 || text.empty()) return;
-    size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw std::runtime_error(path_ + ": write failed (" + std::strerror(errno) + ")");
-      done += static_cast<size_t>(n);
-    }
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
 
 // Rewrites a JSON-lines file (atomically) with the lines `keep` accepts; a
 // torn last line, which a killed writer leaves, is dropped. A missing file
@@ -438,41 +199,37 @@ void draw_curves(const std::string& metrics_path, const std::string& png_path) {
                                                                        : NAN);
   }
   const int w = 720, h = 400, left = 60, right = 20, top = 40, bottom = 50;
-  cv::Mat img(h, w, CV_8UC3, cv::Scalar(255, 255, 255));
-  const cv::Point origin(left, h - bottom);
-  cv::line(img, origin, {left, top}, {0, 0, 0}, 1);
-  cv::line(img, origin, {w - right, h - bottom}, {0, 0, 0}, 1);
+  const Rgb black{0, 0, 0}, loss_colour{0, 80, 200}, dice_colour{0, 150, 0};
+  Canvas img(w, h);
+  img.line(left, h - bottom, left, top, black);
+  img.line(left, h - bottom, w - right, h - bottom, black);
   for (int t = 0; t <= 4; ++t) {  // y axis: 0 .. 1 (Dice loss and Dice both live there)
     const int y = h - bottom - t * (h - top - bottom) / 4;
-    cv::line(img, {left - 4, y}, {left, y}, {0, 0, 0}, 1);
-    cv::putText(img, fmt(t / 4.0, 2), {8, y + 4}, cv::FONT_HERSHEY_SIMPLEX, 0.4, {0, 0, 0}, 1,
-                cv::LINE_AA);
+    img.line(left - 4, y, left, y, black);
+    img.text(8, y - 3, fmt(t / 4.0, 2), black);
   }
   const size_t n = loss.size();
-  auto point = [&](size_t i, double v) {
+  auto px = [&](size_t i) {
     const double x = n <= 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1);
-    return cv::Point(left + static_cast<int>(x * (w - left - right)),
-                     h - bottom - static_cast<int>(std::clamp(v, 0.0, 1.0) * (h - top - bottom)));
+    return left + static_cast<int>(x * (w - left - right));
   };
-  auto plot = [&](const std::vector<double>& v, const cv::Scalar& colour) {
+  auto py = [&](double v) {
+    return h - bottom - static_cast<int>(std::clamp(v, 0.0, 1.0) * (h - top - bottom));
+  };
+  auto plot = [&](const std::vector<double>& v, Rgb colour) {
     for (size_t i = 0; i < v.size(); ++i) {
       if (std::isnan(v[i])) continue;
-      cv::circle(img, point(i, v[i]), 3, colour, cv::FILLED, cv::LINE_AA);
+      img.fill_circle(px(i), py(v[i]), 3, colour);
       if (i > 0 && !std::isnan(v[i - 1]))
-        cv::line(img, point(i - 1, v[i - 1]), point(i, v[i]), colour, 2, cv::LINE_AA);
+        img.line(px(i - 1), py(v[i - 1]), px(i), py(v[i]), colour, 2);
     }
   };
-  plot(loss, {200, 80, 0});
-  plot(dice, {0, 150, 0});
-  cv::putText(img, "training Dice loss", {left + 10, 22}, cv::FONT_HERSHEY_SIMPLEX, 0.5,
-              {200, 80, 0}, 1, cv::LINE_AA);
-  cv::putText(img, "validation Dice", {left + 200, 22}, cv::FONT_HERSHEY_SIMPLEX, 0.5, {0, 150, 0},
-              1, cv::LINE_AA);
-  cv::putText(img, "epoch 1 .. " + std::to_string(n), {w / 2 - 40, h - 15},
-              cv::FONT_HERSHEY_SIMPLEX, 0.5, {0, 0, 0}, 1, cv::LINE_AA);
-  std::vector<uchar> png;
-  cv::imencode(".png", img, png);
-  write_file_atomic(png_path, {png.data()}, {png.size()});
+  plot(loss, loss_colour);
+  plot(dice, dice_colour);
+  img.text(left + 10, 16, "training Dice loss", loss_colour, 2);
+  img.text(left + 260, 16, "validation Dice", dice_colour, 2);
+  img.text(w / 2 - 40, h - 22, "epoch 1 .. " + std::to_string(n), black);
+  write_png(png_path, img);
 }
 
 std::string duration_text(double seconds) {
@@ -515,7 +272,7 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
   {
     torch::NoGradGuard no_grad;
     SlidingWindowOptions sw;
-    const int64_t roi = o.roi > 0 ? o.roi : o.crop;
+    const int64_t roi = o.roi > 0 ? o.roi : o.feed.crop;
     sw.roi = {roi, roi, roi};
     sw.overlap = o.overlap;
     for (const int64_t i : sampler.indices()) {
@@ -583,10 +340,10 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     if (si != sl)
       throw std::invalid_argument("train: image " + p.image + " is " + shape_text(si) +
                                   " but label " + p.label + " is " + shape_text(sl));
-    if (training && !o.allow_smaller) {
+    if (training && !o.feed.allow_smaller) {
       for (int64_t side : si)
-        if (side < o.crop)
-          throw std::invalid_argument("train: --crop=" + std::to_string(o.crop) +
+        if (side < o.feed.crop)
+          throw std::invalid_argument("train: --crop=" + std::to_string(o.feed.crop) +
                                       " is larger than " + p.image + " (" + shape_text(si) +
                                       "); use a smaller crop or --allow-smaller");
     }
@@ -646,7 +403,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm,
   if (!o.init_weights.empty()) net.load_state_dict(load_tensor_dict(o.init_weights));
   net.set_sync_batchnorm(&comm);
   net.train(true);
-  const bool adam = o.optimizer == "adam";
+  const bool adam = o.optimizer == Optimizer::kAdam;
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (adam) {
     opt = std::make_unique<torch::optim::Adam>(
@@ -688,8 +445,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm,
   }
   GradientReducer reducer(net.parameters(), comm);
 
-  PairOptions train_pair;
-  train_pair.compact_label = true;  // uint8 in the cache; the loader's batches are float32
+  const PairOptions train_pair = feed_prefix();
   CacheOptions cache_options;
   cache_options.cache_rate = o.cache_rate;
   cache_options.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
@@ -708,7 +464,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm,
   lo.batch_size = o.batch_size;
   lo.workers = o.workers;
   lo.seed = o.seed;
-  DataLoader loader(cache.source(), make_augmentation(o), lo);
+  DataLoader loader(cache.source(), feed_augmentation(o.feed), lo);
 
   const std::string config_json = o.to_json();
   const std::string metrics_path = (run / "metrics.jsonl").string();
@@ -917,19 +673,6 @@ TrainSummary train(const TrainOptions& o, Communicator& comm,
 
 // ---- predict ------------------------------------------------------------------------------
 
-void PredictOptions::validate() const {
-  if (model_path.empty() || image_path.empty() || out_path.empty())
-    throw std::invalid_argument("predict: --model, --image and --out are required");
-  if (output != "logits" && output != "prob" && output != "label")
-    throw std::invalid_argument("predict: --output='" + output + "' must be logits, prob or label");
-  if (roi < 0)
-    throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
-  if (!(overlap >= 0 && overlap < 1))
-    throw std::invalid_argument("predict: --overlap must be in [0, 1)");
-  model.validate();
-  if (roi > 0) model.check_spatial_size({roi, roi, roi}, "predict: --roi");
-}
-
 void predict(const PredictOptions& o) {
   o.validate();
   UNet net(o.model);
@@ -954,9 +697,9 @@ void predict(const PredictOptions& o) {
   logits = logits.squeeze(0);  // C x X x Y x Z
   at::Tensor out;
   const bool multi = logits.size(0) > 1;
-  if (o.output == "logits")
+  if (o.output == PredictOutput::kLogits)
     out = logits;
-  else if (o.output == "prob")
+  else if (o.output == PredictOutput::kProb)
     out = multi ? at::softmax(logits, 0) : at::sigmoid(logits);
   else
     out = multi ? logits.argmax(0, true).to(at::kByte) : (logits > 0).to(at::kByte);

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "volshard/inspect/png.h"
+#include "volshard/inspect/assignment_png.h"
 #include "volshard/sampler/batching.h"
-#include "volshard/sampler/seed_streams.h"
+#include "volshard/core/seed_streams.h"
 #include "volshard/sampler/shard_check.h"
 
 namespace volshard::inspect {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "volshard/datasets/datalist.h"
-#include "volshard/transforms/loader.h"
+#include "volshard/datasets/loader.h"
 
 namespace volshard {
 

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/file_io.h"  // ByteBuffer
+
 namespace volshard {
 
 /// The NIfTI datatype codes volshard reads and writes.
@@ -109,13 +111,6 @@ Affine nifti_base_affine(const NiftiHeader& header);
 /// nibabel's Nifti1Header.get_qform() (used when qform_code != 0).
 Affine nifti_qform_affine(const NiftiHeader& header);
 
-/// Heap bytes without zero-initialisation.
-struct ByteBuffer {
-  std::unique_ptr<uint8_t[]> data;
-  size_t size = 0;
-  static ByteBuffer allocate(size_t size);
-};
-
 /// A whole NIfTI file, decompressed: header plus the voxel bytes in file
 /// order (i fastest, last dimension slowest) and file byte order.
 struct NiftiFile {
@@ -175,14 +170,7 @@ struct NiftiWriteOptions {
 void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void* voxels,
                  size_t size, const NiftiWriteOptions& options = {});
 
-/// The pieces of write_nifti, for callers that build the bytes themselves.
+/// gzip of `data` at `level` (libdeflate), as write_nifti compresses.
 std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t size, int level);
-/// Temporary file beside `path`, write, fsync, rename, fsync the folder.
-/// `sync` = false skips both fsyncs (for files whose reader checks every
-/// byte, like the cache's entries: a crash may then leave a torn file).
-/// Tests inject failures with VOLSHARD_INJECT_WRITE_FAILURE=<path
-/// substring>:<enospc|kill> (ENOSPC, or SIGKILL, half-way through).
-void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
-                       const std::vector<size_t>& sizes, bool sync = true);
 
 }  // namespace volshard

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "volshard/sampler/mt19937.h"
+#include "volshard/core/mt19937.h"
 
 namespace volshard {
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/seed_streams.h"  // epoch_seed
+
 namespace volshard {
 
 /// How the epoch's permutation is cut into W equal (or not) shards.
@@ -271,8 +273,5 @@ std::vector<int64_t> shard_indices(const DistributedSamplerOptions& options, int
                                    bool inside_out);
 std::vector<uint32_t> reference_randperm(int64_t n, uint64_t seed, bool inside_out);
 }  // namespace detail
-
-/// The seed PyTorch hands to the generator for an epoch: (seed + epoch) mod 2^32.
-uint32_t epoch_seed(uint64_t seed, int64_t epoch);
 
 }  // namespace volshard

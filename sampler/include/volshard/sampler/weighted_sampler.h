@@ -15,7 +15,7 @@
 // oracle for it was at hand, and its exponential_ stream is build-dependent.
 
 #include "volshard/sampler/distributed_sampler.h"
-#include "volshard/sampler/mt19937.h"
+#include "volshard/core/mt19937.h"
 
 #include <cstdint>
 #include <vector>

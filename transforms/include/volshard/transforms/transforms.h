@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "volshard/sampler/seed_streams.h"
+#include "volshard/core/seed_streams.h"
 #include "volshard/transforms/sample.h"
 
 namespace volshard {
@@ -185,9 +185,5 @@ class Compose {
  private:
   std::vector<std::shared_ptr<const Transform>> steps_;
 };
-
-/// The MONAI DDP tutorial's random part: RandCropByPosNegLabel(96^3, pos 1,
-/// neg 1, 4 samples) then RandRotate90(prob 0.5, axes (0, 2)).
-Compose tutorial_augmentation(std::array<int64_t, 3> crop = {96, 96, 96}, int64_t num_samples = 4);
 
 }  // namespace volshard

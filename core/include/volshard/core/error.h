@@ -1,0 +1,25 @@
+#pragma once
+// Errors that name what went wrong: the file, the field, the value. Std only.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace volshard {
+
+/// Throws std::runtime_error("path: message").
+[[noreturn]] void fail_file(const std::string& path, const std::string& message);
+/// Throws std::runtime_error("path: what: strerror(err)").
+[[noreturn]] void fail_errno(const std::string& path, const std::string& what, int err);
+
+/// "96x96x96": sizes joined by 'x'.
+std::string shape_text(const int64_t* sizes, size_t n);
+inline std::string shape_text(const std::vector<int64_t>& s) { return shape_text(s.data(), s.size()); }
+template <size_t N>
+std::string shape_text(const std::array<int64_t, N>& s) {
+  return shape_text(s.data(), N);
+}
+
+}  // namespace volshard

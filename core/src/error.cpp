@@ -1,0 +1,25 @@
+#include "volshard/core/error.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace volshard {
+
+void fail_file(const std::string& path, const std::string& message) {
+  throw std::runtime_error(path + ": " + message);
+}
+
+void fail_errno(const std::string& path, const std::string& what, int err) {
+  fail_file(path, what + ": " + std::strerror(err));
+}
+
+std::string shape_text(const int64_t* sizes, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += 'x';
+    out += std::to_string(sizes[i]);
+  }
+  return out;
+}
+
+}  // namespace volshard

@@ -1,0 +1,35 @@
+#pragma once
+// What `volshard info` says about a NIfTI file: shape, dtype, spacing, affine
+// and value range.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "volshard/datasets/nifti_header.h"
+
+namespace volshard {
+
+struct VolumeInfo {
+  std::string path;
+  std::vector<int64_t> shape;  ///< as stored (NIfTI dims, not channel-first)
+  std::string dtype;           ///< on-disk datatype
+  int version = 1;
+  std::array<double, 3> spacing_mm{};
+  Affine affine{};
+  bool scaled = false;                         ///< scl_slope/scl_inter applied
+  double min = 0, max = 0, mean = 0, sum = 0;  ///< of the (scaled) data, NaN/Inf skipped
+  int64_t nonfinite = 0;
+};
+
+/// Reads the file and summarises it; throws std::runtime_error naming the
+/// path and field for bad files.
+VolumeInfo describe_volume(const std::string& path);
+
+/// One line of JSON.
+std::string to_json(const VolumeInfo& info);
+/// A few human-readable lines.
+std::string to_text(const VolumeInfo& info);
+
+}  // namespace volshard

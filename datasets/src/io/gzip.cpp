@@ -1,0 +1,202 @@
+// gzip decompression for NIfTI files.
+//
+// Why libdeflate first: measured once on this project's 2-core AMD EPYC
+// (Zen 3) machine, min of CPU time over >50 runs, 128^3 float32 volumes written
+// by nibabel (zlib level 1): noisy 7.6 MB -> libdeflate 32.9 ms, ISA-L 2.30
+// isal_inflate 44.1 ms, zlib 52.2 ms; noise-free 65 KB -> libdeflate 1.52 ms,
+// ISA-L 1.64 ms, zlib 4.27 ms (bench_nifti, which includes reading the file,
+// agrees: noisy 36.9 / 45.1 / 57.8 ms, noise-free 2.77 / 2.70 / 8.05 ms).
+// libdeflate is the fastest (noise-free: level with ISA-L), but it only
+// decompresses whole buffers, so the output is sized first: the NIfTI header
+// (inflated with zlib, a few microseconds) gives vox_offset + data bytes, and
+// the gzip ISIZE trailer confirms it. Streams that do not fit that
+// (multi-member, trailing data, ISIZE that disagrees, corruption) go through
+// streaming zlib, which also produces the precise error.
+
+#include "gzip.h"
+
+#include "volshard/core/error.h"
+
+#include <libdeflate.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <stdexcept>
+
+namespace volshard::detail {
+namespace {
+
+struct DecompressorDeleter {
+  void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
+};
+
+libdeflate_decompressor* thread_decompressor() {
+  thread_local std::unique_ptr<libdeflate_decompressor, DecompressorDeleter> d(
+      libdeflate_alloc_decompressor());
+  if (!d) throw std::bad_alloc();
+  return d.get();
+}
+
+class ZStream {
+ public:
+  ZStream() {
+    std::memset(&z_, 0, sizeof z_);
+    if (inflateInit2(&z_, 15 + 16) != Z_OK) throw std::bad_alloc();
+  }
+  ~ZStream() { inflateEnd(&z_); }
+  ZStream(const ZStream&) = delete;
+  ZStream& operator=(const ZStream&) = delete;
+  z_stream* operator->() { return &z_; }
+  z_stream* get() { return &z_; }
+
+ private:
+  z_stream z_;
+};
+
+// Streams [data, data+size) through zlib, writing the first out_size bytes of
+// output to out and discarding the rest. Multi-member streams continue into
+// the next member while fewer than `needed` bytes came out. Returns the bytes
+// written to out; throws on corrupt or truncated data.
+size_t zlib_stream(const uint8_t* data, size_t size, uint8_t* out, size_t out_size, size_t needed,
+                   const std::string& path) {
+  ZStream z;
+  size_t in_pos = 0;
+  size_t have = 0;
+  uint64_t total_out = 0;
+  uint8_t discard[16384];
+  constexpr size_t kChunk = size_t{1} << 30;  // zlib counts in uInt
+  for (;;) {
+    const size_t in_chunk = std::min(size - in_pos, kChunk);
+    z->next_in = const_cast<Bytef*>(data + in_pos);
+    z->avail_in = static_cast<uInt>(in_chunk);
+    uint8_t* dst;
+    size_t dst_size;
+    if (have < out_size) {
+      dst = out + have;
+      dst_size = std::min(out_size - have, kChunk);
+    } else {
+      dst = discard;
+      dst_size = sizeof discard;
+    }
+    z->next_out = dst;
+    z->avail_out = static_cast<uInt>(dst_size);
+    const int ret = inflate(z.get(), Z_NO_FLUSH);
+    const size_t consumed = in_chunk - z->avail_in;
+    const size_t produced = dst_size - z->avail_out;
+    in_pos += consumed;
+    total_out += produced;
+    if (dst != discard) have += produced;
+    if (ret == Z_STREAM_END) {
+      if (have >= needed) return have;
+      if (is_gzip(data + in_pos, size - in_pos)) {  // next member
+        inflateReset(z.get());
+        continue;
+      }
+      fail_file(path, "truncated: the gzip data holds " + std::to_string(total_out) +
+                     " bytes, the header needs " + std::to_string(needed) +
+                     " (vox_offset + voxel data)");
+    }
+    if (ret == Z_DATA_ERROR) {
+      fail_file(path, std::string("corrupt gzip data after ") + std::to_string(total_out) +
+                     " decompressed bytes (zlib: " + (z->msg ? z->msg : "data error") + ")");
+    }
+    if (ret == Z_MEM_ERROR) throw std::bad_alloc();
+    if (ret == Z_BUF_ERROR || (ret == Z_OK && consumed == 0 && produced == 0)) {
+      if (in_pos >= size) {
+        fail_file(path, "truncated gzip stream: the file ends after " + std::to_string(total_out) +
+                       " decompressed bytes without the gzip end-of-stream marker (header needs " +
+                       std::to_string(needed) + ")");
+      }
+      if (produced == 0 && consumed == 0) fail_file(path, "corrupt gzip data (zlib made no progress)");
+    } else if (ret != Z_OK) {
+      fail_file(path, "corrupt gzip data (zlib error " + std::to_string(ret) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_bytes,
+                                   const std::string& path) {
+  std::vector<uint8_t> out(max_bytes);
+  ZStream z;
+  size_t in_pos = 0, have = 0;
+  while (have < max_bytes) {
+    const size_t in_chunk = std::min<size_t>(size - in_pos, size_t{1} << 30);
+    z->next_in = const_cast<Bytef*>(data + in_pos);
+    z->avail_in = static_cast<uInt>(in_chunk);
+    z->next_out = out.data() + have;
+    z->avail_out = static_cast<uInt>(max_bytes - have);
+    const int ret = inflate(z.get(), Z_NO_FLUSH);
+    const size_t consumed = in_chunk - z->avail_in;
+    const size_t produced = max_bytes - have - z->avail_out;
+    in_pos += consumed;
+    have += produced;
+    if (ret == Z_STREAM_END) {
+      if (!is_gzip(data + in_pos, size - in_pos)) break;
+      inflateReset(z.get());
+      continue;
+    }
+    if (ret == Z_DATA_ERROR) {
+      fail_file(path, std::string("corrupt gzip data in the header (zlib: ") +
+                     (z->msg ? z->msg : "data error") + ")");
+    }
+    if (ret == Z_MEM_ERROR) throw std::bad_alloc();
+    if (consumed == 0 && produced == 0)
+      break;  // input exhausted: the parser reports the short header
+  }
+  out.resize(have);
+  return out;
+}
+
+ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed,
+                        const std::string& path) {
+  const uint64_t max_out = static_cast<uint64_t>(size) * kMaxDeflateRatio + 1024;
+  // Size the output from the header; ISIZE (size mod 2^32) may say the
+  // stream carries a few trailing bytes more.
+  uint64_t out_size = needed;
+  bool try_libdeflate = size >= 18;
+  if (try_libdeflate) {
+    const uint8_t* t = data + size - 4;
+    const uint64_t isize =
+        uint64_t{t[0]} | uint64_t{t[1]} << 8 | uint64_t{t[2]} << 16 | uint64_t{t[3]} << 24;
+    if ((needed & 0xffffffffu) != isize) {
+      uint64_t candidate = (needed & ~uint64_t{0xffffffffu}) | isize;
+      if (candidate < needed) candidate += uint64_t{1} << 32;
+      const uint64_t slack = std::max<uint64_t>(uint64_t{64} << 20, needed / 4);
+      if (candidate - needed <= slack && candidate <= max_out) {
+        out_size = candidate;
+      } else {
+        try_libdeflate = false;  // multi-member or corrupt: zlib tells which
+      }
+    }
+  }
+  if (out_size > std::numeric_limits<size_t>::max()) throw std::bad_alloc();
+  ByteBuffer out = ByteBuffer::allocate(static_cast<size_t>(out_size));
+  if (try_libdeflate) {
+    size_t in_used = 0, out_got = 0;
+    const libdeflate_result r =
+        libdeflate_gzip_decompress_ex(thread_decompressor(), data, size, out.data.get(),
+                                      static_cast<size_t>(out_size), &in_used, &out_got);
+    if (r == LIBDEFLATE_SUCCESS && out_got >= needed) {
+      out.size = out_got;
+      return out;
+    }
+    if (r == LIBDEFLATE_SUCCESS && in_used >= size) {
+      fail_file(path, "truncated: the gzip data holds " + std::to_string(out_got) +
+                     " bytes, the header needs " + std::to_string(needed) +
+                     " (vox_offset + voxel data)");
+    }
+    // Multi-member, a longer stream than ISIZE said, or corruption: zlib
+    // decides, and names the problem.
+  }
+  out.size = zlib_stream(data, size, out.data.get(), static_cast<size_t>(out_size),
+                         static_cast<size_t>(needed), path);
+  return out;
+}
+
+}  // namespace volshard::detail

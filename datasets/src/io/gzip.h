@@ -1,0 +1,38 @@
+#pragma once
+// gzip decompression for NIfTI files (private to datasets): knows gzip, not
+// NIfTI; the header parser says how many bytes it needs.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "volshard/core/file_io.h"  // ByteBuffer
+
+namespace volshard::detail {
+
+/// The gzip magic (1f 8b) at the start.
+inline bool is_gzip(const uint8_t* data, size_t size) {
+  return size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
+}
+
+/// Decompresses the NIfTI header that starts a gzip stream: up to `max_bytes`
+/// of output (fewer if the stream is shorter). Throws naming the path on
+/// corrupt data; a short result is left to the header parser to report.
+std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_bytes,
+                                   const std::string& path);
+
+/// Deflate cannot expand data by more than 1032:1 (258-byte matches in
+/// 2-bit codes); a header promising more than that from the file is lying.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+/// Inflates a whole gzip file in memory whose output must hold at least
+/// `needed` bytes (the header's vox_offset + data bytes), into a buffer sized
+/// from `needed` and the ISIZE trailer: libdeflate in one call, streaming zlib
+/// for multi-member or disagreeing streams. The result may be longer than
+/// `needed`. Throws std::runtime_error naming the path on truncated or
+/// corrupt data.
+ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed,
+                        const std::string& path);
+
+}  // namespace volshard::detail

@@ -1,0 +1,350 @@
+#include "volshard/datasets/loader.h"
+
+#include <ATen/ATen.h>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "volshard/core/seed_streams.h"
+
+namespace volshard {
+
+bool tune_allocator_for_volumes() {
+#if defined(__GLIBC__)
+  // One arena: a batch allocated by a loader worker would otherwise live in
+  // that thread's arena, whose 64 MiB heaps glibc unmaps as soon as they
+  // empty, trim threshold or not (measured: ~2000 page faults per volume).
+  return mallopt(M_MMAP_THRESHOLD, 256 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 &&
+         mallopt(M_ARENA_MAX, 1) == 1;
+#else
+  return false;
+#endif
+}
+
+void LoaderOptions::validate() const {
+  if (batch_size < 1)
+    throw std::invalid_argument("DataLoader: batch_size=" + std::to_string(batch_size) +
+                                " must be >= 1");
+  if (workers < 0)
+    throw std::invalid_argument("DataLoader: workers=" + std::to_string(workers) + " must be >= 0");
+  if (prefetch_batches < 1) {
+    throw std::invalid_argument("DataLoader: prefetch_batches=" + std::to_string(prefetch_batches) +
+                                " must be >= 1");
+  }
+  if (pin_memory == PinMemory::kOn && !at::hasCUDA()) {
+    throw std::invalid_argument(
+        "DataLoader: pin_memory=on needs a CUDA build of LibTorch and a visible GPU (at::hasCUDA() "
+        "is false); "
+        "use auto or off");
+  }
+}
+
+namespace {
+
+// The row shape a sample takes in a batch: C x its (view's) spatial shape.
+std::vector<int64_t> row_shape(const at::Tensor& t, const std::array<int64_t, 3>& spatial) {
+  return {t.size(0), spatial[0], spatial[1], spatial[2]};
+}
+
+// Uninitialised batch tensors of n rows shaped (and typed) as `first`, the
+// label typed label_dtype when given; pinned: in page-locked memory, which
+// the workers then write the crops into directly (no second copy to pin).
+void allocate_rows(const Sample& first, int64_t n, std::optional<at::ScalarType> label_dtype,
+                   bool pinned, at::Tensor& image, at::Tensor& label) {
+  const auto spatial = view_shape(first);
+  std::vector<int64_t> image_shape{n}, label_shape{n};
+  for (int64_t d : row_shape(first.image, spatial)) image_shape.push_back(d);
+  for (int64_t d : row_shape(first.label, spatial)) label_shape.push_back(d);
+  image = at::empty(image_shape, first.image.options().pinned_memory(pinned));
+  label = at::empty(label_shape, first.label.options()
+                                     .dtype(label_dtype.value_or(first.label.scalar_type()))
+                                     .pinned_memory(pinned));
+}
+
+// Whether s goes into these rows: same shapes and image dtype; the label's
+// dtype too unless labels are converted to label_dtype.
+bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label_rows,
+          std::optional<at::ScalarType> label_dtype) {
+  const auto spatial = view_shape(s);
+  return image_rows.sizes().slice(1) == at::IntArrayRef(row_shape(s.image, spatial)) &&
+         label_rows.sizes().slice(1) == at::IntArrayRef(row_shape(s.label, spatial)) &&
+         s.image.scalar_type() == image_rows.scalar_type() &&
+         (label_dtype || s.label.scalar_type() == label_rows.scalar_type());
+}
+
+}  // namespace
+
+Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype, bool pinned) {
+  Batch batch;
+  if (samples.empty()) return batch;
+  allocate_rows(samples[0], static_cast<int64_t>(samples.size()), label_dtype, pinned, batch.image,
+                batch.label);
+  for (size_t k = 0; k < samples.size(); ++k) {
+    if (!fits(samples[k], batch.image, batch.label, label_dtype)) {
+      throw std::invalid_argument("collate: sample " + std::to_string(k) + " (dataset index " +
+                                  std::to_string(samples[k].meta.index) +
+                                  ") has another shape or dtype than sample 0");
+    }
+  }
+  for (size_t k = 0; k < samples.size(); ++k) {
+    at::Tensor image = batch.image[static_cast<int64_t>(k)],
+               label = batch.label[static_cast<int64_t>(k)];
+    materialize_into(samples[k], image, label);  // the crop, rotation and flip happen here, once
+    batch.meta.push_back(std::move(samples[k].meta));
+  }
+  return batch;
+}
+
+// The loader's state: what the workers share with the consumer, under one
+// mutex. Private, as PyTorch keeps its worker state out of DataLoader's API.
+struct DataLoader::Impl {
+  Impl(SampleSource source, Compose transforms, LoaderOptions options);
+  ~Impl();
+  struct Result;
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch);
+  std::optional<Batch> next();
+  std::vector<Sample> produce(int64_t index, int64_t epoch) const;
+  Result make_result(size_t position, uint64_t generation, int64_t index, int64_t epoch);
+  void worker_loop();
+  void stop_workers();
+
+  SampleSource source_;
+  Compose transforms_;
+  LoaderOptions options_;
+  bool pinned_ = false;
+  std::vector<int64_t> indices_;
+  int64_t epoch_ = 0;
+  int64_t num_batches_ = 0;
+  int64_t next_batch_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable result_ready_;
+  size_t next_position_ = 0;  ///< next position a worker takes
+  uint64_t generation_ = 0;   ///< bumped per epoch so stale results are dropped
+  struct Result {
+    std::vector<Sample> samples;  ///< lazy, or (written) views of their batch rows
+    bool written = false;         ///< already in rows_[batch]
+    std::exception_ptr error;     ///< rethrown when the batch holding it is asked for
+  };
+  std::map<size_t, Result> results_;
+  /// Each batch's tensors, allocated by the first volume of the batch that is
+  /// ready; workers write their crops straight into their rows.
+  struct Rows {
+    at::Tensor image, label;
+    int64_t per_volume = 0;
+  };
+  std::map<int64_t, Rows> rows_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+DataLoader::Impl::Impl(SampleSource source, Compose transforms, LoaderOptions options)
+    : source_(std::move(source)), transforms_(std::move(transforms)), options_(options) {
+  options_.validate();
+  if (!source_) throw std::invalid_argument("DataLoader: source is empty");
+  pinned_ = options_.pin_memory == PinMemory::kOn ||
+            (options_.pin_memory == PinMemory::kAuto && at::hasCUDA());
+  for (int64_t w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+}
+
+DataLoader::Impl::~Impl() { stop_workers(); }
+
+void DataLoader::Impl::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+std::vector<Sample> DataLoader::Impl::produce(int64_t index, int64_t epoch) const {
+  try {
+    Sample sample = source_(index);
+    sample.meta.index = index;
+    const uint64_t seed = SeedStreams(options_.seed).sample_seed(index, epoch);
+    return transforms_.lazy(std::move(sample), seed);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("DataLoader: dataset index " + std::to_string(index) + ": " +
+                             e.what());
+  }
+}
+
+// Produces the samples of `position` and, when they fit the rows of their
+// batch (the usual case: every volume gives the same number of same-shaped
+// crops), writes them straight into those rows: the crop, rotation and flip
+// cost one copy, made by the worker, and next() has nothing left to copy.
+auto DataLoader::Impl::make_result(size_t position, uint64_t generation, int64_t index,
+                                   int64_t epoch) -> Result {
+  Result result;
+  try {
+    result.samples = produce(index, epoch);
+  } catch (...) {
+    result.error = std::current_exception();
+    return result;
+  }
+  try {
+    const auto batch_size = static_cast<size_t>(options_.batch_size);
+    const auto batch = static_cast<int64_t>(position / batch_size);
+    const auto slot = static_cast<int64_t>(position % batch_size);
+    Rows rows;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation != generation_ || result.samples.empty()) return result;
+      Rows& r = rows_[batch];
+      if (!r.image.defined()) {
+        const size_t begin = static_cast<size_t>(batch) * batch_size;
+        const auto volumes =
+            static_cast<int64_t>(std::min(indices_.size(), begin + batch_size) - begin);
+        r.per_volume = static_cast<int64_t>(result.samples.size());
+        allocate_rows(result.samples[0], volumes * r.per_volume, options_.label_dtype, pinned_,
+                      r.image, r.label);
+      }
+      rows = r;
+    }
+    if (static_cast<int64_t>(result.samples.size()) != rows.per_volume) return result;
+    for (const Sample& s : result.samples) {
+      if (!fits(s, rows.image, rows.label, options_.label_dtype))
+        return result;  // next() collates this batch (and names the misfit)
+    }
+    for (size_t k = 0; k < result.samples.size(); ++k) {
+      Sample& s = result.samples[k];
+      const int64_t row = slot * rows.per_volume + static_cast<int64_t>(k);
+      at::Tensor image = rows.image[row], label = rows.label[row];
+      materialize_into(s, image, label);
+      s.image = image;
+      s.label = label;
+      s.view.reset();
+      s.indices.reset();
+    }
+    result.written = true;
+  } catch (const std::exception& e) {
+    result.error = std::make_exception_ptr(
+        std::runtime_error("DataLoader: dataset index " + std::to_string(index) + ": " + e.what()));
+  }
+  return result;
+}
+
+void DataLoader::Impl::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++generation_;
+    indices_ = std::move(indices);
+    epoch_ = epoch;
+    const auto n = static_cast<int64_t>(indices_.size());
+    num_batches_ = options_.drop_last_batch
+                       ? n / options_.batch_size
+                       : n / options_.batch_size + (n % options_.batch_size != 0 ? 1 : 0);
+    if (options_.drop_last_batch)
+      indices_.resize(static_cast<size_t>(num_batches_ * options_.batch_size));
+    next_batch_ = 0;
+    next_position_ = 0;
+    results_.clear();
+    rows_.clear();
+  }
+  work_ready_.notify_all();
+}
+
+void DataLoader::Impl::worker_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    // Bounded prefetch: only positions of the batches up to next_batch_ + prefetch.
+    const auto limit = [&] {
+      return std::min(
+          indices_.size(),
+          static_cast<size_t>((next_batch_ + options_.prefetch_batches) * options_.batch_size));
+    };
+    work_ready_.wait(lock, [&] { return stopping_ || next_position_ < limit(); });
+    if (stopping_) return;
+    const size_t position = next_position_++;
+    const uint64_t generation = generation_;
+    const int64_t index = indices_[position];
+    const int64_t epoch = epoch_;
+    lock.unlock();
+    Result result = make_result(position, generation, index, epoch);
+    lock.lock();
+    if (generation != generation_) continue;  // an epoch restarted meanwhile
+    results_.emplace(position, std::move(result));
+    result_ready_.notify_all();
+  }
+}
+
+std::optional<Batch> DataLoader::Impl::next() {
+  if (next_batch_ >= num_batches_) return std::nullopt;
+  const size_t begin = static_cast<size_t>(next_batch_ * options_.batch_size);
+  const size_t end = std::min(indices_.size(), begin + static_cast<size_t>(options_.batch_size));
+  std::vector<Result> parts;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (threads_.empty()) {
+    for (size_t p = begin; p < end; ++p)
+      parts.push_back(make_result(p, generation_, indices_[p], epoch_));
+  } else {
+    std::unique_lock<std::mutex> lock(mutex_);
+    result_ready_.wait(lock, [&] {
+      for (size_t p = begin; p < end; ++p) {
+        if (!results_.count(p)) return false;
+      }
+      return true;
+    });
+    for (size_t p = begin; p < end; ++p) parts.push_back(std::move(results_.extract(p).mapped()));
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Rows rows;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto node = rows_.extract(next_batch_);
+    if (!node.empty()) rows = node.mapped();
+    ++next_batch_;
+  }
+  work_ready_.notify_all();
+  for (const Result& r : parts) {
+    if (r.error) std::rethrow_exception(r.error);
+  }
+  bool all_written = true;
+  for (const Result& r : parts) all_written = all_written && r.written;
+  Batch batch;
+  if (all_written && rows.image.defined()) {
+    batch.image = rows.image;
+    batch.label = rows.label;
+    for (Result& r : parts) {
+      for (Sample& s : r.samples) batch.meta.push_back(std::move(s.meta));
+    }
+  } else {
+    std::vector<Sample> samples;
+    for (Result& r : parts) {
+      for (Sample& s : r.samples) samples.push_back(std::move(s));
+    }
+    batch = collate(std::move(samples), options_.label_dtype, pinned_);
+  }
+  batch.step = next_batch_ - 1;
+  batch.wait_seconds = waited;
+  return batch;
+}
+
+DataLoader::DataLoader(SampleSource source, Compose transforms, LoaderOptions options)
+    : impl_(std::make_unique<Impl>(std::move(source), std::move(transforms), options)) {}
+DataLoader::~DataLoader() = default;
+void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+  impl_->start_epoch(std::move(indices), epoch);
+}
+std::optional<Batch> DataLoader::next() { return impl_->next(); }
+int64_t DataLoader::num_batches() const { return impl_->num_batches_; }
+const LoaderOptions& DataLoader::options() const { return impl_->options_; }
+bool DataLoader::pinned() const { return impl_->pinned_; }
+
+}  // namespace volshard

@@ -1,0 +1,292 @@
+#include "volshard/datasets/loader.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include "transforms/augmentation_test_util.h"
+
+namespace volshard {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Volume i: a 1 x 12 x 10 x 8 image of noise seeded by i, label = image > 0.7.
+Sample toy_volume(int64_t index) {
+  at::Tensor image = at::empty({1, 12, 10, 8});
+  StreamRng rng(static_cast<uint64_t>(index) * 7919 + 1);
+  float* p = image.data_ptr<float>();
+  for (int64_t k = 0; k < image.numel(); ++k) p[k] = static_cast<float>(rng.uniform_double());
+  Sample s;
+  s.image = image;
+  s.label = (image > 0.7).to(at::kFloat);
+  return s;
+}
+
+Compose toy_pipeline() { return test_augmentation({6, 4, 6}, 3); }
+
+std::vector<Batch> run_epoch(DataLoader& loader, const std::vector<int64_t>& indices,
+                             int64_t epoch) {
+  loader.start_epoch(indices, epoch);
+  std::vector<Batch> out;
+  while (auto b = loader.next()) out.push_back(std::move(*b));
+  return out;
+}
+
+bool same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (!at::equal(a[k].image, b[k].image) || !at::equal(a[k].label, b[k].label)) return false;
+    for (size_t m = 0; m < a[k].meta.size(); ++m) {
+      if (a[k].meta[m].index != b[k].meta[m].index ||
+          a[k].meta[m].crop_start != b[k].meta[m].crop_start ||
+          a[k].meta[m].rot90_k != b[k].meta[m].rot90_k) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The same volume stored in NIfTI file order (a permuted view, as
+// read_volume's kFileOrderView gives it): the same values, other strides.
+Sample toy_volume_file_order(int64_t index) {
+  Sample s = toy_volume(index);
+  s.image = s.image.permute({0, 3, 2, 1}).contiguous().permute({0, 3, 2, 1});
+  return s;
+}
+
+// The same volume with a compact uint8 label (PairOptions::compact_label).
+Sample toy_volume_compact_label(int64_t index) {
+  Sample s = toy_volume(index);
+  s.label = s.label.to(at::kByte);
+  return s;
+}
+
+// Batches are float32 labels (MONAI's) whatever the samples hold, and a
+// compact label gives the same batches, with 0 or 2 workers; label_dtype
+// nullopt keeps the samples' dtype.
+TEST(DataLoaderTest, CompactUint8LabelsGiveTheSameFloatBatches) {
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4};
+  for (const int64_t workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.workers = workers;
+    DataLoader floats(toy_volume, toy_pipeline(), o);
+    DataLoader compact(toy_volume_compact_label, toy_pipeline(), o);
+    const auto a = run_epoch(floats, indices, 1), b = run_epoch(compact, indices, 1);
+    ASSERT_FALSE(b.empty());
+    EXPECT_EQ(b[0].label.scalar_type(), at::kFloat);
+    EXPECT_TRUE(same_batches(a, b)) << workers << " workers";
+    o.label_dtype = std::nullopt;
+    DataLoader own(toy_volume_compact_label, toy_pipeline(), o);
+    const auto c = run_epoch(own, indices, 1);
+    EXPECT_EQ(c[0].label.scalar_type(), at::kByte);
+    EXPECT_TRUE(at::equal(c[0].label.to(at::kFloat), a[0].label));
+  }
+}
+
+// pin_memory: auto pins exactly where CUDA is (never on this CPU build), off
+// never pins, and on is refused without CUDA, naming the option; with CUDA,
+// on pins both tensors of every batch (for 0 and 2 workers) and of collate's
+// when asked, and the batches hold the same values.
+TEST(DataLoaderTest, PinsBatchesOnlyWhereCudaIs) {
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4};
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.pin_memory = PinMemory::kOff;
+  DataLoader pageable(toy_volume, toy_pipeline(), o);
+  EXPECT_FALSE(pageable.pinned());
+  const auto reference = run_epoch(pageable, indices, 1);
+  for (const Batch& b : reference) EXPECT_FALSE(b.image.is_pinned() || b.label.is_pinned());
+  o.pin_memory = PinMemory::kAuto;
+  DataLoader automatic(toy_volume, toy_pipeline(), o);
+  EXPECT_EQ(automatic.pinned(), at::hasCUDA());
+  for (const Batch& b : run_epoch(automatic, indices, 1)) {
+    EXPECT_EQ(b.image.is_pinned(), at::hasCUDA());
+    EXPECT_EQ(b.label.is_pinned(), at::hasCUDA());
+  }
+  o.pin_memory = PinMemory::kOn;
+  if (!at::hasCUDA()) {
+    try {
+      DataLoader refused(toy_volume, toy_pipeline(), o);
+      FAIL() << "pin_memory=on was accepted without CUDA";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("pin_memory=on"));
+    }
+    return;
+  }
+  for (const int64_t workers : {0, 2}) {
+    o.workers = workers;
+    DataLoader pinned(toy_volume, toy_pipeline(), o);
+    const auto batches = run_epoch(pinned, indices, 1);
+    EXPECT_TRUE(same_batches(reference, batches)) << workers << " workers";
+    for (const Batch& b : batches) EXPECT_TRUE(b.image.is_pinned() && b.label.is_pinned());
+  }
+  std::vector<Sample> samples{toy_volume(1), toy_volume(2)};
+  EXPECT_TRUE(collate(samples, at::kFloat, true).image.is_pinned());
+}
+
+TEST(DataLoaderTest, WorkersWriteCropsIntoTheBatchAsTheEagerPipelineMakesThemForAnySourceLayout) {
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.workers = 2;
+  o.seed = 5;
+  DataLoader contiguous(toy_volume, toy_pipeline(), o);
+  DataLoader file_order(toy_volume_file_order, toy_pipeline(), o);
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4, 6, 0};
+  const auto a = run_epoch(contiguous, indices, 2);
+  EXPECT_TRUE(same_batches(a, run_epoch(file_order, indices, 2)));
+  const Compose pipeline = toy_pipeline();
+  for (size_t b = 0; b < a.size(); ++b) {
+    std::vector<Sample> expected;
+    for (size_t p = b * 3; p < std::min(indices.size(), b * 3 + 3); ++p) {
+      Sample s = toy_volume(indices[p]);
+      s.meta.index = indices[p];
+      for (auto& crop : pipeline(std::move(s), SeedStreams(5).sample_seed(indices[p], 2)))
+        expected.push_back(crop);
+    }
+    const Batch e = collate(std::move(expected));
+    EXPECT_TRUE(at::equal(a[b].image, e.image)) << "batch " << b;
+    EXPECT_TRUE(at::equal(a[b].label, e.label)) << "batch " << b;
+    EXPECT_TRUE(a[b].image.is_contiguous());
+  }
+}
+
+TEST(DataLoaderTest, AVolumeWhoseCropsDoNotFitTheBatchIsNamed) {
+  const SampleSource source = [](int64_t index) {
+    Sample s = toy_volume(index);
+    if (index == 6) s.image = at::cat({s.image, s.image});  // two channels
+    return s;
+  };
+  for (int64_t workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.workers = workers;
+    DataLoader loader(source, toy_pipeline(), o);
+    loader.start_epoch({2, 6}, 0);
+    try {
+      loader.next();
+      FAIL() << "no error with " << workers << " workers";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("collate: sample"));
+      EXPECT_THAT(e.what(), HasSubstr("another shape or dtype than sample 0"));
+    }
+  }
+}
+
+TEST(DataLoaderTest, FlattensCropsOfEachVolumeIntoTheBatchAsListDataCollate) {
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = 2;
+  DataLoader loader(toy_volume, toy_pipeline(), o);
+  const auto batches = run_epoch(loader, {4, 1, 3, 0, 2}, 0);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[0].image.sizes(), (std::vector<int64_t>{6, 1, 6, 4, 6}));
+  EXPECT_EQ(batches[0].label.sizes(), (std::vector<int64_t>{6, 1, 6, 4, 6}));
+  EXPECT_EQ(batches[2].image.size(0), 3);  // the short last batch: one volume
+  std::vector<int64_t> order;
+  for (const auto& m : batches[0].meta) order.push_back(m.index * 10 + m.patch_index);
+  EXPECT_EQ(order, (std::vector<int64_t>{40, 41, 42, 10, 11, 12}));
+  o.drop_last_batch = true;
+  DataLoader dropping(toy_volume, toy_pipeline(), o);
+  EXPECT_EQ(run_epoch(dropping, {4, 1, 3, 0, 2}, 0).size(), 2u);
+}
+
+TEST(DataLoaderTest, EqualsTheSingleProcessPipelineOverTheSameIndices) {
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = 3;
+  o.seed = 11;
+  DataLoader loader(toy_volume, toy_pipeline(), o);
+  const auto batches = run_epoch(loader, {2, 5}, 4);
+  const Compose pipeline = toy_pipeline();
+  std::vector<Sample> expected;
+  for (int64_t i : {2, 5}) {
+    Sample s = toy_volume(i);
+    s.meta.index = i;
+    for (auto& c : pipeline(std::move(s), SeedStreams(11).sample_seed(i, 4)))
+      expected.push_back(std::move(c));
+  }
+  const Batch direct = collate(std::move(expected));
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_TRUE(at::equal(batches[0].image, direct.image));
+  EXPECT_TRUE(at::equal(batches[0].label, direct.label));
+}
+
+RC_GTEST_PROP(DataLoaderProperty, BatchesAreByteIdenticalForZeroOneTwoAndFourWorkers, ()) {
+  const auto n = *rc::gen::inRange<int64_t>(1, 12);
+  std::vector<int64_t> indices;
+  for (int64_t k = 0; k < n; ++k) indices.push_back(*rc::gen::inRange<int64_t>(0, 50));
+  LoaderOptions o;
+  o.batch_size = *rc::gen::inRange<int64_t>(1, 4);
+  o.prefetch_batches = *rc::gen::inRange<int64_t>(1, 3);
+  o.seed = *rc::gen::arbitrary<uint64_t>();
+  const auto epoch = *rc::gen::inRange<int64_t>(0, 5);
+  std::vector<std::vector<Batch>> runs;
+  for (int64_t workers : {0, 1, 2, 4}) {
+    o.workers = workers;
+    DataLoader loader(toy_volume, toy_pipeline(), o);
+    runs.push_back(run_epoch(loader, indices, epoch));
+  }
+  for (size_t r = 1; r < runs.size(); ++r) RC_ASSERT(same_batches(runs[0], runs[r]));
+}
+
+TEST(DataLoaderTest, EpochsDrawDifferentAugmentationsAndRepeatExactly) {
+  LoaderOptions o;
+  o.workers = 2;
+  DataLoader loader(toy_volume, toy_pipeline(), o);
+  const auto e0 = run_epoch(loader, {1, 2, 3, 4}, 0);
+  const auto e1 = run_epoch(loader, {1, 2, 3, 4}, 1);
+  const auto again = run_epoch(loader, {1, 2, 3, 4}, 0);
+  EXPECT_FALSE(same_batches(e0, e1));
+  EXPECT_TRUE(same_batches(e0, again));
+}
+
+TEST(DataLoaderTest, PrefetchesNoMoreThanItsBound) {
+  std::atomic<int64_t> produced{0};
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = 4;
+  o.prefetch_batches = 1;
+  DataLoader loader(
+      [&](int64_t i) {
+        ++produced;
+        return toy_volume(i);
+      },
+      toy_pipeline(), o);
+  loader.start_epoch({0, 1, 2, 3, 4, 5, 6, 7}, 0);
+  ASSERT_TRUE(loader.next().has_value());
+  // batch 0 taken; workers may prepare batch 1 only: at most 4 volumes so far.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_LE(produced.load(), 4);
+  EXPECT_GE(produced.load(), 2);
+}
+
+TEST(DataLoaderTest, RethrowsAWorkersErrorNamingTheIndex) {
+  LoaderOptions o;
+  o.workers = 2;
+  DataLoader loader(
+      [](int64_t i) -> Sample {
+        if (i == 3) throw std::runtime_error("cannot read img3.nii.gz");
+        return toy_volume(i);
+      },
+      toy_pipeline(), o);
+  loader.start_epoch({0, 1, 3, 2}, 0);
+  ASSERT_TRUE(loader.next().has_value());
+  try {
+    (void)loader.next();
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("dataset index 3: cannot read img3.nii.gz"));
+  }
+  LoaderOptions bad;
+  bad.batch_size = 0;
+  EXPECT_THROW(DataLoader(toy_volume, toy_pipeline(), bad), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace volshard

@@ -1,0 +1,52 @@
+// volshard synth: MONAI-style synthetic image/label volumes.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+
+#include "commands.h"
+#include "volshard/datasets/synthetic_dataset.h"
+
+namespace volshard::cli {
+
+Run add_synth_command(CLI::App& app) {
+  struct State {
+    SynthOptions synth;
+    int64_t size = 128;
+  };
+  auto s = std::make_shared<State>();
+  s->synth.volume.num_seg_classes = 1;
+  auto* cmd = app.add_subcommand(
+      "synth", "write MONAI-style synthetic image/label volumes (create_test_image_3d)");
+  cmd->footer("\nExample:\n  volshard synth --out data --count 40 --size 128 --seed 0");
+  cmd->add_option("--out", s->synth.out_dir, "output folder")->required();
+  cmd->add_option("--count", s->synth.count, "number of image/label pairs")->capture_default_str();
+  cmd->add_option("--size", s->size, "edge length of the cubic volumes, voxels")
+      ->capture_default_str();
+  cmd->add_option("--seed", s->synth.seed, "base seed; volume i uses a seed derived from (seed, i)")
+      ->capture_default_str();
+  cmd->add_option("--noise", s->synth.volume.noise_max, "uniform noise maximum (0: noise-free)")
+      ->capture_default_str();
+  cmd->add_option("--classes", s->synth.volume.num_seg_classes, "segmentation classes")
+      ->capture_default_str();
+  cmd->add_option("--threads", s->synth.threads, "writer threads (output does not depend on it)")
+      ->capture_default_str();
+  return [s] {
+    if (s->size < 1) throw std::invalid_argument("--size=" + std::to_string(s->size) + " must be >= 1");
+    s->synth.volume.height = s->synth.volume.width = s->synth.volume.depth = s->size;
+    if (::isatty(STDERR_FILENO)) {
+      s->synth.progress = [](int64_t done, int64_t count) {
+        std::fprintf(stderr, "\rsynth %lld/%lld", static_cast<long long>(done),
+                     static_cast<long long>(count));
+        if (done == count) std::fprintf(stderr, "\n");
+      };
+    }
+    write_synthetic_dataset(s->synth);
+    std::cout << "wrote " << s->synth.count << " image/label pairs to " << s->synth.out_dir << "\n";
+    return 0;
+  };
+}
+
+}  // namespace volshard::cli

@@ -1,0 +1,124 @@
+// volshard train: launcher or worker, as torchrun users expect.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "volshard/trainer/launch.h"
+#include "volshard/trainer/rendezvous.h"
+#include "volshard/trainer/train.h"
+
+namespace volshard::cli {
+namespace {
+
+struct TrainLaunch {
+  int64_t nproc_per_node = 1;  ///< > 1: start that many local workers (like mp.spawn)
+  int64_t nnodes = 1;
+  int64_t node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;      ///< 0: a free port
+  std::string init_method;  ///< env:// | tcp://host:port | file:///path; empty: env:// when launched
+  int64_t rank = -1;        ///< with tcp:// or file://
+  int64_t world_size = -1;
+};
+
+std::atomic<int> g_stop_signal{0};
+void request_stop(int sig) { g_stop_signal.store(sig); }
+
+// Launcher or worker: with --nproc-per-node > 1 (or --nnodes > 1) and no
+// RANK in the environment it checks the configuration, starts the workers and
+// waits; under torchrun or srun (RANK or SLURM_PROCID set), or with an init
+// method, it is one rank; otherwise a single process. SIGINT/SIGTERM stop
+// after the current step with a checkpoint.
+int train_command(const TrainOptions& options, const TrainLaunch& launch,
+                  const std::vector<std::string>& argv) {
+  const bool launched = launched_by_launcher();
+  if ((launch.nproc_per_node > 1 || launch.nnodes > 1) && !launched && launch.init_method.empty()) {
+    LaunchOptions lo;
+    lo.nproc_per_node = launch.nproc_per_node;
+    lo.nnodes = launch.nnodes;
+    lo.node_rank = launch.node_rank;
+    lo.master_addr = launch.master_addr;
+    lo.master_port = launch.master_port;
+    lo.command = argv;
+    lo.grace_seconds = std::min(options.timeout_s + 5, 60.0);
+    lo.validate();
+    check_training_config(options, lo.nnodes * lo.nproc_per_node);  // before any worker starts
+    return run_workers(lo);
+  }
+
+  Rendezvous r;
+  if (launched || !launch.init_method.empty()) {
+    r = parse_rendezvous(launch.init_method.empty() ? "env://" : launch.init_method, launch.rank,
+                         launch.world_size);
+  } else {
+    r.source = "single process";
+  }
+  if (!launched) check_training_config(options, r.world_size);
+  TrainOptions o = options;
+  o.local_world_size = r.local_world_size;
+
+  struct sigaction sa {};
+  sa.sa_handler = request_stop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  CommOptions co;
+  co.backend = o.backend;
+  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  try {
+    Communicator comm(r, co);
+    const TrainSummary s = train(o, comm, [] { return g_stop_signal.load() != 0; });
+    if (r.rank == 0) {
+      const std::filesystem::path run(o.out_dir);
+      std::cout << (s.interrupted ? "stopped" : "done") << " after " << s.global_step
+                << " steps: " << (run / "model.pt").string() << ", "
+                << (run / "checkpoint.pt").string() << ", " << (run / "metrics.jsonl").string()
+                << ", " << (run / "curves.png").string() << "\n";
+      if (s.interrupted) std::cout << "resume with: --resume " << o.out_dir << "\n";
+    }
+    return s.interrupted && g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 0;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "volshard train: rank " << r.rank << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "volshard train: rank " << r.rank << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace
+
+Run add_train_command(CLI::App& app, const std::vector<std::string>& argv) {
+  struct State {
+    TrainOptions train;
+    TrainLaunch launch;
+  };
+  auto s = std::make_shared<State>();
+  auto* cmd =
+      app.add_subcommand("train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)");
+  cmd->footer(
+      "\nExamples:\n"
+      "  volshard train --data data --out run --epochs 2 --nproc-per-node 2 --crop 32\n"
+      "  volshard train --config run/config.json --resume run");
+  add_train_flags(cmd, s->train);
+  TrainLaunch& l = s->launch;
+  cmd->add_option("--nproc-per-node", l.nproc_per_node, "local worker processes to start")
+      ->capture_default_str();
+  cmd->add_option("--nnodes", l.nnodes, "machines taking part")->capture_default_str();
+  cmd->add_option("--node-rank", l.node_rank, "this machine's index")->capture_default_str();
+  cmd->add_option("--master-addr", l.master_addr, "rank 0's machine")->capture_default_str();
+  cmd->add_option("--master-port", l.master_port, "rank 0's port (0: a free port)")
+      ->capture_default_str();
+  cmd->add_option("--init-method", l.init_method, "env:// | tcp://host:port | file:///path");
+  cmd->add_option("--rank", l.rank, "with --init-method tcp:// or file://");
+  cmd->add_option("--world-size", l.world_size, "with --init-method tcp:// or file://");
+  return [s, argv] { return train_command(s->train, s->launch, argv); };
+}
+
+}  // namespace volshard::cli

@@ -1,0 +1,185 @@
+#pragma once
+// What `volshard train` and `volshard predict` take, each field written once:
+// the table in for_each_field drives validate(), the JSON of RUN/config.json
+// and the command-line flags (tools/volshard), so a new option is one line.
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "volshard/datasets/feed.h"
+#include "volshard/trainer/comm.h"
+#include "volshard/trainer/unet.h"
+
+namespace volshard {
+
+enum class Optimizer { kAdam, kSgd };
+enum class LrSchedule { kConstant, kCosine, kPoly };  ///< per step; poly has power 0.9
+enum class PredictOutput { kLogits, kProb, kLabel };
+
+/// The names of an enum's values, as the JSON and the flags spell them.
+const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer);
+const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule);
+const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutput);
+const std::vector<std::pair<std::string, Backend>>& enum_names(Backend);
+const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind);
+
+/// The name of `value` in enum_names.
+template <class E>
+std::string enum_name(E value) {
+  for (const auto& [name, v] : enum_names(E{}))
+    if (v == value) return name;
+  return "?";
+}
+
+/// One row of an options table: the JSON key (the flag is "--" + key with
+/// '-' for '_'), the help text, and the closed or open bounds of a number.
+struct Field {
+  const char* key;
+  const char* help;
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool in_json = true;  ///< false: a flag only (not saved in RUN/config.json)
+
+  Field(const char* k, const char* h) : key(k), help(h) {}
+  Field& at_least(double v) { return lo = v, *this; }
+  Field& above(double v) { return lo = v, lo_open = true, *this; }
+  Field& at_most(double v) { return hi = v, *this; }
+  Field& below(double v) { return hi = v, hi_open = true, *this; }
+  Field& flag_only() { return in_json = false, *this; }
+  /// "--batch-size"
+  std::string flag() const;
+  /// Throws std::invalid_argument "<who>: --flag=value must be in [lo, hi]"
+  /// (or ">= lo", "> lo", ...) when `value` is outside the bounds.
+  void check(double value, const std::string& value_text, const std::string& who) const;
+};
+
+/// The network's fields, shared by train and predict.
+template <class Self, class Visit>
+void for_each_model_field(Self& m, Visit&& visit) {
+  visit(Field("in_channels", "input channels of the UNet (image channels)").at_least(1),
+        m.in_channels);
+  visit(Field("out_channels", "output channels of the UNet (1: binary, sigmoid)").at_least(1),
+        m.out_channels);
+  visit(Field("channels", "feature channels per level, comma-separated"), m.channels);
+  visit(Field("strides", "down-sampling stride per level, comma-separated (one fewer)"),
+        m.strides);
+  visit(Field("res_units", "residual units per block (0: plain convolutions)").at_least(0),
+        m.num_res_units);
+  visit(Field("norm", "instance | batch (SyncBatchNorm over ranks)"), m.norm);
+  visit(Field("dropout", "dropout probability").at_least(0).below(1), m.dropout);
+}
+
+struct TrainOptions {
+  // Data
+  std::string data_dir;  ///< image/label pairs (see image_glob, label_glob)
+  std::string datalist;  ///< or a MONAI/Decathlon JSON datalist ("training", "validation")
+  std::string image_glob = "img*";
+  std::string label_glob = "seg*";
+  double val_fraction = 0.2;  ///< --data only: the last fraction of pairs validates
+  double cache_rate = 1.0;    ///< fraction of training volumes whose prefix stays in memory
+  std::string cache_dir;      ///< also persist the prepared prefix here (warm restarts)
+  int64_t workers = 2;        ///< loader threads per rank
+  std::string out_dir;        ///< RUN folder
+  // Schedule
+  int64_t epochs = 5;
+  int64_t batch_size = 2;  ///< volumes per rank and step
+  FeedOptions feed;        ///< crop, crops per volume, rotation: what the network is fed
+  Optimizer optimizer = Optimizer::kAdam;
+  double lr = 1e-3;
+  double momentum = 0.9;  ///< sgd
+  double weight_decay = 0.0;
+  LrSchedule lr_schedule = LrSchedule::kConstant;
+  uint64_t seed = 0;
+  UNetOptions model;
+  // Validation
+  int64_t val_every = 1;  ///< epochs; 0: never
+  int64_t roi = 0;        ///< sliding-window size for validation; 0: the crop size
+  double overlap = 0.25;
+  // Checkpoints and faults
+  int64_t checkpoint_every = 0;  ///< also every k steps (mid-epoch); 0: at epoch ends only
+  std::string resume;            ///< RUN folder (or checkpoint file) to continue from
+  std::string init_weights;      ///< state_dict .pt saved by Python/MONAI
+  std::string trace_samples;     ///< JSON lines of every sample fed
+  int64_t max_steps = -1;        ///< stop (with a checkpoint) after this many steps; -1: no limit
+  double timeout_s = 120;        ///< a collective waiting longer for a peer fails
+  // Machine
+  int64_t threads = 0;  ///< intra-op threads per rank; 0: cores / local world size
+  Backend backend = Backend::kGloo;
+  bool deterministic = true;     ///< at::globalContext().setDeterministicAlgorithms
+  int64_t local_world_size = 1;  ///< ranks on this machine (from the launcher; not saved)
+
+  /// Throws std::invalid_argument naming the field (values only; no files).
+  void validate() const;
+  /// Every field of the table that is saved (RUN/config.json).
+  std::string to_json() const;
+
+  /// The table: visit(Field, member) for every option, in help order.
+  template <class Self, class Visit>
+  static void for_each_field(Self& o, Visit&& visit);
+};
+
+template <class Self, class Visit>
+void TrainOptions::for_each_field(Self& o, Visit&& visit) {
+  using F = Field;
+  visit(F("data", "folder of image/label pairs (--image-glob, --label-glob); this or --datalist"),
+        o.data_dir);
+  visit(F("datalist", "MONAI/Decathlon JSON datalist (training, validation); this or --data"),
+        o.datalist);
+  visit(F("image_glob", "--data: image file pattern"), o.image_glob);
+  visit(F("label_glob", "--data: label file pattern"), o.label_glob);
+  visit(F("val_fraction", "--data: fraction of pairs held out for validation").at_least(0).below(1),
+        o.val_fraction);
+  visit(F("cache_rate", "fraction of training volumes kept in memory").at_least(0).at_most(1),
+        o.cache_rate);
+  visit(F("cache_dir", "persist the cached prefix here: a second run starts warm"), o.cache_dir);
+  visit(F("workers", "loader threads per rank").at_least(0), o.workers);
+  visit(F("out", "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)"),
+        o.out_dir);
+  visit(F("epochs", "passes over the training set").at_least(1).at_most(1000000), o.epochs);
+  visit(F("batch_size", "volumes per rank and step").at_least(1), o.batch_size);
+  visit(F("crop", "RandCropByPosNegLabel edge, voxels (cubic)").at_least(1), o.feed.crop);
+  visit(F("num_samples", "crops per volume").at_least(1), o.feed.num_samples);
+  visit(F("allow_smaller", "crops larger than a volume shrink to it"), o.feed.allow_smaller);
+  visit(F("rot90_prob", "RandRotate90 probability").at_least(0).at_most(1), o.feed.rot90_prob);
+  visit(F("optimizer", "adam | sgd"), o.optimizer);
+  visit(F("lr", "learning rate").above(0).at_most(10), o.lr);
+  visit(F("momentum", "sgd momentum").at_least(0).below(1), o.momentum);
+  visit(F("weight_decay", "L2 weight decay").at_least(0), o.weight_decay);
+  visit(F("lr_schedule", "constant | cosine | poly (power 0.9), per step"), o.lr_schedule);
+  visit(F("seed", "base seed of the sampler, augmentation and weights"), o.seed);
+  for_each_model_field(o.model, visit);
+  visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
+  visit(F("roi", "validation sliding-window edge, voxels (0: --crop)").at_least(0), o.roi);
+  visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
+  visit(F("checkpoint_every", "also checkpoint every this many steps (0: epoch ends only)")
+            .at_least(0),
+        o.checkpoint_every);
+  visit(F("max_steps", "stop with a checkpoint after this many steps (-1: no limit)").at_least(-1),
+        o.max_steps);
+  visit(F("resume", "RUN folder or checkpoint.pt to continue from").flag_only(), o.resume);
+  visit(F("init_weights", "state_dict .pt saved by Python/MONAI to start from"), o.init_weights);
+  visit(F("trace_samples", "JSON lines of every crop fed (epoch, step, rank, index, crop, k)"),
+        o.trace_samples);
+  visit(F("timeout", "seconds a collective waits for a lost peer").above(0), o.timeout_s);
+  visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0), o.threads);
+  visit(F("backend", "gloo | nccl"), o.backend);
+  visit(F("deterministic", "deterministic algorithms only"), o.deterministic);
+}
+
+struct PredictOptions {
+  std::string model_path;  ///< state_dict .pt (ours or MONAI's)
+  std::string image_path;
+  std::string out_path;
+  PredictOutput output = PredictOutput::kLabel;
+  int64_t roi = 0;  ///< 0: whole volume; else sliding window of this size
+  double overlap = 0.25;
+  UNetOptions model;
+  /// Throws std::invalid_argument naming the field.
+  void validate() const;
+};
+
+}  // namespace volshard

@@ -1,0 +1,121 @@
+#include "volshard/trainer/options.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <type_traits>
+
+namespace volshard {
+
+const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer) {
+  static const std::vector<std::pair<std::string, Optimizer>> kNames{{"adam", Optimizer::kAdam},
+                                                                     {"sgd", Optimizer::kSgd}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule) {
+  static const std::vector<std::pair<std::string, LrSchedule>> kNames{
+      {"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine}, {"poly", LrSchedule::kPoly}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutput) {
+  static const std::vector<std::pair<std::string, PredictOutput>> kNames{
+      {"logits", PredictOutput::kLogits}, {"prob", PredictOutput::kProb}, {"label", PredictOutput::kLabel}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, Backend>>& enum_names(Backend) {
+  static const std::vector<std::pair<std::string, Backend>> kNames{{"gloo", Backend::kGloo},
+                                                                   {"nccl", Backend::kNccl}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind) {
+  static const std::vector<std::pair<std::string, NormKind>> kNames{
+      {"instance", NormKind::kInstance}, {"batch", NormKind::kBatch}};
+  return kNames;
+}
+
+std::string Field::flag() const {
+  std::string f = std::string("--") + key;
+  for (char& c : f)
+    if (c == '_') c = '-';
+  return f;
+}
+
+void Field::check(double value, const std::string& value_text, const std::string& who) const {
+  const bool low = lo_open ? !(value > lo) : !(value >= lo);
+  const bool high = hi_open ? !(value < hi) : !(value <= hi);
+  if (!low && !high) return;
+  auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  std::string bound;
+  if (std::isinf(hi)) {
+    bound = (lo_open ? "> " : ">= ") + number(lo);
+  } else if (std::isinf(lo)) {
+    bound = (hi_open ? "< " : "<= ") + number(hi);
+  } else {
+    bound = std::string("in ") + (lo_open ? "(" : "[") + number(lo) + ", " + number(hi) +
+            (hi_open ? ")" : "]");
+  }
+  throw std::invalid_argument(who + ": " + flag() + "=" + value_text + " must be " + bound);
+}
+
+namespace {
+
+// Checks every number of a table against its field's bounds.
+struct CheckBounds {
+  std::string who;
+  template <class T>
+  void operator()(const Field& f, const T& value) const {
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+      f.check(static_cast<double>(value), std::to_string(value), who);
+  }
+};
+
+// Writes every saved field of a table into a JSON object; enums by name.
+struct ToJson {
+  nlohmann::json* out;
+  template <class T>
+  void operator()(const Field& f, const T& value) const {
+    if (!f.in_json) return;
+    if constexpr (std::is_enum_v<T>) {
+      (*out)[f.key] = enum_name(value);
+    } else {
+      (*out)[f.key] = value;
+    }
+  }
+};
+
+}  // namespace
+
+void TrainOptions::validate() const {
+  auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (data_dir.empty() == datalist.empty())
+    bad("train: give exactly one of --data DIR and --datalist FILE");
+  if (out_dir.empty()) bad("train: --out RUN is required");
+  for_each_field(*this, CheckBounds{"train"});
+  model.validate();
+  model.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
+  if (roi > 0) model.check_spatial_size({roi, roi, roi}, "train: --roi");
+}
+
+std::string TrainOptions::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for_each_field(*this, ToJson{&j});
+  return j.dump(2);
+}
+
+void PredictOptions::validate() const {
+  if (model_path.empty() || image_path.empty() || out_path.empty())
+    throw std::invalid_argument("predict: --model, --image and --out are required");
+  if (roi < 0) throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
+  if (!(overlap >= 0 && overlap < 1))
+    throw std::invalid_argument("predict: --overlap must be in [0, 1)");
+  model.validate();
+  if (roi > 0) model.check_spatial_size({roi, roi, roi}, "predict: --roi");
+}
+
+}  // namespace volshard

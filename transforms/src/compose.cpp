@@ -1,0 +1,171 @@
+// Transform objects, their factories and Compose.
+
+#include "volshard/transforms/transforms.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "checks.h"
+#include "volshard/core/error.h"
+#include "volshard/core/log.h"
+
+namespace volshard {
+
+using detail::check_probability;
+using detail::check_spatial_axis;
+using detail::spatial_shape;
+
+namespace {
+
+class ScaleIntensity final : public Transform {
+ public:
+  explicit ScaleIntensity(ScaleIntensityOptions o) : options_(o) {}
+  std::vector<Sample> operator()(Sample sample, StreamRng&) const override {
+    sample.image = scale_intensity(sample.image, options_);
+    return {std::move(sample)};
+  }
+  std::string name() const override { return "ScaleIntensity"; }
+
+ private:
+  ScaleIntensityOptions options_;
+};
+
+// The samples with their pending views applied.
+std::vector<Sample> materialize_each(std::vector<Sample> samples) {
+  for (auto& s : samples) s = materialize(std::move(s));
+  return samples;
+}
+
+// Crops, rotations and flips: lazy() composes the view, operator() applies it.
+class Geometric : public Transform {
+ public:
+  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const final {
+    return materialize_each(lazy(std::move(sample), rng));
+  }
+};
+
+class RandCropByPosNegLabel final : public Geometric {
+ public:
+  explicit RandCropByPosNegLabel(PosNegCropOptions o) : options_(o) { options_.validate(); }
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    // The label indices index the stored volume: a crop of an already
+    // rotated or cropped view is drawn from that view's pixels.
+    if (sample.view && !sample.view->is_identity(spatial_shape(sample.image)))
+      sample = materialize(std::move(sample));
+    sample.view.reset();
+    const auto shape = spatial_shape(sample.image);
+    if (spatial_shape(sample.label) != shape) {
+      throw std::invalid_argument("RandCropByPosNegLabel: image " + shape_text(shape) +
+                                  " and label " + shape_text(spatial_shape(sample.label)) +
+                                  " differ in spatial shape");
+    }
+    LabelIndices computed;
+    const LabelIndices* indices = sample.indices.get();
+    if (indices == nullptr) {
+      computed = label_indices(sample.label, options_.use_image_threshold ? &sample.image : nullptr,
+                               options_.image_threshold);
+      indices = &computed;
+    }
+    const auto crops = sample_pos_neg_crops(shape, *indices, options_, rng, &warned_);
+    std::vector<Sample> out;
+    for (size_t k = 0; k < crops.size(); ++k)
+      out.push_back(crop_lazy(sample, crops[k], static_cast<int64_t>(k)));
+    return out;
+  }
+  std::string name() const override { return "RandCropByPosNegLabel"; }
+
+ private:
+  PosNegCropOptions options_;
+  mutable std::atomic<bool> warned_{false};
+};
+
+class RandSpatialCrop final : public Geometric {
+ public:
+  explicit RandSpatialCrop(std::array<int64_t, 3> size) : size_(size) {}
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    return {crop_lazy(sample, sample_spatial_crop(view_shape(sample), size_, rng), 0)};
+  }
+  std::string name() const override { return "RandSpatialCrop"; }
+
+ private:
+  std::array<int64_t, 3> size_;
+};
+
+class RandRotate90 final : public Geometric {
+ public:
+  explicit RandRotate90(Rotate90Options o) : options_(o) { options_.validate(); }
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    return {rotate90_lazy(std::move(sample), sample_rotate90(options_, rng), options_)};
+  }
+  std::string name() const override { return "RandRotate90"; }
+
+ private:
+  Rotate90Options options_;
+};
+
+class RandFlip final : public Geometric {
+ public:
+  explicit RandFlip(FlipOptions o) : options_(std::move(o)) { options_.validate(); }
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    return {flip_lazy(std::move(sample), sample_flip(options_, rng), options_)};
+  }
+  std::string name() const override { return "RandFlip"; }
+
+ private:
+  FlipOptions options_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Transform> make_scale_intensity(ScaleIntensityOptions o) {
+  return std::make_shared<ScaleIntensity>(o);
+}
+std::shared_ptr<const Transform> make_rand_crop_by_pos_neg_label(PosNegCropOptions o) {
+  return std::make_shared<RandCropByPosNegLabel>(o);
+}
+std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size) {
+  return std::make_shared<RandSpatialCrop>(size);
+}
+std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options o) {
+  return std::make_shared<RandRotate90>(o);
+}
+std::shared_ptr<const Transform> make_rand_flip(FlipOptions o) {
+  return std::make_shared<RandFlip>(std::move(o));
+}
+
+Compose::Compose(std::vector<std::shared_ptr<const Transform>> steps) : steps_(std::move(steps)) {
+  for (const auto& s : steps_) {
+    if (!s) throw std::invalid_argument("Compose: a step is null");
+  }
+}
+
+std::vector<Sample> Transform::lazy(Sample sample, StreamRng& rng) const {
+  return (*this)(materialize(std::move(sample)), rng);
+}
+
+std::vector<Sample> Compose::lazy(Sample sample, uint64_t sample_seed) const {
+  std::vector<Sample> current;
+  current.push_back(std::move(sample));
+  for (size_t t = 0; t < steps_.size(); ++t) {
+    StreamRng rng(mix64(sample_seed + (t + 1) * kGoldenGamma));
+    std::vector<Sample> next;
+    for (auto& s : current) {
+      for (auto& out : steps_[t]->lazy(std::move(s), rng)) next.push_back(std::move(out));
+    }
+    current = std::move(next);
+  }
+  return current;
+}
+
+std::vector<Sample> Compose::operator()(Sample sample, uint64_t sample_seed) const {
+  return materialize_each(lazy(std::move(sample), sample_seed));
+}
+
+}  // namespace volshard

@@ -1,0 +1,127 @@
+// Intensity transforms: ScaleIntensity.
+
+#include "volshard/transforms/transforms.h"
+
+#include <ATen/ATen.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "checks.h"
+#include "volshard/core/error.h"
+#include "volshard/core/log.h"
+
+namespace volshard {
+
+using detail::check_probability;
+using detail::check_spatial_axis;
+using detail::spatial_shape;
+
+namespace {
+
+// Min and max of n floats, NaN if any is NaN (as at::aminmax), in one pass.
+std::pair<float, float> min_max(const float* p, int64_t n) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  bool nan = false;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  __m128 vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi), vnan = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(p + i);
+    vlo = _mm_min_ps(vlo, v);
+    vhi = _mm_max_ps(vhi, v);
+    vnan = _mm_or_ps(vnan, _mm_cmpunord_ps(v, v));
+  }
+  alignas(16) float l[4], h[4], q[4];
+  _mm_store_ps(l, vlo);
+  _mm_store_ps(h, vhi);
+  _mm_store_ps(q, vnan);
+  for (int k = 0; k < 4; ++k) {
+    lo = std::min(lo, l[k]);
+    hi = std::max(hi, h[k]);
+    nan = nan || q[k] != 0.0f;
+  }
+#endif
+  for (; i < n; ++i) {
+    nan = nan || std::isnan(p[i]);
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
+  }
+  if (nan)
+    return {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
+  return {lo, hi};
+}
+
+// o[i] = (in[i] - lo) / range * scale + offset, each step rounded to float32
+// as MONAI's rescale_array does (no fused multiply-add); `affine` false skips
+// the * 1 + 0, which is exact. in == o is allowed.
+void rescale(const float* in, float* o, int64_t n, float lo, float range, float scale, float offset,
+             bool affine) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128 vlo = _mm_set1_ps(lo), vrange = _mm_set1_ps(range), vscale = _mm_set1_ps(scale),
+               voffset = _mm_set1_ps(offset);
+  for (; i + 4 <= n; i += 4) {
+    __m128 v = _mm_div_ps(_mm_sub_ps(_mm_loadu_ps(in + i), vlo), vrange);
+    if (affine) v = _mm_add_ps(_mm_mul_ps(v, vscale), voffset);
+    _mm_storeu_ps(o + i, v);
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = (in[i] - lo) / range;
+    o[i] = affine ? v * scale + offset : v;
+  }
+}
+
+// Scales the dense float tensor x into out (which may be x): one pass for
+// min/max and one over the storage, whatever the strides.
+void scale_dense(const at::Tensor& x, at::Tensor& out, const ScaleIntensityOptions& options) {
+  const auto scale = static_cast<float>(options.maxv - options.minv);
+  const auto offset = static_cast<float>(options.minv);
+  const float* in = x.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t n = x.numel();
+  const auto [lo, hi] = min_max(in, n);
+  if (hi - lo == 0.0f) {  // constant image: image * minv (zeros by default)
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * offset;
+    return;
+  }
+  // NaN (lo and hi are NaN then) propagates to every voxel, as in MONAI.
+  rescale(in, o, n, lo, hi - lo, scale, offset, !(scale == 1.0f && offset == 0.0f));
+}
+
+}  // namespace
+
+at::Tensor scale_intensity(const at::Tensor& image, const ScaleIntensityOptions& options) {
+  const at::Tensor x = image.to(at::kFloat);
+  if (x.numel() == 0) return x.clone();
+  if (!x.is_non_overlapping_and_dense()) {
+    const auto minmax = at::aminmax(x);
+    const float lo = std::get<0>(minmax).item<float>(), hi = std::get<1>(minmax).item<float>();
+    if (hi - lo == 0.0f) return x * static_cast<float>(options.minv);  // constant image
+    return ((x - lo) / (hi - lo)) * static_cast<float>(options.maxv - options.minv) +
+           static_cast<float>(options.minv);
+  }
+  at::Tensor out = at::empty_like(x);  // keeps a dense layout's strides
+  scale_dense(x, out, options);
+  return out;
+}
+
+void scale_intensity_(at::Tensor& image, const ScaleIntensityOptions& options) {
+  if (image.scalar_type() != at::kFloat || !image.is_non_overlapping_and_dense()) {
+    image = scale_intensity(image, options);
+    return;
+  }
+  if (image.numel() > 0) scale_dense(image, image, options);
+}
+
+}  // namespace volshard
