@@ -13,13 +13,13 @@ void fail_errno(const std::string& path, const std::string& what, int err) {
   fail_file(path, what + ": " + std::strerror(err));
 }
 
-std::string shape_text(const int64_t* sizes, size_t n) {
-  std::string out;
+std::string shape_text(const int64_t* sizes, size_t n, bool as_tuple) {
+  std::string out = as_tuple ? "(" : "";
   for (size_t i = 0; i < n; ++i) {
-    if (i > 0) out += 'x';
+    if (i > 0) out += as_tuple ? ", " : "x";
     out += std::to_string(sizes[i]);
   }
-  return out;
+  return as_tuple ? out + ")" : out;
 }
 
 }  // namespace volshard

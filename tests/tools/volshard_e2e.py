@@ -109,6 +109,44 @@ class VolshardToolTest(unittest.TestCase):
             self.assertEqual(p.returncode, 2, (args, p.stderr))
             self.assertIn(needle, p.stderr, args)
 
+    def write_config(self, values):
+        path = os.path.join(self.dir, "config.json")
+        with open(path, "w") as f:
+            json.dump(values, f)
+        return path
+
+    def test_train_config_file_gives_the_defaults_and_flags_on_the_command_line_win(self):
+        # The values are checked before any data is read, so no data is needed:
+        # which value the error names tells which source won.
+        config = self.write_config({"data": self.dir, "out": self.dir, "epochs": 0, "lr": 5.0})
+        p = run("train", "--config", config)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--epochs=0 must be in [1, 1000000]", p.stderr)
+        p = run("train", "--config", config, "--epochs", 1, "--lr", -1)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--lr=-1.000000 must be in (0, 10]", p.stderr)
+        p = run("train", "--epochs", 0, "--config", config, "--optimizer", "SGD", "--momentum", 1)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--epochs=0", p.stderr)  # flags before --config win as well
+
+    def test_train_config_file_with_an_unknown_key_or_bad_value_is_refused_by_name(self):
+        p = run("train", "--config", self.write_config({"data": self.dir, "epochz": 3}))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("unknown key 'epochz'", p.stderr)
+        p = run("train", "--config", self.write_config({"optimizer": "rmsprop"}))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("rmsprop", p.stderr)
+        p = run("train", "--data", self.dir, "--out", self.dir, "--backend", "mpi")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--backend", p.stderr)
+
+    def test_every_train_option_has_a_flag_with_help(self):
+        p = run("train", "--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for flag in ("--in-channels", "--out-channels", "--image-glob", "--label-glob", "--overlap",
+                     "--no-deterministic", "--crop", "--rot90-prob", "--config"):
+            self.assertIn(flag, p.stdout)
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

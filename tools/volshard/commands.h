@@ -33,4 +33,8 @@ void add_train_flags(CLI::App* cmd, TrainOptions& options);
 /// only those keys from a RUN/config.json (its other keys are ignored).
 void add_model_flags(CLI::App* cmd, UNetOptions& model);
 
+/// An option taking an enum's names (enum_names in options.h), any case.
+template <class T>
+void add_enum_option(CLI::App* cmd, const std::string& flag, T& value, const std::string& help);
+
 }  // namespace volshard::cli

@@ -18,6 +18,25 @@ struct IsVector : std::false_type {};
 template <class T>
 struct IsVector<std::vector<T>> : std::true_type {};
 
+}  // namespace
+
+template <class T>
+void add_enum_option(CLI::App* cmd, const std::string& flag, T& value, const std::string& help) {
+  std::map<std::string, T> names;
+  std::string choices;
+  for (const auto& [name, v] : enum_names(T{})) {
+    names.emplace(name, v);
+    choices += (choices.empty() ? "" : "|") + name;
+  }
+  cmd->add_option(flag, value, help)
+      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case).description(""))
+      ->type_name(choices)
+      ->default_str(enum_name(value));
+}
+template void add_enum_option(CLI::App*, const std::string&, PredictOutput&, const std::string&);
+
+namespace {
+
 // One flag per field: "--" + key with '-' for '_', its help, its default.
 struct AddFlag {
   CLI::App* cmd;
@@ -27,11 +46,7 @@ struct AddFlag {
       const std::string names = value ? f.flag() + ",!--no-" + f.flag().substr(2) : f.flag();
       cmd->add_flag(names, value, std::string(f.help) + (value ? " (default: on)" : ""));
     } else if constexpr (std::is_enum_v<T>) {
-      std::map<std::string, T> names;
-      for (const auto& [name, v] : enum_names(T{})) names.emplace(name, v);
-      cmd->add_option(f.flag(), value, f.help)
-          ->transform(CLI::CheckedTransformer(names, CLI::ignore_case))
-          ->default_str(enum_name(value));
+      add_enum_option(cmd, f.flag(), value, f.help);
     } else if constexpr (IsVector<T>::value) {
       cmd->add_option(f.flag(), value, f.help)->delimiter(',')->capture_default_str();
     } else {

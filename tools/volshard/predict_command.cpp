@@ -1,6 +1,5 @@
 // volshard predict: segment a volume with a trained UNet.
 #include <iostream>
-#include <map>
 #include <memory>
 
 #include "commands.h"
@@ -18,11 +17,7 @@ Run add_predict_command(CLI::App& app) {
   cmd->add_option("--model", o->model_path, "state_dict .pt (model.pt, or MONAI's)")->required();
   cmd->add_option("--image", o->image_path, "NIfTI image to segment")->required();
   cmd->add_option("--out", o->out_path, "NIfTI to write")->required();
-  std::map<std::string, PredictOutput> outputs;
-  for (const auto& [name, v] : enum_names(PredictOutput{})) outputs.emplace(name, v);
-  cmd->add_option("--output", o->output, "logits | prob | label")
-      ->transform(CLI::CheckedTransformer(outputs, CLI::ignore_case))
-      ->default_str(enum_name(o->output));
+  add_enum_option(cmd, "--output", o->output, "what to write: logits, probabilities or labels");
   cmd->add_option("--roi-size", o->roi, "sliding window edge, voxels (0: whole volume)")
       ->capture_default_str();
   cmd->add_option("--overlap", o->overlap, "sliding-window overlap fraction")->capture_default_str();

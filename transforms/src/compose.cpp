@@ -62,8 +62,8 @@ class RandCropByPosNegLabel final : public Geometric {
     sample.view.reset();
     const auto shape = spatial_shape(sample.image);
     if (spatial_shape(sample.label) != shape) {
-      throw std::invalid_argument("RandCropByPosNegLabel: image " + shape_text(shape) +
-                                  " and label " + shape_text(spatial_shape(sample.label)) +
+      throw std::invalid_argument("RandCropByPosNegLabel: image " + shape_text(shape, true) +
+                                  " and label " + shape_text(spatial_shape(sample.label), true) +
                                   " differ in spatial shape");
     }
     LabelIndices computed;

@@ -187,8 +187,8 @@ std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape,
   }
   if (larger && !options.allow_smaller) {
     throw std::invalid_argument("RandCropByPosNegLabel: the crop ROI " +
-                                shape_text(options.spatial_size) + " is larger than the image " +
-                                shape_text(shape) + " (set allow_smaller)");
+                                shape_text(options.spatial_size, true) + " is larger than the image " +
+                                shape_text(shape, true) + " (set allow_smaller)");
   }
   return size;
 }
@@ -272,8 +272,8 @@ CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape,
   crop.size = size;
   for (size_t a = 0; a < 3; ++a) {
     if (size[a] < 1 || size[a] > shape[a]) {
-      throw std::invalid_argument("RandSpatialCrop: size " + shape_text(size) +
-                                  " must fit the image " + shape_text(shape));
+      throw std::invalid_argument("RandSpatialCrop: size " + shape_text(size, true) +
+                                  " must fit the image " + shape_text(shape, true));
     }
     crop.start[a] = rng.uniform_int(0, shape[a] - size[a]);
     crop.centre[a] = crop.start[a] + size[a] / 2;

@@ -14,12 +14,15 @@ namespace volshard {
 /// Throws std::runtime_error("path: what: strerror(err)").
 [[noreturn]] void fail_errno(const std::string& path, const std::string& what, int err);
 
-/// "96x96x96": sizes joined by 'x'.
-std::string shape_text(const int64_t* sizes, size_t n);
-inline std::string shape_text(const std::vector<int64_t>& s) { return shape_text(s.data(), s.size()); }
+/// "96x96x96": sizes joined by 'x'; with `as_tuple`, "(96, 96, 96)" as Python
+/// (and so MONAI's messages) print a shape.
+std::string shape_text(const int64_t* sizes, size_t n, bool as_tuple = false);
+inline std::string shape_text(const std::vector<int64_t>& s, bool as_tuple = false) {
+  return shape_text(s.data(), s.size(), as_tuple);
+}
 template <size_t N>
-std::string shape_text(const std::array<int64_t, N>& s) {
-  return shape_text(s.data(), N);
+std::string shape_text(const std::array<int64_t, N>& s, bool as_tuple = false) {
+  return shape_text(s.data(), N, as_tuple);
 }
 
 }  // namespace volshard

@@ -69,7 +69,7 @@ void for_each_model_field(Self& m, Visit&& visit) {
         m.strides);
   visit(Field("res_units", "residual units per block (0: plain convolutions)").at_least(0),
         m.num_res_units);
-  visit(Field("norm", "instance | batch (SyncBatchNorm over ranks)"), m.norm);
+  visit(Field("norm", "normalisation (batch: SyncBatchNorm over ranks)"), m.norm);
   visit(Field("dropout", "dropout probability").at_least(0).below(1), m.dropout);
 }
 
@@ -145,11 +145,11 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("num_samples", "crops per volume").at_least(1), o.feed.num_samples);
   visit(F("allow_smaller", "crops larger than a volume shrink to it"), o.feed.allow_smaller);
   visit(F("rot90_prob", "RandRotate90 probability").at_least(0).at_most(1), o.feed.rot90_prob);
-  visit(F("optimizer", "adam | sgd"), o.optimizer);
+  visit(F("optimizer", "optimizer"), o.optimizer);
   visit(F("lr", "learning rate").above(0).at_most(10), o.lr);
   visit(F("momentum", "sgd momentum").at_least(0).below(1), o.momentum);
   visit(F("weight_decay", "L2 weight decay").at_least(0), o.weight_decay);
-  visit(F("lr_schedule", "constant | cosine | poly (power 0.9), per step"), o.lr_schedule);
+  visit(F("lr_schedule", "learning-rate schedule, per step (poly: power 0.9)"), o.lr_schedule);
   visit(F("seed", "base seed of the sampler, augmentation and weights"), o.seed);
   for_each_model_field(o.model, visit);
   visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
@@ -166,7 +166,7 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.trace_samples);
   visit(F("timeout", "seconds a collective waits for a lost peer").above(0), o.timeout_s);
   visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0), o.threads);
-  visit(F("backend", "gloo | nccl"), o.backend);
+  visit(F("backend", "collective backend (nccl needs a CUDA build)"), o.backend);
   visit(F("deterministic", "deterministic algorithms only"), o.deterministic);
 }
 
