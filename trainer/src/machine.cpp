@@ -1,0 +1,57 @@
+#include "machine.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "volshard/datasets/loader.h"
+
+namespace volshard {
+
+int64_t set_up_machine(const TrainOptions& o) {
+  tune_allocator_for_volumes();
+  const int64_t local_world = std::max<int64_t>(1, o.local_world_size);
+  const int64_t threads =
+      o.threads > 0
+          ? o.threads
+          : std::max<int64_t>(
+                1, static_cast<int64_t>(std::thread::hardware_concurrency()) / local_world);
+  at::set_num_threads(static_cast<int>(threads));
+  if (o.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  return threads;
+}
+
+std::string loaded_blas() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    const std::string name = std::filesystem::path(path).filename().string();
+    if (name.find("openblas") != std::string::npos || name.find("libblas") != std::string::npos ||
+        name.find("mkl_core") != std::string::npos || name.find("libblis") != std::string::npos) {
+      std::string kind = "unknown BLAS";
+      if (path.find("openblas-openmp") != std::string::npos)
+        kind = "OpenBLAS (OpenMP)";
+      else if (path.find("openblas-pthread") != std::string::npos)
+        kind = "OpenBLAS (pthreads)";
+      else if (path.find("openblas") != std::string::npos)
+        kind = "OpenBLAS";
+      else if (path.find("mkl") != std::string::npos)
+        kind = "MKL";
+      else if (path.find("blis") != std::string::npos)
+        kind = "BLIS";
+      else if (path.find("/blas/") != std::string::npos)
+        kind = "reference BLAS (slow: apt install libopenblas0-openmp)";
+      return kind + " " + path;
+    }
+  }
+  return "none found in /proc/self/maps";
+}
+
+}  // namespace volshard

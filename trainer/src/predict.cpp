@@ -1,0 +1,49 @@
+#include "volshard/trainer/predict.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "volshard/datasets/volume.h"
+#include "volshard/trainer/inference.h"
+#include "volshard/trainer/serialize.h"
+#include "volshard/trainer/unet.h"
+#include "volshard/transforms/transforms.h"
+
+namespace volshard {
+
+void predict(const PredictOptions& o) {
+  o.validate();
+  UNet net(o.model);
+  net.load_state_dict(load_tensor_dict(o.model_path));
+  net.train(false);
+  const Volume volume = read_volume_as_float(o.image_path);
+  if (volume.data.size(0) != o.model.in_channels)
+    throw std::runtime_error(o.image_path + ": has " + std::to_string(volume.data.size(0)) +
+                             " channel(s), the model takes " + std::to_string(o.model.in_channels));
+  const at::Tensor image = scale_intensity(volume.data).unsqueeze(0);
+  torch::NoGradGuard no_grad;
+  const Predictor forward = [&](const at::Tensor& x) { return net.forward(x); };
+  at::Tensor logits;
+  if (o.roi > 0) {
+    SlidingWindowOptions sw;
+    sw.roi = {o.roi, o.roi, o.roi};
+    sw.overlap = o.overlap;
+    logits = sliding_window_inference(image, sw, forward);
+  } else {
+    logits = whole_volume_inference(image, o.model.size_multiple(), forward);
+  }
+  logits = logits.squeeze(0);  // C x X x Y x Z
+  at::Tensor out;
+  const bool multi = logits.size(0) > 1;
+  if (o.output == PredictOutput::kLogits)
+    out = logits;
+  else if (o.output == PredictOutput::kProb)
+    out = multi ? at::softmax(logits, 0) : at::sigmoid(logits);
+  else
+    out = multi ? logits.argmax(0, true).to(at::kByte) : (logits > 0).to(at::kByte);
+  write_volume(o.out_path, out.contiguous(), volume.affine);
+}
+
+}  // namespace volshard

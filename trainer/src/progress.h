@@ -1,0 +1,35 @@
+#pragma once
+// What a training rank prints: a line per step (rewritten in place on a
+// terminal) and a line per epoch.
+
+#include <cstdint>
+#include <string>
+
+namespace volshard {
+
+/// `v` as std::ostream prints it with `digits` significant digits ("0.4446", "nan").
+std::string number_text(double v, int digits = 6);
+
+/// "h:mm:ss"; negative durations print as 0:00:00.
+std::string duration_text(double seconds);
+
+struct StepProgress {
+  int64_t epoch = 0;  ///< 0-based; printed 1-based
+  int64_t epochs = 0;
+  int64_t step = 0;  ///< global, after the step
+  int64_t total_steps = 0;
+  double loss = 0;
+  double samples_per_s = 0;
+  double wait_fraction = 0;  ///< of the step's time spent waiting for data
+  double eta_seconds = 0;
+};
+
+/// "epoch 1/2 step 3/8 loss 0.5 | 12.3 samples/s | data-wait 4.5% | ETA 0:00:10":
+/// rewritten in place on stderr when `tty`, else a line on stdout.
+void print_step_progress(const StepProgress& progress, bool tty);
+
+/// "epoch 1/2: loss 0.4446, validation Dice 0.6713" on stdout; no Dice when
+/// `val_dice` is NaN.
+void print_epoch_line(int64_t epoch, int64_t epochs, double loss, double val_dice);
+
+}  // namespace volshard

@@ -1,0 +1,62 @@
+#include "resume.h"
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
+
+#include "optim.h"
+#include "volshard/trainer/checkpoint.h"
+#include "volshard/trainer/ddp.h"
+
+namespace volshard {
+
+using json = nlohmann::json;
+
+std::string resume_checkpoint_path(const TrainOptions& o) {
+  return std::filesystem::is_directory(o.resume)
+             ? (std::filesystem::path(o.resume) / "checkpoint.pt").string()
+             : o.resume;
+}
+
+ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimizer& opt,
+                        int64_t train_size, Communicator& comm) {
+  ResumeState s;
+  if (!o.resume.empty()) {
+    const std::string path = resume_checkpoint_path(o);
+    const Checkpoint c = load_checkpoint(path);
+    const json meta = json::parse(c.meta_json);
+    net.load_state_dict(c.model);
+    load_optimizer(opt, c.optimizer, path);
+    s.sampler = SamplerState::from_json(meta.at("sampler").dump());
+    s.global_step = meta.at("global_step").get<int64_t>();
+    s.epoch_loss_sum = meta.value("epoch_loss_sum", 0.0);
+    s.epoch_loss_steps = meta.value("epoch_loss_steps", int64_t{0});
+    if (s.sampler->dataset_size != train_size)
+      throw std::runtime_error(path + ": the checkpoint's training set has " +
+                               std::to_string(s.sampler->dataset_size) +
+                               " volumes, this data has " + std::to_string(train_size));
+  }
+  std::vector<at::Tensor> weights;
+  for (auto& kv : net.state_dict()) weights.push_back(kv.second);
+  broadcast_tensors(weights, comm, 0);
+  return s;
+}
+
+void write_checkpoint(const std::string& path, const ResumeState& s, const TrainOptions& o,
+                      int64_t world_size, const std::string& config_json, const UNet& net,
+                      torch::optim::Optimizer& opt) {
+  json meta;
+  meta["sampler"] = json::parse(s.sampler.value().to_json());
+  meta["global_step"] = s.global_step;
+  meta["epoch_loss_sum"] = s.epoch_loss_sum;
+  meta["epoch_loss_steps"] = s.epoch_loss_steps;
+  meta["seed"] = o.seed;
+  meta["world_size"] = world_size;
+  meta["config"] = json::parse(config_json);
+  save_checkpoint(path, Checkpoint{meta.dump(), net.state_dict(), optimizer_bytes(opt)});
+}
+
+}  // namespace volshard

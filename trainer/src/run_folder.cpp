@@ -1,0 +1,174 @@
+#include "run_folder.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+
+#include "progress.h"
+#include "volshard/core/png.h"
+#include "volshard/trainer/serialize.h"
+
+namespace volshard {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Rewrites a JSON-lines file (atomically) with the lines `keep` accepts; a
+// torn last line, which a killed writer leaves, is dropped. A missing file
+// stays missing.
+template <class Keep>
+void keep_json_lines(const std::string& path, Keep keep) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (keep(j)) kept += line + "\n";
+  }
+  write_string_atomic(path, kept);
+}
+
+// Keeps the lines of metrics.jsonl that a resumed run does not redo.
+void truncate_metrics(const std::string& path, int64_t keep_steps_upto, int64_t keep_epochs_below) {
+  keep_json_lines(path, [&](const json& j) {
+    return j.value("type", "") == "step" ? j.value("step", int64_t{0}) <= keep_steps_upto
+                                         : j.value("epoch", int64_t{0}) < keep_epochs_below;
+  });
+}
+
+json metrics_json(const char* type, const MetricsLine& line) {
+  return {{"type", type},
+          {"epoch", line.epoch},
+          {"step", line.step},
+          {"loss", line.loss},
+          {"lr", line.lr},
+          {"samples_per_s", line.samples_per_s},
+          {"data_wait", line.data_wait}};
+}
+
+}  // namespace
+
+void create_run_folder(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create the run folder (" + ec.message() + ")");
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().find(".tmp-") != std::string::npos)
+      fs::remove(entry.path(), ec);
+}
+
+RunFolder::RunFolder(const TrainOptions& o, const ResumeState& resumed, Communicator& comm)
+    : dir_(o.out_dir), config_json_(o.to_json()) {
+  const bool lead = comm.rank() == 0;
+  const bool resuming = resumed.sampler.has_value();
+  if (lead) {
+    write_string_atomic(path("config.json"), config_json_);
+    if (resuming)
+      truncate_metrics(path("metrics.jsonl"), resumed.global_step, resumed.first_epoch());
+    metrics_ = LineFile(path("metrics.jsonl"), !resuming);
+  }
+  if (o.trace_samples.empty()) return;
+  // The steps a killed run traced after its last checkpoint are traced again.
+  if (lead && resuming) {
+    keep_json_lines(o.trace_samples, [&](const json& j) {
+      return j.value("step", int64_t{0}) <= resumed.global_step;
+    });
+  } else if (lead) {
+    LineFile(o.trace_samples, true);
+  }
+  comm.barrier();  // no rank appends before the lead has started the trace
+  trace_ = LineFile(o.trace_samples, false);
+}
+
+void RunFolder::trace(int64_t epoch, int64_t step, int64_t rank,
+                      const std::vector<SampleMeta>& meta) {
+  if (!trace_.is_open()) return;
+  std::string lines;
+  for (const SampleMeta& m : meta) {
+    const json t = {{"epoch", epoch},
+                    {"step", step},
+                    {"rank", rank},
+                    {"index", m.index},
+                    {"patch", m.patch_index},
+                    {"crop_start", m.crop_start},
+                    {"crop_centre", m.crop_centre},
+                    {"foreground", m.foreground_centre},
+                    {"rot90_k", m.rot90_k}};
+    lines += t.dump() + "\n";
+  }
+  trace_.write(lines);
+}
+
+void RunFolder::write_step(const MetricsLine& line) {
+  metrics_.write(metrics_json("step", line).dump() + "\n");
+}
+
+void RunFolder::write_epoch(const MetricsLine& line, double val_dice, double seconds) {
+  json j = metrics_json("epoch", line);
+  j["val_dice"] = std::isnan(val_dice) ? json(nullptr) : json(val_dice);
+  j["seconds"] = seconds;
+  metrics_.write(j.dump() + "\n");
+}
+
+void RunFolder::save_model(const NamedTensors& state) const {
+  save_tensor_dict(path("model.pt"), state);
+}
+
+std::string RunFolder::checkpoint_path() const { return path("checkpoint.pt"); }
+
+std::string RunFolder::path(const char* name) const { return (fs::path(dir_) / name).string(); }
+
+void RunFolder::draw_curves() const {
+  std::vector<double> loss, dice;
+  std::ifstream in(path("metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || j.value("type", "") != "epoch") continue;
+    loss.push_back(j.value("loss", 0.0));
+    dice.push_back(j.contains("val_dice") && j["val_dice"].is_number() ? j["val_dice"].get<double>()
+                                                                       : NAN);
+  }
+  const int w = 720, h = 400, left = 60, right = 20, top = 40, bottom = 50;
+  const Rgb black{0, 0, 0}, loss_colour{0, 80, 200}, dice_colour{0, 150, 0};
+  Canvas img(w, h);
+  img.line(left, h - bottom, left, top, black);
+  img.line(left, h - bottom, w - right, h - bottom, black);
+  for (int t = 0; t <= 4; ++t) {  // y axis: 0 .. 1 (Dice loss and Dice both live there)
+    const int y = h - bottom - t * (h - top - bottom) / 4;
+    img.line(left - 4, y, left, y, black);
+    img.text(8, y - 3, number_text(t / 4.0, 2), black);
+  }
+  const size_t n = loss.size();
+  auto px = [&](size_t i) {
+    const double x = n <= 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1);
+    return left + static_cast<int>(x * (w - left - right));
+  };
+  auto py = [&](double v) {
+    return h - bottom - static_cast<int>(std::clamp(v, 0.0, 1.0) * (h - top - bottom));
+  };
+  auto plot = [&](const std::vector<double>& v, Rgb colour) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (std::isnan(v[i])) continue;
+      img.fill_circle(px(i), py(v[i]), 3, colour);
+      if (i > 0 && !std::isnan(v[i - 1]))
+        img.line(px(i - 1), py(v[i - 1]), px(i), py(v[i]), colour, 2);
+    }
+  };
+  plot(loss, loss_colour);
+  plot(dice, dice_colour);
+  img.text(left + 10, 16, "training Dice loss", loss_colour, 2);
+  img.text(left + 260, 16, "validation Dice", dice_colour, 2);
+  img.text(w / 2 - 40, h - 22, "epoch 1 .. " + std::to_string(n), black);
+  write_png(path("curves.png"), img);
+}
+
+}  // namespace volshard

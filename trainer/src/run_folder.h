@@ -1,0 +1,63 @@
+#pragma once
+// RUN/, the folder a training run writes: config.json, metrics.jsonl,
+// curves.png and model.pt by rank 0 (checkpoint.pt: see resume.h), and the
+// --trace-samples file every rank appends to.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "resume.h"
+#include "volshard/core/file_io.h"
+#include "volshard/datasets/loader.h"
+#include "volshard/trainer/comm.h"
+#include "volshard/trainer/options.h"
+#include "volshard/trainer/unet.h"
+
+namespace volshard {
+
+/// Creates `dir` (and its parents) and removes the temporary files of writes
+/// that were killed half-way (the files they were to replace are intact).
+/// Throws std::runtime_error naming `dir`.
+void create_run_folder(const std::string& dir);
+
+/// What metrics.jsonl's "step" and "epoch" lines both hold; for an epoch, the
+/// loss is its mean and the rates are over its steps.
+struct MetricsLine {
+  int64_t epoch = 0, step = 0;
+  double loss = 0, lr = 0, samples_per_s = 0, data_wait = 0;
+};
+
+class RunFolder {
+ public:
+  /// Every rank calls it. Rank 0 writes config.json and opens metrics.jsonl:
+  /// emptied for a fresh run, or cut back to what `resumed` had done (steps
+  /// up to its global step, epochs before its first). With
+  /// options.trace_samples, rank 0 empties the trace or cuts it back the same
+  /// way, and after a barrier every rank opens it to append.
+  RunFolder(const TrainOptions& options, const ResumeState& resumed, Communicator& comm);
+
+  /// Appends one line per sample of a step to the trace; nothing without one.
+  void trace(int64_t epoch, int64_t step, int64_t rank, const std::vector<SampleMeta>& meta);
+  /// Rank 0 only, like the three below.
+  void write_step(const MetricsLine& line);
+  /// `val_dice` NaN is written as null.
+  void write_epoch(const MetricsLine& line, double val_dice, double seconds);
+  /// model.pt: the state_dict, as torch.save writes it.
+  void save_model(const NamedTensors& state) const;
+  /// curves.png: training loss and validation Dice per epoch, from metrics.jsonl.
+  void draw_curves() const;
+
+  std::string checkpoint_path() const;
+  /// The options as config.json holds them (checkpoints keep them too).
+  const std::string& config_json() const { return config_json_; }
+
+ private:
+  std::string path(const char* name) const;
+
+  std::string dir_;
+  std::string config_json_;
+  LineFile metrics_, trace_;
+};
+
+}  // namespace volshard
