@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "run_ranks.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/comm.h"
 #include "volshard/trainer/ddp.h"
@@ -22,34 +23,6 @@ namespace volshard {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Runs body(comm) on `world` threads, one rank each, joined over TCP.
-void run_ranks(int64_t world, const std::function<void(Communicator&)>& body) {
-  const int port = find_free_port();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  for (int64_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Rendezvous rv;
-        rv.port = port;
-        rv.rank = r;
-        rv.world_size = world;
-        rv.local_rank = r;
-        rv.local_world_size = world;
-        CommOptions co;
-        co.timeout = std::chrono::milliseconds(30000);
-        Communicator comm(rv, co);
-        body(comm);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 TEST(CommunicatorTest, AllReduceBroadcastAndMaxAgreeOnEveryRank) {
   run_ranks(3, [](Communicator& comm) {
