@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "volshard/datasets/cache.h"
-#include "volshard/datasets/feed.h"
-#include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/datasets/datalist.h"
+#include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
+#include "volshard/datasets/loader.h"
+#include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/sampler/distributed_sampler.h"
-#include "volshard/datasets/loader.h"
 #include "volshard/transforms/transforms.h"
 
 namespace {

@@ -57,8 +57,8 @@ void put_chunk(std::vector<uint8_t>& out, const char* type, const std::vector<ui
   const size_t typed_at = out.size();
   out.insert(out.end(), type, type + 4);
   out.insert(out.end(), body.begin(), body.end());
-  put_u32(out, static_cast<uint32_t>(crc32(0, out.data() + typed_at,
-                                           static_cast<uInt>(out.size() - typed_at))));
+  put_u32(out, static_cast<uint32_t>(
+                   crc32(0, out.data() + typed_at, static_cast<uInt>(out.size() - typed_at))));
 }
 
 }  // namespace
@@ -75,7 +75,8 @@ Canvas::Canvas(int width, int height, Rgb background)
 
 void Canvas::set(int x, int y, Rgb c) {
   if (x < 0 || y < 0 || x >= width_ || y >= height_) return;
-  uint8_t* p = &rgb_[(static_cast<size_t>(y) * static_cast<size_t>(width_) + static_cast<size_t>(x)) * 3];
+  uint8_t* p =
+      &rgb_[(static_cast<size_t>(y) * static_cast<size_t>(width_) + static_cast<size_t>(x)) * 3];
   p[0] = c.r;
   p[1] = c.g;
   p[2] = c.b;
@@ -146,7 +147,8 @@ std::vector<uint8_t> encode_png(const Canvas& image) {
   raw.reserve(static_cast<size_t>(image.height()) * (row_bytes + 1));
   for (int y = 0; y < image.height(); ++y) {
     raw.push_back(0);  // filter: none
-    const auto row = image.rgb().begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(y) * row_bytes);
+    const auto row =
+        image.rgb().begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(y) * row_bytes);
     raw.insert(raw.end(), row, row + static_cast<std::ptrdiff_t>(row_bytes));
   }
   uLongf packed_size = compressBound(static_cast<uLong>(raw.size()));

@@ -9,7 +9,6 @@
 #include <unordered_set>
 #include <vector>
 
-
 namespace volshard {
 namespace {
 

@@ -11,9 +11,9 @@
 #include <mutex>
 
 #include "nifti_test_util.h"
-#include "volshard/datasets/volume.h"
-#include "volshard/core/log.h"
 #include "transforms/augmentation_test_util.h"
+#include "volshard/core/log.h"
+#include "volshard/datasets/volume.h"
 
 namespace volshard {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "sampler_test_util.h"
-#include "volshard/sampler/distributed_sampler.h"
 #include "volshard/core/log.h"
+#include "volshard/sampler/distributed_sampler.h"
 #include "volshard/sampler/shard_check.h"
 
 namespace volshard {

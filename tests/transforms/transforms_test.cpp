@@ -8,8 +8,8 @@
 #include <cmath>
 #include <map>
 
-#include "volshard/core/log.h"
 #include "transforms/augmentation_test_util.h"
+#include "volshard/core/log.h"
 
 namespace volshard {
 namespace {

@@ -1,5 +1,5 @@
-// CLI11 flags from the options tables, and RUN/config.json as CLI11's config
-// file, so that flags given on the command line override the file's values.
+// CLI11 flags from the options tables, and RUN/config.json as their defaults:
+// flags given on the command line override the file's values.
 #include <nlohmann/json.hpp>
 
 #include <map>
@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+
+#include "volshard/core/file_io.h"
 
 #include "commands.h"
 
@@ -64,56 +66,59 @@ struct CollectKeys {
   }
 };
 
-// A JSON object as CLI11 config items: key "batch_size" is flag
-// "--batch-size". Keys outside `accept` are an error, or skipped when
+// `--config FILE.json` (keys as in RUN/config.json: key "batch_size" is flag
+// "--batch-size"): once the command line is parsed, every key whose flag was
+// not given there is added as if it had been, through the flag's own
+// conversion and choices. Keys outside `accept` are an error, or skipped when
 // `ignore_others` (predict reads only the network's keys of a run's config).
-class JsonConfig : public CLI::Config {
- public:
-  JsonConfig(std::set<std::string> accept, bool ignore_others)
-      : accept_(std::move(accept)), ignore_others_(ignore_others) {}
-
-  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
-
-  std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(std::string("--config: not valid JSON (") + e.what() + ")");
-    }
-    if (!j.is_object()) throw std::invalid_argument("--config: must hold a JSON object");
-    std::vector<CLI::ConfigItem> out;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (!accept_.count(it.key())) {
-        if (ignore_others_) continue;
-        throw std::invalid_argument("--config: unknown key '" + it.key() +
-                                    "' (keys are the flags' names with '_', as in RUN/config.json)");
-      }
-      CLI::ConfigItem item;
-      item.name = it.key();
-      for (char& c : item.name)
-        if (c == '_') c = '-';
-      const auto text = [](const nlohmann::json& v) {
-        return v.is_string() ? v.get<std::string>() : v.dump();
-      };
-      if (it->is_array()) {
-        for (const auto& v : *it) item.inputs.push_back(text(v));
-      } else {
-        item.inputs.push_back(text(*it));
-      }
-      out.push_back(std::move(item));
-    }
-    return out;
+// (CLI11 2.1 reads config files for the top-level app only, so a subcommand
+// applies its own.)
+void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<std::string>& accept,
+                       bool ignore_others) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("--config " + path + ": not valid JSON (" + e.what() + ")");
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("--config: ") + e.what());
   }
-
- private:
-  std::set<std::string> accept_;
-  bool ignore_others_;
-};
+  if (!j.is_object()) throw std::invalid_argument("--config " + path + ": must hold a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!accept.count(it.key())) {
+      if (ignore_others) continue;
+      throw std::invalid_argument("--config " + path + ": unknown key '" + it.key() +
+                                  "' (keys are the flags' names with '_', as in RUN/config.json)");
+    }
+    std::string flag = "--" + it.key();
+    for (char& c : flag)
+      if (c == '_') c = '-';
+    CLI::Option* option = cmd->get_option_no_throw(flag);
+    if (option == nullptr || option->count() > 0) continue;  // the command line wins
+    const auto text = [](const nlohmann::json& v) {
+      return v.is_string() ? v.get<std::string>() : v.dump();
+    };
+    std::vector<std::string> inputs;
+    if (it->is_array()) {
+      for (const auto& v : *it) inputs.push_back(text(v));
+    } else {
+      inputs.push_back(text(*it));
+    }
+    try {
+      option->add_result(inputs);
+      option->run_callback();
+    } catch (const CLI::Error& e) {
+      throw std::invalid_argument("--config " + path + ": key '" + it.key() + "': " + e.what());
+    }
+  }
+}
 
 void add_config(CLI::App* cmd, std::set<std::string> keys, bool ignore_others, const char* help) {
-  cmd->set_config("--config", "", help);
-  cmd->config_formatter(std::make_shared<JsonConfig>(std::move(keys), ignore_others));
+  auto path = std::make_shared<std::string>();
+  cmd->add_option("--config", *path, help)->type_name("FILE.json");
+  cmd->final_callback([cmd, path, keys = std::move(keys), ignore_others] {
+    if (!path->empty()) apply_json_config(cmd, *path, keys, ignore_others);
+  });
 }
 
 }  // namespace

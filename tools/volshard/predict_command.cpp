@@ -20,7 +20,8 @@ Run add_predict_command(CLI::App& app) {
   add_enum_option(cmd, "--output", o->output, "what to write: logits, probabilities or labels");
   cmd->add_option("--roi-size", o->roi, "sliding window edge, voxels (0: whole volume)")
       ->capture_default_str();
-  cmd->add_option("--overlap", o->overlap, "sliding-window overlap fraction")->capture_default_str();
+  cmd->add_option("--overlap", o->overlap, "sliding-window overlap fraction")
+      ->capture_default_str();
   add_model_flags(cmd, o->model);
   return [o] {
     predict(*o);

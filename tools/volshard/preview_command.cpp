@@ -11,7 +11,8 @@ Run add_preview_command(CLI::App& app) {
   auto o = std::make_shared<PreviewOptions>();
   auto* cmd = app.add_subcommand(
       "preview", "PNG of augmented crops (axial and coronal slices, label outlined)");
-  cmd->footer("\nExample:\n  volshard preview --data data --out crops.png --count 8 --seed 0 --crop 32");
+  cmd->footer(
+      "\nExample:\n  volshard preview --data data --out crops.png --count 8 --seed 0 --crop 32");
   cmd->add_option("--data", o->data_dir, "folder of image/label pairs")->required();
   cmd->add_option("--out", o->out, "PNG to write")->capture_default_str();
   cmd->add_option("--count", o->count, "crops to show")->capture_default_str();
@@ -22,7 +23,8 @@ Run add_preview_command(CLI::App& app) {
   cmd->add_option("--crop", o->feed.crop, "RandCropByPosNegLabel edge, voxels (cubic)")
       ->capture_default_str();
   cmd->add_option("--num-samples", o->feed.num_samples, "crops per volume")->capture_default_str();
-  cmd->add_flag("--allow-smaller", o->feed.allow_smaller, "crops larger than a volume shrink to it");
+  cmd->add_flag("--allow-smaller", o->feed.allow_smaller,
+                "crops larger than a volume shrink to it");
   cmd->add_option("--rot90-prob", o->feed.rot90_prob, "RandRotate90 probability")
       ->capture_default_str();
   return [o] {

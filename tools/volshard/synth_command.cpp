@@ -34,7 +34,8 @@ Run add_synth_command(CLI::App& app) {
   cmd->add_option("--threads", s->synth.threads, "writer threads (output does not depend on it)")
       ->capture_default_str();
   return [s] {
-    if (s->size < 1) throw std::invalid_argument("--size=" + std::to_string(s->size) + " must be >= 1");
+    if (s->size < 1)
+      throw std::invalid_argument("--size=" + std::to_string(s->size) + " must be >= 1");
     s->synth.volume.height = s->synth.volume.width = s->synth.volume.depth = s->size;
     if (::isatty(STDERR_FILENO)) {
       s->synth.progress = [](int64_t done, int64_t count) {

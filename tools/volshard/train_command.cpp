@@ -20,9 +20,10 @@ struct TrainLaunch {
   int64_t nnodes = 1;
   int64_t node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;      ///< 0: a free port
-  std::string init_method;  ///< env:// | tcp://host:port | file:///path; empty: env:// when launched
-  int64_t rank = -1;        ///< with tcp:// or file://
+  int master_port = 0;  ///< 0: a free port
+  std::string
+      init_method;    ///< env:// | tcp://host:port | file:///path; empty: env:// when launched
+  int64_t rank = -1;  ///< with tcp:// or file://
   int64_t world_size = -1;
 };
 

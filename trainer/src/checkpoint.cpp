@@ -8,8 +8,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "volshard/core/file_io.h"
 #include "archive_io.h"
+#include "volshard/core/file_io.h"
 #include "volshard/datasets/nifti_header.h"
 
 namespace volshard {

@@ -16,12 +16,16 @@ const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer) {
 }
 const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule) {
   static const std::vector<std::pair<std::string, LrSchedule>> kNames{
-      {"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine}, {"poly", LrSchedule::kPoly}};
+      {"constant", LrSchedule::kConstant},
+      {"cosine", LrSchedule::kCosine},
+      {"poly", LrSchedule::kPoly}};
   return kNames;
 }
 const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutput) {
   static const std::vector<std::pair<std::string, PredictOutput>> kNames{
-      {"logits", PredictOutput::kLogits}, {"prob", PredictOutput::kProb}, {"label", PredictOutput::kLabel}};
+      {"logits", PredictOutput::kLogits},
+      {"prob", PredictOutput::kProb},
+      {"label", PredictOutput::kLabel}};
   return kNames;
 }
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend) {
@@ -46,9 +50,13 @@ void Field::check(double value, const std::string& value_text, const std::string
   const bool low = lo_open ? !(value > lo) : !(value >= lo);
   const bool high = hi_open ? !(value < hi) : !(value <= hi);
   if (!low && !high) return;
-  auto number = [](double v) {
+  auto number = [](double v) {  // bounds are round numbers: 1000000, not 1e+06
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
+    if (v == std::floor(v) && std::abs(v) < 1e15) {
+      std::snprintf(buf, sizeof buf, "%.0f", v);
+    } else {
+      std::snprintf(buf, sizeof buf, "%g", v);
+    }
     return std::string(buf);
   };
   std::string bound;
@@ -111,7 +119,8 @@ std::string TrainOptions::to_json() const {
 void PredictOptions::validate() const {
   if (model_path.empty() || image_path.empty() || out_path.empty())
     throw std::invalid_argument("predict: --model, --image and --out are required");
-  if (roi < 0) throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
+  if (roi < 0)
+    throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
   if (!(overlap >= 0 && overlap < 1))
     throw std::invalid_argument("predict: --overlap must be in [0, 1)");
   model.validate();

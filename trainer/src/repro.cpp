@@ -19,8 +19,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "volshard/core/file_io.h"
 #include "archive_io.h"
+#include "volshard/core/file_io.h"
 #include "volshard/datasets/nifti_header.h"
 
 namespace volshard {
@@ -219,8 +219,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   checks.push_back(check("same seed twice: bit-identical model and metrics", [&](std::string& ev) {
     runner.run("a", n, capped);
     runner.run("b", n, capped);
-    const bool model = read_file(runner.path("a/model.pt")) ==
-                       read_file(runner.path("b/model.pt"));
+    const bool model = read_file(runner.path("a/model.pt")) == read_file(runner.path("b/model.pt"));
     const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
     ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " +
          (model ? "equal" : "DIFFERS") + ", " + std::to_string(ma.size()) + " metric lines " +
@@ -234,8 +233,8 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
         auto resume = capped;
         resume.insert(resume.end(), {"--resume", runner.path("c")});
         runner.run("c", n, resume);
-        const bool model = read_file(runner.path("a/model.pt")) ==
-                           read_file(runner.path("c/model.pt"));
+        const bool model =
+            read_file(runner.path("a/model.pt")) == read_file(runner.path("c/model.pt"));
         const bool metrics = metrics_of(runner.path("a")) == metrics_of(runner.path("c"));
         ev = (reached < 0 ? std::string("run ended before the kill")
                           : "killed after step " + std::to_string(reached)) +

@@ -97,21 +97,23 @@ size_t zlib_stream(const uint8_t* data, size_t size, uint8_t* out, size_t out_si
         continue;
       }
       fail_file(path, "truncated: the gzip data holds " + std::to_string(total_out) +
-                     " bytes, the header needs " + std::to_string(needed) +
-                     " (vox_offset + voxel data)");
+                          " bytes, the header needs " + std::to_string(needed) +
+                          " (vox_offset + voxel data)");
     }
     if (ret == Z_DATA_ERROR) {
       fail_file(path, std::string("corrupt gzip data after ") + std::to_string(total_out) +
-                     " decompressed bytes (zlib: " + (z->msg ? z->msg : "data error") + ")");
+                          " decompressed bytes (zlib: " + (z->msg ? z->msg : "data error") + ")");
     }
     if (ret == Z_MEM_ERROR) throw std::bad_alloc();
     if (ret == Z_BUF_ERROR || (ret == Z_OK && consumed == 0 && produced == 0)) {
       if (in_pos >= size) {
-        fail_file(path, "truncated gzip stream: the file ends after " + std::to_string(total_out) +
-                       " decompressed bytes without the gzip end-of-stream marker (header needs " +
-                       std::to_string(needed) + ")");
+        fail_file(path,
+                  "truncated gzip stream: the file ends after " + std::to_string(total_out) +
+                      " decompressed bytes without the gzip end-of-stream marker (header needs " +
+                      std::to_string(needed) + ")");
       }
-      if (produced == 0 && consumed == 0) fail_file(path, "corrupt gzip data (zlib made no progress)");
+      if (produced == 0 && consumed == 0)
+        fail_file(path, "corrupt gzip data (zlib made no progress)");
     } else if (ret != Z_OK) {
       fail_file(path, "corrupt gzip data (zlib error " + std::to_string(ret) + ")");
     }
@@ -143,7 +145,7 @@ std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_
     }
     if (ret == Z_DATA_ERROR) {
       fail_file(path, std::string("corrupt gzip data in the header (zlib: ") +
-                     (z->msg ? z->msg : "data error") + ")");
+                          (z->msg ? z->msg : "data error") + ")");
     }
     if (ret == Z_MEM_ERROR) throw std::bad_alloc();
     if (consumed == 0 && produced == 0)
@@ -188,8 +190,8 @@ ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed,
     }
     if (r == LIBDEFLATE_SUCCESS && in_used >= size) {
       fail_file(path, "truncated: the gzip data holds " + std::to_string(out_got) +
-                     " bytes, the header needs " + std::to_string(needed) +
-                     " (vox_offset + voxel data)");
+                          " bytes, the header needs " + std::to_string(needed) +
+                          " (vox_offset + voxel data)");
     }
     // Multi-member, a longer stream than ISIZE said, or corruption: zlib
     // decides, and names the problem.

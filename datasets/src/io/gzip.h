@@ -32,7 +32,6 @@ constexpr uint64_t kMaxDeflateRatio = 1032;
 /// for multi-member or disagreeing streams. The result may be longer than
 /// `needed`. Throws std::runtime_error naming the path on truncated or
 /// corrupt data.
-ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed,
-                        const std::string& path);
+ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed, const std::string& path);
 
 }  // namespace volshard::detail

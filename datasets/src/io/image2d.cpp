@@ -92,9 +92,9 @@ at::Tensor read_mask_2d(const std::string& path) {
         for (int c = 1; c < C; ++c) {
           if (row[x * C + c] != row[x * C]) {
             fail_file(path, "a mask needs one channel; this one has " + std::to_string(C) +
-                           " whose values differ (row " + std::to_string(r) + ", column " +
-                           std::to_string(x) +
-                           "): a colour or palette image? Store class indices as grayscale");
+                                " whose values differ (row " + std::to_string(r) + ", column " +
+                                std::to_string(x) +
+                                "): a colour or palette image? Store class indices as grayscale");
           }
         }
       }

@@ -262,7 +262,8 @@ Affine nifti_qform_affine(const NiftiHeader& h) {
 NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::string& path,
                                int64_t file_size, const NiftiReadOptions& options) {
   if (size < 4) {
-    fail_file(path, "file is " + std::to_string(size) + " bytes, too short for a NIfTI header (348)");
+    fail_file(path,
+              "file is " + std::to_string(size) + " bytes, too short for a NIfTI header (348)");
   }
   NiftiHeader h;
   int32_t sizeof_hdr;
@@ -279,15 +280,16 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
     h.big_endian = !host_big;
     sizeof_hdr = bswap32(sizeof_hdr);
   } else {
-    fail_file(path,
-         "sizeof_hdr=" + std::to_string(sizeof_hdr) +
-             " is neither 348 (NIfTI-1) nor 540 (NIfTI-2) in either byte order: not a NIfTI file");
+    fail_file(
+        path,
+        "sizeof_hdr=" + std::to_string(sizeof_hdr) +
+            " is neither 348 (NIfTI-1) nor 540 (NIfTI-2) in either byte order: not a NIfTI file");
   }
   h.version = sizeof_hdr == kNifti1HeaderSize ? 1 : 2;
   h.header_size = sizeof_hdr;
   if (size < static_cast<size_t>(h.header_size)) {
     fail_file(path, "truncated header: " + std::to_string(size) + " bytes, NIfTI-" +
-                   std::to_string(h.version) + " needs " + std::to_string(h.header_size));
+                        std::to_string(h.version) + " needs " + std::to_string(h.header_size));
   }
   const FieldReader f(data, h.big_endian);
   const Layout& L = h.version == 1 ? kLayout1 : kLayout2;
@@ -297,12 +299,14 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
     const std::string magic = f.str(344, 4);
     if (magic == "ni1")
       fail_file(path, "magic=\"ni1\": a .hdr/.img pair header; only single-file .nii is supported");
-    if (magic != "n+1") fail_file(path, "magic=\"" + magic + "\" must be \"n+1\" for a NIfTI-1 file");
+    if (magic != "n+1")
+      fail_file(path, "magic=\"" + magic + "\" must be \"n+1\" for a NIfTI-1 file");
   } else {
     const std::string magic = f.str(4, 4);
     if (magic == "ni2")
       fail_file(path, "magic=\"ni2\": a .hdr/.img pair header; only single-file .nii is supported");
-    if (magic != "n+2") fail_file(path, "magic=\"" + magic + "\" must be \"n+2\" for a NIfTI-2 file");
+    if (magic != "n+2")
+      fail_file(path, "magic=\"" + magic + "\" must be \"n+2\" for a NIfTI-2 file");
     const uint8_t eol[4] = {f.byte(8), f.byte(9), f.byte(10), f.byte(11)};
     const bool ok = (eol[0] == 13 && eol[1] == 10 && eol[2] == 26 && eol[3] == 10) ||
                     (eol[0] == 0 && eol[1] == 0 && eol[2] == 0 && eol[3] == 0);
@@ -323,7 +327,7 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
     const int64_t glmin = f.i32(144);
     if (glmin <= 0) {
       fail_file(path, "dim[1]=-1 (FreeSurfer long vector) needs glmin >= 1, got glmin=" +
-                     std::to_string(glmin));
+                          std::to_string(glmin));
     }
     h.shape[0] = glmin;
   } else if (ndim >= 3 && h.dim[1] == 27307 && h.dim[2] == 1 && h.dim[3] == 6) {
@@ -336,9 +340,10 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
     if (d < 1)
       fail_file(path, "dim[" + std::to_string(i + 1) + "]=" + std::to_string(d) + " must be >= 1");
     if (i >= 4 && d != 1) {
-      fail_file(path,
-           "dim[" + std::to_string(i + 1) + "]=" + std::to_string(d) +
-               ": at most 4 dimensions (x, y, z, channels) are supported; dim[5..7] must be 1");
+      fail_file(
+          path,
+          "dim[" + std::to_string(i + 1) + "]=" + std::to_string(d) +
+              ": at most 4 dimensions (x, y, z, channels) are supported; dim[5..7] must be 1");
     }
     if (__builtin_mul_overflow(nvox, d, &nvox)) {
       fail_file(path, "dim[1.." + std::to_string(ndim) + "]: the voxel count overflows int64");
@@ -346,14 +351,14 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   }
   if (nvox > options.max_voxels) {
     fail_file(path, "dim[1.." + std::to_string(ndim) + "]: " + std::to_string(nvox) +
-                   " voxels exceed max_voxels=" + std::to_string(options.max_voxels));
+                        " voxels exceed max_voxels=" + std::to_string(options.max_voxels));
   }
 
   const int64_t datatype = f.i16(L.datatype);
   if (!supported_datatype(datatype)) {
     fail_file(path, "datatype=" + std::to_string(datatype) + " (" + datatype_name(datatype) +
-                   ") is not supported; supported: uint8, int8, int16, uint16, int32, uint32, "
-                   "int64, float32, float64");
+                        ") is not supported; supported: uint8, int8, int16, uint16, int32, uint32, "
+                        "int64, float32, float64");
   }
   h.datatype = static_cast<NiftiDatatype>(datatype);
   h.bitpix = f.i16(L.bitpix);
@@ -362,15 +367,16 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   const int64_t min_offset = h.version == 1 ? kNifti1MinVoxOffset : kNifti2MinVoxOffset;
   if (h.version == 1) {
     const double v = f.f32(L.vox_offset);
-    if (!(v >= 0 && v < 9.0e18)) fail_file(path, "vox_offset=" + fmt(v) + " is not a valid byte offset");
+    if (!(v >= 0 && v < 9.0e18))
+      fail_file(path, "vox_offset=" + fmt(v) + " is not a valid byte offset");
     h.vox_offset = static_cast<int64_t>(v);
   } else {
     h.vox_offset = f.i64(L.vox_offset);
   }
   if (h.vox_offset < min_offset) {
     fail_file(path, "vox_offset=" + std::to_string(h.vox_offset) +
-                   " must be >= " + std::to_string(min_offset) + " for a single-file NIfTI-" +
-                   std::to_string(h.version));
+                        " must be >= " + std::to_string(min_offset) + " for a single-file NIfTI-" +
+                        std::to_string(h.version));
   }
   const int64_t esize = element_size(h.datatype);
   int64_t data_bytes = 0, end = 0;
@@ -380,13 +386,14 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   }
   if (file_size >= 0) {
     if (h.vox_offset > file_size) {
-      fail_file(path, "vox_offset=" + std::to_string(h.vox_offset) + " is beyond the end of the file (" +
-                     std::to_string(file_size) + " bytes)");
+      fail_file(path, "vox_offset=" + std::to_string(h.vox_offset) +
+                          " is beyond the end of the file (" + std::to_string(file_size) +
+                          " bytes)");
     }
     if (end > file_size) {
       fail_file(path, "truncated: vox_offset=" + std::to_string(h.vox_offset) + " + " +
-                     std::to_string(data_bytes) + " data bytes needs " + std::to_string(end) +
-                     " bytes, the file has " + std::to_string(file_size));
+                          std::to_string(data_bytes) + " data bytes needs " + std::to_string(end) +
+                          " bytes, the file has " + std::to_string(file_size));
     }
   }
 
@@ -401,8 +408,8 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   h.scl_slope = real(L.scl_slope);
   h.scl_inter = real(L.scl_inter);
   if (std::isfinite(h.scl_slope) && h.scl_slope != 0 && !std::isfinite(h.scl_inter)) {
-    fail_file(path,
-         "scl_inter=" + fmt(h.scl_inter) + " must be finite when scl_slope=" + fmt(h.scl_slope));
+    fail_file(path, "scl_inter=" + fmt(h.scl_inter) +
+                        " must be finite when scl_slope=" + fmt(h.scl_slope));
   }
   h.cal_max = real(L.cal_max);
   h.cal_min = real(L.cal_min);
@@ -451,8 +458,9 @@ NiftiFile parse_nifti_file(const uint8_t* data, size_t size, const std::string& 
     const auto needed = static_cast<uint64_t>(file.header.vox_offset + file.header.data_bytes());
     if (needed > static_cast<uint64_t>(size) * detail::kMaxDeflateRatio + 1024) {
       fail_file(path, "truncated: vox_offset=" + std::to_string(file.header.vox_offset) + " + " +
-                     std::to_string(file.header.data_bytes()) + " data bytes cannot come from a " +
-                     std::to_string(size) + "-byte gzip file");
+                          std::to_string(file.header.data_bytes()) +
+                          " data bytes cannot come from a " + std::to_string(size) +
+                          "-byte gzip file");
     }
     file.bytes = detail::gunzip_sized(data, size, needed, path);
     return file;

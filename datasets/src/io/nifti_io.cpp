@@ -134,7 +134,6 @@ Qform qform_from_affine(const Affine& a) {
   return q;
 }
 
-
 }  // namespace
 
 std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/png.h"
+#include "volshard/core/seed_streams.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
-#include "volshard/core/png.h"
-#include "volshard/core/seed_streams.h"
 #include "volshard/transforms/transforms.h"
 
 namespace volshard {

@@ -18,8 +18,8 @@ constexpr int kMargin = 6;
 
 // The first ten are the familiar "tab10" colours; more ranks cycle hues.
 Rgb rank_colour(int64_t rank) {
-  static const Rgb kTab10[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44},  {214, 39, 40},
-                               {148, 103, 189}, {140, 86, 75}, {227, 119, 194}, {127, 127, 127},
+  static const Rgb kTab10[] = {{31, 119, 180},  {255, 127, 14}, {44, 160, 44},   {214, 39, 40},
+                               {148, 103, 189}, {140, 86, 75},  {227, 119, 194}, {127, 127, 127},
                                {188, 189, 34},  {23, 190, 207}};
   if (rank < 10) return kTab10[rank];
   // HSV (hue (rank * 74) mod 360 degrees, saturation 0.78, value 0.86) to RGB.
@@ -27,12 +27,24 @@ Rgb rank_colour(int64_t rank) {
   const double x = c * (1 - std::abs(std::fmod(h, 2.0) - 1)), m = v - c;
   double r = 0, g = 0, b = 0;
   switch (static_cast<int>(h)) {
-    case 0: r = c, g = x; break;
-    case 1: r = x, g = c; break;
-    case 2: g = c, b = x; break;
-    case 3: g = x, b = c; break;
-    case 4: r = x, b = c; break;
-    default: r = c, b = x; break;
+    case 0:
+      r = c, g = x;
+      break;
+    case 1:
+      r = x, g = c;
+      break;
+    case 2:
+      g = c, b = x;
+      break;
+    case 3:
+      g = x, b = c;
+      break;
+    case 4:
+      r = x, b = c;
+      break;
+    default:
+      r = c, b = x;
+      break;
   }
   return {static_cast<uint8_t>(r + m), static_cast<uint8_t>(g + m), static_cast<uint8_t>(b + m)};
 }
@@ -102,7 +114,8 @@ void write_assignment_png(const std::string& path, int64_t n, int64_t world_size
         img.fill_rect(bx, by, bw, bh, rank_colour(owner[k]));
       }
       if (reads[k] + (before[k] ? 1 : 0) > 1)
-        img.fill_circle(bx + bw / 2, by + bh / 2, std::max(1, std::min(cell / 4, 4)), {255, 255, 255});
+        img.fill_circle(bx + bw / 2, by + bh / 2, std::max(1, std::min(cell / 4, 4)),
+                        {255, 255, 255});
     }
   }
   write_png(path, img);

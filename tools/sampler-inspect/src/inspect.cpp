@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "volshard/core/seed_streams.h"
 #include "volshard/inspect/assignment_png.h"
 #include "volshard/sampler/batching.h"
-#include "volshard/core/seed_streams.h"
 #include "volshard/sampler/shard_check.h"
 
 namespace volshard::inspect {

@@ -14,7 +14,6 @@
 
 #include <cstdint>
 
-
 namespace volshard {
 
 /// SplitMix64's output function: a bijection on uint64 with good avalanche.

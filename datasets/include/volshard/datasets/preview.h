@@ -20,9 +20,9 @@ struct PreviewOptions {
 };
 
 /// Loads volumes from data_dir as training does (feed_prefix), runs
-/// feed_augmentation(feed) with the per-sample seeds of `epoch`, and writes a PNG grid: per crop an axial and a
-/// coronal slice through its centre, the label outlined in red. Returns the
-/// number of crops drawn. Throws std::runtime_error naming bad files.
+/// feed_augmentation(feed) with the per-sample seeds of `epoch`, and writes a PNG grid: per crop an
+/// axial and a coronal slice through its centre, the label outlined in red. Returns the number of
+/// crops drawn. Throws std::runtime_error naming bad files.
 int64_t write_preview(const PreviewOptions& options);
 
 }  // namespace volshard

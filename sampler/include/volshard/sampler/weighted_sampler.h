@@ -14,8 +14,8 @@
 // equal PyTorch 1.13's, not those releases'. That path is not implemented: no
 // oracle for it was at hand, and its exponential_ stream is build-dependent.
 
-#include "volshard/sampler/distributed_sampler.h"
 #include "volshard/core/mt19937.h"
+#include "volshard/sampler/distributed_sampler.h"
 
 #include <cstdint>
 #include <vector>

@@ -65,8 +65,7 @@ void for_each_model_field(Self& m, Visit&& visit) {
   visit(Field("out_channels", "output channels of the UNet (1: binary, sigmoid)").at_least(1),
         m.out_channels);
   visit(Field("channels", "feature channels per level, comma-separated"), m.channels);
-  visit(Field("strides", "down-sampling stride per level, comma-separated (one fewer)"),
-        m.strides);
+  visit(Field("strides", "down-sampling stride per level, comma-separated (one fewer)"), m.strides);
   visit(Field("res_units", "residual units per block (0: plain convolutions)").at_least(0),
         m.num_res_units);
   visit(Field("norm", "normalisation (batch: SyncBatchNorm over ranks)"), m.norm);
