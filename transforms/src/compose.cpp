@@ -14,12 +14,9 @@
 
 #include "checks.h"
 #include "volshard/core/error.h"
-#include "volshard/core/log.h"
 
 namespace volshard {
 
-using detail::check_probability;
-using detail::check_spatial_axis;
 using detail::spatial_shape;
 
 namespace {

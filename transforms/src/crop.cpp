@@ -22,8 +22,6 @@
 
 namespace volshard {
 
-using detail::check_probability;
-using detail::check_spatial_axis;
 using detail::spatial_shape;
 
 void PosNegCropOptions::validate() const {

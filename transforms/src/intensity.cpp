@@ -16,15 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "checks.h"
-#include "volshard/core/error.h"
-#include "volshard/core/log.h"
-
 namespace volshard {
-
-using detail::check_probability;
-using detail::check_spatial_axis;
-using detail::spatial_shape;
 
 namespace {
 

@@ -13,14 +13,11 @@
 #include <utility>
 
 #include "checks.h"
-#include "volshard/core/error.h"
-#include "volshard/core/log.h"
 
 namespace volshard {
 
 using detail::check_probability;
 using detail::check_spatial_axis;
-using detail::spatial_shape;
 
 void Rotate90Options::validate() const {
   check_probability("RandRotate90: prob", prob);
