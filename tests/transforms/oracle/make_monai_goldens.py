@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, for volshard's tests.
+
+Runs MONAI's own transforms (from a source checkout; nothing is installed) on
+small inputs with LPS, oblique and permuted affines, anisotropic spacing and
+odd sizes, and writes each case's input and output as raw little-endian
+float32 in C order (channel-first) plus one manifest.json with the shapes,
+affines and parameters. Not needed by `make test`; rerun when a case is added:
+
+    MONAI_SRC=/path/to/MONAI-1.4.0 /usr/bin/python3 tests/transforms/oracle/make_monai_goldens.py
+
+(MONAI 1.4.0 runs with Debian's python3-torch 1.13 from its source tree.)
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+src = os.environ.get("MONAI_SRC")
+if not src:
+    sys.exit("set MONAI_SRC to a checkout of MONAI at tag 1.4.0")
+sys.path.insert(0, src)
+import monai  # noqa: E402
+from monai.data import MetaTensor  # noqa: E402
+from monai.transforms import (  # noqa: E402
+    ConvertToMultiChannelBasedOnBratsClasses,
+    CropForeground,
+    NormalizeIntensity,
+    Orientation,
+    ScaleIntensityRange,
+    Spacing,
+)
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monai_goldens")
+
+
+def rotation(axis, degrees):
+    c, s = np.cos(np.radians(degrees)), np.sin(np.radians(degrees))
+    r = np.eye(3)
+    i, j = [(1, 2), (0, 2), (0, 1)][axis]
+    r[i, i], r[i, j], r[j, i], r[j, j] = c, -s, s, c
+    return r
+
+
+def affine(spacing, origin, rot=np.eye(3), flips=(1, 1, 1), perm=(0, 1, 2)):
+    m = np.zeros((4, 4))
+    axes = np.eye(3)[:, list(perm)] * np.array(flips)
+    m[:3, :3] = rot @ axes @ np.diag(spacing)
+    m[:3, 3] = origin
+    m[3, 3] = 1
+    return m
+
+
+def volume(rng, channels, shape, kind):
+    if kind == "ct":  # HU-like: air, soft tissue, a bright organ
+        x = rng.normal(40, 30, (channels, *shape))
+        x[:, : shape[0] // 3] = -1000
+        c = [s // 2 for s in shape]
+        zz = np.indices(shape)
+        organ = sum(((zz[k] - c[k]) / max(s / 4, 1)) ** 2 for k, s in enumerate(shape)) < 1
+        x[:, organ] = 150
+        return x.astype(np.float32)
+    if kind == "label4":  # BraTS labels 0..3 (MONAI's convention uses 1, 2, 3)
+        return rng.integers(0, 4, (channels, *shape)).astype(np.float32)
+    x = rng.gamma(2.0, 50.0, (channels, *shape)).astype(np.float32)
+    x[:, :2] = 0  # a zero background slab for nonzero normalisation
+    return x
+
+
+cases = []
+
+
+def save(name, array):
+    path = os.path.join(OUT, name + ".f32")
+    np.ascontiguousarray(np.asarray(array, dtype="<f4")).tofile(path)
+    return os.path.basename(path)
+
+
+def add(name, transform, params, x, aff, out):
+    entry = {
+        "name": name,
+        "transform": transform,
+        "params": params,
+        "input": save(name + ".in", x),
+        "input_shape": list(x.shape),
+        "input_affine": np.asarray(aff, dtype=float).tolist(),
+        "output": save(name + ".out", out.numpy() if hasattr(out, "numpy") else out),
+        "output_shape": list(out.shape),
+    }
+    if isinstance(out, MetaTensor):
+        entry["output_affine"] = out.affine.numpy().astype(float).tolist()
+    cases.append(entry)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rng = np.random.default_rng(20261123)
+    geometries = {
+        "lps": affine((0.8, 0.8, 5.0), (120.5, -80.25, 30.0), flips=(-1, -1, 1)),
+        "oblique": affine((0.8, 0.9, 3.0), (-10.0, 5.0, 2.0), rot=rotation(2, 20) @ rotation(0, 10)),
+        "psr": affine((1.2, 0.7, 2.5), (3.0, -4.0, 5.0), perm=(1, 2, 0), flips=(1, -1, 1)),
+        "ras": affine((1.0, 1.0, 1.0), (0.0, 0.0, 0.0)),
+    }
+    shape = (9, 7, 5)
+    for geo, aff in geometries.items():
+        x = volume(rng, 1, shape, "ct")
+        for codes in ("RAS", "LPS"):
+            out = Orientation(axcodes=codes)(MetaTensor(torch.from_numpy(x), affine=torch.tensor(aff)))
+            add(f"orientation_{codes.lower()}_from_{geo}", "Orientation", {"axcodes": codes}, x, aff, out)
+        for pixdim, mode in (((1.5, 1.5, 2.0), "bilinear"), ((1.5, 1.5, 2.0), "nearest"), ((1.0, 1.0, 1.0), "bilinear")):
+            out = Spacing(pixdim=pixdim, mode=mode)(MetaTensor(torch.from_numpy(x), affine=torch.tensor(aff)))
+            add(f"spacing_{mode}_{'x'.join(map(str, pixdim))}_{geo}", "Spacing",
+                {"pixdim": list(pixdim), "mode": mode}, x, aff, out)
+    four = volume(rng, 4, (8, 6, 5), "mri")
+    aff = geometries["oblique"]
+    out = Spacing(pixdim=(1.0, 1.0, 1.0), mode="bilinear")(MetaTensor(torch.from_numpy(four), affine=torch.tensor(aff)))
+    add("spacing_bilinear_1mm_four_channels_oblique", "Spacing", {"pixdim": [1.0, 1.0, 1.0], "mode": "bilinear"},
+        four, aff, out)
+    ct = volume(rng, 1, shape, "ct")
+    for clip in (True, False):
+        out = ScaleIntensityRange(a_min=-57, a_max=164, b_min=0.0, b_max=1.0, clip=clip)(torch.from_numpy(ct))
+        add(f"scale_intensity_range_clip_{str(clip).lower()}", "ScaleIntensityRange",
+            {"a_min": -57, "a_max": 164, "b_min": 0.0, "b_max": 1.0, "clip": clip}, ct, np.eye(4), out)
+    for nonzero in (True, False):
+        for channel_wise in (True, False):
+            out = NormalizeIntensity(nonzero=nonzero, channel_wise=channel_wise)(torch.from_numpy(four))
+            add(f"normalize_intensity_nonzero_{str(nonzero).lower()}_channel_wise_{str(channel_wise).lower()}",
+                "NormalizeIntensity", {"nonzero": nonzero, "channel_wise": channel_wise}, four, np.eye(4), out)
+    out = NormalizeIntensity(subtrahend=10.0, divisor=4.0)(torch.from_numpy(four))
+    add("normalize_intensity_given_mean_std", "NormalizeIntensity", {"subtrahend": 10.0, "divisor": 4.0},
+        four, np.eye(4), out)
+    fg = np.zeros((1, 11, 9, 7), np.float32)
+    fg[0, 3:7, 2:5, 1:6] = rng.random((4, 3, 5)).astype(np.float32) + 0.1
+    for margin in (0, 2):
+        aff = geometries["lps"]
+        out = CropForeground(margin=margin)(MetaTensor(torch.from_numpy(fg), affine=torch.tensor(aff)))
+        add(f"crop_foreground_margin_{margin}", "CropForeground", {"select": "> 0", "margin": margin},
+            fg, aff, out)
+    labels = volume(rng, 1, (6, 5, 4), "label4")
+    out = ConvertToMultiChannelBasedOnBratsClasses()(torch.from_numpy(labels))
+    add("brats_classes", "ConvertToMultiChannelBasedOnBratsClasses", {}, labels, np.eye(4), out.float())
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump({"monai": monai.__version__, "torch": torch.__version__, "cases": cases}, f, indent=1)
+    print(f"wrote {len(cases)} cases to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
