@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "checks.h"
 #include "volshard/core/error.h"
@@ -278,6 +279,48 @@ CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape,
   }
   crop.voxel = crop.centre;
   return crop;
+}
+
+VoxelBox foreground_box(const at::Tensor& source, int64_t margin) {
+  const std::array<int64_t, 3> shape = spatial_shape(source);
+  if (margin < 0)
+    throw std::invalid_argument("CropForeground: margin=" + std::to_string(margin) +
+                                " must be >= 0");
+  const at::Tensor mask = (source > 0).any(0);  // X x Y x Z
+  VoxelBox box;
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    std::vector<int64_t> others;
+    for (int64_t d = 0; d < 3; ++d)
+      if (d != axis) others.push_back(d);
+    const at::Tensor along = mask.any(others[1]).any(others[0]);  // length shape[axis]
+    const at::Tensor hits = along.nonzero();
+    if (hits.numel() == 0) return VoxelBox{};  // no foreground: MONAI's all-zero box
+    const int64_t first = hits[0][0].item<int64_t>(), last = hits[-1][0].item<int64_t>();
+    box.start[static_cast<size_t>(axis)] = std::max<int64_t>(first - margin, 0);
+    box.end[static_cast<size_t>(axis)] =
+        std::min<int64_t>(last + margin + 1, shape[static_cast<size_t>(axis)]);
+  }
+  return box;
+}
+
+SpatialImage crop_box(const SpatialImage& image, const VoxelBox& box) {
+  const std::array<int64_t, 3> shape = spatial_shape(image.data);
+  for (size_t a = 0; a < 3; ++a) {
+    if (box.start[a] < 0 || box.end[a] < box.start[a] || box.end[a] > shape[a])
+      throw std::out_of_range("crop_box: [" + shape_text(box.start, true) + ", " +
+                              shape_text(box.end, true) + ") is not inside " +
+                              shape_text(shape, true));
+  }
+  SpatialImage out;
+  out.data = image.data.slice(1, box.start[0], box.end[0])
+                 .slice(2, box.start[1], box.end[1])
+                 .slice(3, box.start[2], box.end[2])
+                 .contiguous();
+  out.affine = image.affine;
+  for (size_t r = 0; r < 3; ++r)
+    for (size_t c = 0; c < 3; ++c)
+      out.affine[r][3] += image.affine[r][c] * static_cast<double>(box.start[c]);
+  return out;
 }
 
 }  // namespace volshard

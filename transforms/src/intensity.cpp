@@ -16,6 +16,8 @@
 #include <string>
 #include <utility>
 
+#include "volshard/core/log.h"
+
 namespace volshard {
 
 namespace {
@@ -114,6 +116,67 @@ void scale_intensity_(at::Tensor& image, const ScaleIntensityOptions& options) {
     return;
   }
   if (image.numel() > 0) scale_dense(image, image, options);
+}
+
+// Both follow MONAI 1.4's tensor code step by step (float32 tensors, Python
+// floats as double Scalars), so the same ATen kernels give the same bits.
+at::Tensor scale_intensity_range(const at::Tensor& image, const ScaleIntensityRangeOptions& o) {
+  const at::Tensor x = image.to(at::kFloat);
+  if (o.a_max - o.a_min == 0.0) {
+    warn("ScaleIntensityRange: a_min == a_max == " + std::to_string(o.a_min) +
+         ": the image is only shifted");
+    return x - o.a_min + o.b_min;
+  }
+  at::Tensor y = (x - o.a_min) / (o.a_max - o.a_min);
+  y = y * (o.b_max - o.b_min) + o.b_min;
+  if (o.clip) y = at::clamp(y, o.b_min, o.b_max);
+  return y;
+}
+
+namespace {
+
+// One channel (or the whole image): MONAI's NormalizeIntensity._normalize.
+at::Tensor normalize(at::Tensor img, bool nonzero, const double* sub, const double* div) {
+  at::Tensor slices, masked = img;
+  if (nonzero) {
+    slices = img != 0;
+    masked = img.masked_select(slices);
+    if (!slices.any().item<bool>()) return img;
+  }
+  const double mean = sub != nullptr ? *sub : at::mean(masked).item<double>();
+  double std = div != nullptr ? *div : at::std(masked, /*unbiased=*/false).item<double>();
+  if (std == 0.0) std = 1.0;
+  if (!nonzero) return (img - mean) / std;
+  img.masked_scatter_(slices, (masked - mean) / std);
+  return img;
+}
+
+}  // namespace
+
+at::Tensor normalize_intensity(const at::Tensor& image, const NormalizeIntensityOptions& o) {
+  at::Tensor img = image.to(at::kFloat).clone();
+  const auto channels = static_cast<size_t>(img.size(0));
+  for (const auto* given : {&o.subtrahend, &o.divisor}) {
+    const size_t expected = o.channel_wise ? channels : 1;
+    if (!given->empty() && given->size() != expected) {
+      throw std::invalid_argument(std::string("NormalizeIntensity: ") +
+                                  (given == &o.subtrahend ? "subtrahend" : "divisor") + " has " +
+                                  std::to_string(given->size()) + " values, the image needs " +
+                                  std::to_string(expected) +
+                                  (o.channel_wise ? " (one per channel)" : ""));
+    }
+  }
+  auto at_or_null = [](const std::vector<double>& v, size_t i) {
+    return v.empty() ? nullptr : &v[i];
+  };
+  if (!o.channel_wise)
+    return normalize(img, o.nonzero, at_or_null(o.subtrahend, 0), at_or_null(o.divisor, 0));
+  for (size_t c = 0; c < channels; ++c) {
+    const auto i = static_cast<int64_t>(c);
+    img[i] =
+        normalize(img[i].clone(), o.nonzero, at_or_null(o.subtrahend, c), at_or_null(o.divisor, c));
+  }
+  return img;
 }
 
 }  // namespace volshard

@@ -5,12 +5,14 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "checks.h"
 
@@ -18,6 +20,7 @@ namespace volshard {
 
 using detail::check_probability;
 using detail::check_spatial_axis;
+using detail::spatial_shape;
 
 void Rotate90Options::validate() const {
   check_probability("RandRotate90: prob", prob);
@@ -75,6 +78,110 @@ Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options) {
 
 Sample apply_flip(Sample sample, bool apply, const FlipOptions& options) {
   return materialize(flip_lazy(std::move(sample), apply, options));
+}
+
+namespace {
+
+constexpr char kAxisLabels[3][2] = {{'L', 'R'}, {'P', 'A'}, {'I', 'S'}};
+
+using Ornt = std::array<std::array<int, 2>, 3>;  // per voxel axis: world axis, +1 or -1
+
+// nibabel's axcodes2ornt for the default labels.
+Ornt ornt_of_codes(const std::string& codes) {
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("Orientation: axcodes='" + codes + "' " + why);
+  };
+  if (codes.size() != 3) bad("must be three letters, one of L/R, P/A, I/S each");
+  Ornt ornt{};
+  bool used[3] = {false, false, false};
+  for (size_t i = 0; i < 3; ++i) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(codes[i])));
+    bool found = false;
+    for (int axis = 0; axis < 3 && !found; ++axis) {
+      for (int side = 0; side < 2; ++side) {
+        if (c != kAxisLabels[axis][side]) continue;
+        if (used[axis]) bad("names the same axis twice");
+        used[axis] = true;
+        ornt[i] = {axis, side == 1 ? 1 : -1};
+        found = true;
+      }
+    }
+    if (!found) bad("has '" + std::string(1, codes[i]) + "', not one of L R P A I S");
+  }
+  return ornt;
+}
+
+}  // namespace
+
+std::array<std::array<int, 2>, 3> io_orientation(const Affine& affine) {
+  // The rotation closest to the affine's direction matrix (columns scaled to
+  // unit length), then each voxel axis takes the world axis it points along
+  // most, greedily, as nibabel does.
+  at::Tensor rs = at::empty({3, 3}, at::kDouble);
+  auto* m = rs.data_ptr<double>();
+  for (int c = 0; c < 3; ++c) {
+    double zoom = 0;
+    for (int r = 0; r < 3; ++r) zoom += affine[r][c] * affine[r][c];
+    zoom = zoom == 0 ? 1.0 : std::sqrt(zoom);
+    for (int r = 0; r < 3; ++r) m[r * 3 + c] = affine[r][c] / zoom;
+  }
+  const auto [u, sv, vh] = at::linalg_svd(rs, /*full_matrices=*/false);
+  const double tol = sv.max().item<double>() * 3 * std::numeric_limits<double>::epsilon();
+  const at::Tensor keep = (sv > tol).nonzero().squeeze(1);
+  at::Tensor rot = at::matmul(u.index_select(1, keep), vh.index_select(0, keep)).contiguous();
+  auto* r = rot.data_ptr<double>();
+  Ornt ornt{};
+  for (int in = 0; in < 3; ++in) {
+    int out = 0;
+    double best = -1;
+    for (int w = 0; w < 3; ++w) {
+      if (std::abs(r[w * 3 + in]) > best) {
+        best = std::abs(r[w * 3 + in]);
+        out = w;
+      }
+    }
+    if (best <= 1e-8)
+      throw std::invalid_argument("Orientation: voxel axis " + std::to_string(in) +
+                                  " of the affine points nowhere (singular affine)");
+    ornt[static_cast<size_t>(in)] = {out, r[out * 3 + in] < 0 ? -1 : 1};
+    for (int c = 0; c < 3; ++c) r[out * 3 + c] = 0;
+  }
+  return ornt;
+}
+
+std::string axcodes(const Affine& affine) {
+  std::string codes;
+  for (const auto& [axis, flip] : io_orientation(affine))
+    codes += kAxisLabels[axis][flip > 0 ? 1 : 0];
+  return codes;
+}
+
+SpatialImage orient(const SpatialImage& image, const std::string& codes) {
+  const std::array<int64_t, 3> shape = spatial_shape(image.data);
+  const Ornt start = io_orientation(image.affine), end = ornt_of_codes(codes);
+  // nibabel's ornt_transform: voxel axis i goes to axis t[i][0], flipped if -1.
+  Ornt t{};
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 0; j < 3; ++j)
+      if (end[j][0] == start[i][0]) t[i] = {static_cast<int>(j), start[i][1] == end[j][1] ? 1 : -1};
+  std::vector<int64_t> flips, order(4, 0);
+  for (size_t i = 0; i < 3; ++i) {
+    if (t[i][1] < 0) flips.push_back(static_cast<int64_t>(i) + 1);
+    order[static_cast<size_t>(t[i][0]) + 1] = static_cast<int64_t>(i) + 1;  // argsort of t[:, 0]
+  }
+  SpatialImage out;
+  out.data = flips.empty() ? image.data : image.data.flip(flips);
+  out.data = out.data.permute(order).contiguous();
+  // nibabel's inv_ornt_aff: output voxel -> input voxel, then the old affine.
+  Affine xform{};
+  for (size_t i = 0; i < 3; ++i) {
+    const double centre = -(static_cast<double>(shape[i]) - 1) / 2.0;
+    xform[i][static_cast<size_t>(t[i][0])] = t[i][1];
+    xform[i][3] = t[i][1] * centre - centre;
+  }
+  xform[3][3] = 1;
+  out.affine = multiply(image.affine, xform);
+  return out;
 }
 
 }  // namespace volshard

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/affine.h"
 #include "volshard/core/file_io.h"  // ByteBuffer
 
 namespace volshard {
@@ -52,8 +53,6 @@ std::string to_string(NiftiDatatype type);
 /// Bytes per voxel: 1, 2, 4 or 8.
 int64_t element_size(NiftiDatatype type);
 bool is_floating(NiftiDatatype type);
-
-using Affine = std::array<std::array<double, 4>, 4>;  ///< row-major, voxel (i,j,k,1) -> mm
 
 /// A parsed, validated header. Values are the file's, widened (NIfTI-1 float32
 /// -> double exactly), after nibabel's load-time fixes.

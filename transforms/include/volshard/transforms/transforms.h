@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/affine.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/transforms/sample.h"
 
@@ -54,6 +55,37 @@ at::Tensor scale_intensity(const at::Tensor& image, const ScaleIntensityOptions&
 /// strides: a file-order view too), else replaced by scale_intensity(image).
 /// For a tensor nothing else shares, e.g. one just read.
 void scale_intensity_(at::Tensor& image, const ScaleIntensityOptions& options = {});
+
+// ---- ScaleIntensityRange (CT windows) ---------------------------------------
+
+struct ScaleIntensityRangeOptions {
+  double a_min = 0.0;  ///< input window, e.g. -57 HU
+  double a_max = 1.0;  ///< e.g. 164 HU; a_max == a_min only shifts (MONAI warns there too)
+  double b_min = 0.0;  ///< output range
+  double b_max = 1.0;
+  bool clip = false;  ///< clamp the output to [b_min, b_max]
+};
+
+/// MONAI's ScaleIntensityRange on a float32 image: (x - a_min) / (a_max -
+/// a_min) * (b_max - b_min) + b_min, then the clamp, each step in float32 in
+/// MONAI's order (bit-identical to MONAI 1.4 on torch 1.13).
+at::Tensor scale_intensity_range(const at::Tensor& image, const ScaleIntensityRangeOptions& options);
+
+// ---- NormalizeIntensity (MRI) -----------------------------------------------
+
+struct NormalizeIntensityOptions {
+  /// Given mean and standard deviation (one value, or one per channel with
+  /// channel_wise); empty: computed from the image (population std).
+  std::vector<double> subtrahend, divisor;
+  bool nonzero = false;       ///< statistics over, and changes to, non-zero voxels only
+  bool channel_wise = false;  ///< each channel on its own
+};
+
+/// MONAI's NormalizeIntensity: (x - mean) / std over the selected voxels, in
+/// float32; a std of 0 divides by 1; an all-zero selection is left as it is.
+/// Throws std::invalid_argument naming the option when a per-channel list
+/// does not match the channels.
+at::Tensor normalize_intensity(const at::Tensor& image, const NormalizeIntensityOptions& options);
 
 // ---- RandCropByPosNegLabel ------------------------------------------------
 
@@ -105,6 +137,45 @@ std::vector<CropParams> sample_pos_neg_crops(const std::array<int64_t, 3>& shape
 Sample apply_crop(const Sample& sample, const CropParams& crop, int64_t patch_index);
 /// The same crop, left pending in sample.view (no pixel is copied).
 Sample crop_lazy(const Sample& sample, const CropParams& crop, int64_t patch_index);
+
+// ---- CropForeground ---------------------------------------------------------
+
+/// A box of voxels: [start, end) per spatial axis.
+struct VoxelBox {
+  std::array<int64_t, 3> start{};
+  std::array<int64_t, 3> end{};
+};
+
+/// MONAI's generate_spatial_bounding_box with select_fn x > 0 over every
+/// channel of `source` (C x X x Y x Z), grown by `margin` voxels per side and
+/// clamped to the volume (MONAI 1.4's allow_smaller=True). No foreground: an
+/// empty box at the origin, as MONAI.
+VoxelBox foreground_box(const at::Tensor& source, int64_t margin = 0);
+
+/// A volume with its voxel-to-world affine.
+struct SpatialImage {
+  at::Tensor data;  ///< C x X x Y x Z
+  Affine affine{};
+};
+
+/// The box cut out of the image, the affine moved so that every voxel keeps
+/// its world position (MONAI's CropForeground, MetaTensor affine).
+SpatialImage crop_box(const SpatialImage& image, const VoxelBox& box);
+
+// ---- Orientation ------------------------------------------------------------
+
+/// nibabel's io_orientation: for each voxel axis, the world axis (0 = x L/R,
+/// 1 = y P/A, 2 = z I/S) it is closest to, and +1 or -1 (pointing R/A/S or
+/// L/P/I). Throws std::invalid_argument for a singular affine.
+std::array<std::array<int, 2>, 3> io_orientation(const Affine& affine);
+/// nibabel's aff2axcodes: "RAS", "LPS", "PSR", ...
+std::string axcodes(const Affine& affine);
+
+/// MONAI's Orientation(axcodes): the voxel axes permuted and flipped so that
+/// they point along `axcodes` (three distinct letters of L/R, P/A, I/S), the
+/// affine updated to keep world positions. Exact (no interpolation). Throws
+/// std::invalid_argument naming the codes.
+SpatialImage orient(const SpatialImage& image, const std::string& axcodes);
 
 // ---- RandSpatialCrop ------------------------------------------------------
 
