@@ -33,7 +33,7 @@ demo: build
 	@$(BUILD)/bin/volshard train --data $(DEMO)/data --out $(DEMO)/run --epochs 2 --nproc-per-node 2 \
 	  --crop 32 --num-samples 4 --batch-size 2 --val-fraction 0.25 --seed 0
 	@$(BUILD)/bin/volshard predict --model $(DEMO)/run/model.pt --config $(DEMO)/run/config.json \
-	  --image $(DEMO)/data/img15.nii.gz --out $(DEMO)/pred15.nii.gz --roi-size 32
+	  --image $(DEMO)/data/img15.nii.gz --out $(DEMO)/pred15.nii.gz --roi 32
 	@echo
 	@echo "outputs: $(DEMO)/crops.png (augmented crops), $(DEMO)/run/ (model.pt, checkpoint.pt,"
 	@echo "metrics.jsonl, config.json, curves.png), $(DEMO)/pred15.nii.gz (prediction of a validation volume)"

@@ -184,7 +184,7 @@ class TrainJobTest(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
 
         img = os.path.join(self.data, "img7.nii.gz")
-        for extra, name in (([], "whole"), (["--roi-size", 32, "--output", "prob"], "sliding")):
+        for extra, name in (([], "whole"), (["--roi", 32, "--output", "prob"], "sliding")):
             pred = os.path.join(self.root, name + ".nii.gz")
             p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
                     "--image", img, "--out", pred, *extra)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -139,6 +140,73 @@ class VolshardToolTest(unittest.TestCase):
         p = run("train", "--data", self.dir, "--out", self.dir, "--backend", "mpi")
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--backend", p.stderr)
+
+    def test_a_mistyped_command_names_the_word_and_the_nearest_command(self):
+        for word, nearest in (("trian", "train"), ("infp", "info"), ("prdict", "predict")):
+            p = run(word, "--data", self.dir)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("unknown command '%s'" % word, p.stderr)
+            self.assertIn("did you mean '%s'?" % nearest, p.stderr)
+        p = run("zzzzzzzz")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertNotIn("did you mean", p.stderr)
+
+    def test_launch_and_backend_values_are_refused_whatever_the_others_are(self):
+        base = ["train", "--data", self.dir, "--out", os.path.join(self.dir, "run")]
+        for extra, needle in ((["--nproc-per-node", 0], "--nproc-per-node=0"),
+                              (["--nproc-per-node", -1], "--nproc-per-node=-1"),
+                              (["--nnodes", 0], "--nnodes=0"),
+                              (["--backend", "nccl"], "--backend=nccl")):
+            p = run(*base, *extra)
+            self.assertEqual(p.returncode, 2, (extra, p.stderr))
+            self.assertIn(needle, p.stderr, extra)
+            self.assertFalse(os.path.exists(os.path.join(self.dir, "run")), extra)
+
+    def test_data_and_datalist_exclude_each_other_and_the_command_line_wins_over_the_config(self):
+        p = run("train", "--data", self.dir, "--datalist", "d.json", "--out", self.dir)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--data excludes --datalist", p.stderr)
+        self.assertIn("one of --data and --datalist is required", run("train", "--help").stdout)
+        # A run's config.json names --data; --datalist on the command line replaces it.
+        config = self.write_config({"data": self.dir, "out": self.dir})
+        missing = os.path.join(self.dir, "missing.json")
+        p = run("train", "--config", config, "--datalist", missing)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("missing.json", p.stderr)
+
+    def test_predict_takes_roi_as_train_does_and_roi_size_as_its_old_name(self):
+        for flag in ("--roi", "--roi-size"):
+            p = run("predict", "--model", "m.pt", "--image", "i.nii", "--out", "o.nii", flag, 36)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--roi 36x36x36", p.stderr, flag)  # its value checked, not refused as a flag
+        self.assertIn("--roi 96", run("predict", "--help").stdout)  # the example uses the new name
+
+    def test_help_synth_and_info_start_without_loading_libtorch(self):
+        # The light `volshard` runs these itself; train, predict, preview and
+        # repro run volshard-torch. LD_DEBUG=files lists every object loaded.
+        data = os.path.join(self.dir, "data")
+        self.synth(data)
+        image = os.path.join(data, "img0.nii.gz")
+        env = dict(os.environ, LD_DEBUG="files")
+
+        def loaded(*args):
+            p = subprocess.run([BINARY, *args], capture_output=True, text=True, env=env)
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            return "libtorch" in p.stderr or "libc10" in p.stderr
+
+        for args in (["--help"], ["info", image], ["info", "--help"], ["synth", "--help"]):
+            self.assertFalse(loaded(*args), args)
+        self.assertTrue(loaded("train", "--help"))  # what the check sees when LibTorch loads
+        times = {}
+        for args in (["--help"], ["info", image], ["train", "--help"]):
+            runs = []
+            for _ in range(5):
+                start = time.perf_counter()
+                subprocess.run([BINARY, *args], capture_output=True)
+                runs.append(time.perf_counter() - start)
+            times[" ".join(args[:1])] = sorted(runs)[2]
+        print("\nstart-up, median of 5 (shared machine): " +
+              ", ".join("volshard %s %.3f s" % kv for kv in times.items()))
 
     def test_every_train_option_has_a_flag_with_help(self):
         p = run("train", "--help")

@@ -1,24 +1,17 @@
 #pragma once
-// The subcommands of `volshard`, one file each (<verb>_command.cpp). Each
-// adds its flags to the app, bound to options it owns, and returns what runs
-// it once the command line is parsed: the process exit status (0 ok, 1 a file
-// could not be read or written, 2 bad arguments). Exceptions are mapped to
-// exit statuses by main(): std::invalid_argument 2, anything else 1.
+// The subcommands of `volshard-torch`, one file each (<verb>_command.cpp),
+// as std_commands.h describes them; these need LibTorch.
 
 #include <CLI/CLI.hpp>
 
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "std_commands.h"
 #include "volshard/trainer/options.h"
 
 namespace volshard::cli {
 
-using Run = std::function<int()>;
-
-Run add_synth_command(CLI::App& app);
-Run add_info_command(CLI::App& app);
 Run add_preview_command(CLI::App& app);
 /// `argv`: the whole command line, which a launcher starts its workers with.
 Run add_train_command(CLI::App& app, const std::vector<std::string>& argv);

@@ -4,7 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "commands.h"
+#include "std_commands.h"
+#include "verbs.h"
 #include "volshard/datasets/volume_info.h"
 
 namespace volshard::cli {
@@ -15,8 +16,7 @@ Run add_info_command(CLI::App& app) {
     bool json = false;
   };
   auto s = std::make_shared<State>();
-  auto* cmd =
-      app.add_subcommand("info", "shape, dtype, spacing, affine and value range of NIfTI files");
+  auto* cmd = app.add_subcommand("info", verb_summary("info"));
   cmd->footer(
       "\nExamples:\n  volshard info data/img0.nii.gz data/seg0.nii.gz\n"
       "  volshard info --json data/*.nii.gz");

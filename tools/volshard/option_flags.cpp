@@ -95,6 +95,9 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
       if (c == '_') c = '-';
     CLI::Option* option = cmd->get_option_no_throw(flag);
     if (option == nullptr || option->count() > 0) continue;  // the command line wins
+    bool excluded = false;  // the file's --data when the command line gave --datalist
+    for (const CLI::Option* other : option->get_excludes()) excluded |= other->count() > 0;
+    if (excluded) continue;
     const auto text = [](const nlohmann::json& v) {
       return v.is_string() ? v.get<std::string>() : v.dump();
     };
@@ -125,6 +128,10 @@ void add_config(CLI::App* cmd, std::set<std::string> keys, bool ignore_others, c
 
 void add_train_flags(CLI::App* cmd, TrainOptions& options) {
   TrainOptions::for_each_field(options, AddFlag{cmd});
+  // One of the two is required (TrainOptions::validate, after --config).
+  const char* one_of = "Data (one of --data and --datalist is required)";
+  cmd->get_option("--data")->excludes("--datalist")->group(one_of);
+  cmd->get_option("--datalist")->group(one_of);
   std::set<std::string> keys;
   TrainOptions::for_each_field(options, CollectKeys{&keys});
   add_config(cmd, std::move(keys), false,

@@ -3,14 +3,14 @@
 #include <memory>
 
 #include "commands.h"
+#include "verbs.h"
 #include "volshard/datasets/preview.h"
 
 namespace volshard::cli {
 
 Run add_preview_command(CLI::App& app) {
   auto o = std::make_shared<PreviewOptions>();
-  auto* cmd = app.add_subcommand(
-      "preview", "PNG of augmented crops (axial and coronal slices, label outlined)");
+  auto* cmd = app.add_subcommand("preview", verb_summary("preview"));
   cmd->footer(
       "\nExample:\n  volshard preview --data data --out crops.png --count 8 --seed 0 --crop 32");
   cmd->add_option("--data", o->data_dir, "folder of image/label pairs")->required();

@@ -3,14 +3,14 @@
 #include <memory>
 
 #include "commands.h"
+#include "verbs.h"
 #include "volshard/trainer/repro.h"
 
 namespace volshard::cli {
 
 Run add_repro_command(CLI::App& app) {
   auto o = std::make_shared<ReproOptions>();
-  auto* cmd = app.add_subcommand(
-      "repro", "check reproducibility on your configuration at small scale (verdict table)");
+  auto* cmd = app.add_subcommand("repro", verb_summary("repro"));
   cmd->footer(
       "\nExample:\n  volshard repro --data data --crop 32 --channels 4,8,16,32 --strides 2,2,2 "
       "--steps 4");

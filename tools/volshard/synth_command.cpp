@@ -6,7 +6,8 @@
 #include <memory>
 #include <stdexcept>
 
-#include "commands.h"
+#include "std_commands.h"
+#include "verbs.h"
 #include "volshard/datasets/synthetic_dataset.h"
 
 namespace volshard::cli {
@@ -18,8 +19,7 @@ Run add_synth_command(CLI::App& app) {
   };
   auto s = std::make_shared<State>();
   s->synth.volume.num_seg_classes = 1;
-  auto* cmd = app.add_subcommand(
-      "synth", "write MONAI-style synthetic image/label volumes (create_test_image_3d)");
+  auto* cmd = app.add_subcommand("synth", verb_summary("synth"));
   cmd->footer("\nExample:\n  volshard synth --out data --count 40 --size 128 --seed 0");
   cmd->add_option("--out", s->synth.out_dir, "output folder")->required();
   cmd->add_option("--count", s->synth.count, "number of image/label pairs")->capture_default_str();

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "verbs.h"
 #include "volshard/trainer/launch.h"
 #include "volshard/trainer/rendezvous.h"
 #include "volshard/trainer/train.h"
@@ -38,16 +39,19 @@ void request_stop(int sig) { g_stop_signal.store(sig); }
 int train_command(const TrainOptions& options, const TrainLaunch& launch,
                   const std::vector<std::string>& argv) {
   const bool launched = launched_by_launcher();
-  if ((launch.nproc_per_node > 1 || launch.nnodes > 1) && !launched && launch.init_method.empty()) {
-    LaunchOptions lo;
-    lo.nproc_per_node = launch.nproc_per_node;
-    lo.nnodes = launch.nnodes;
-    lo.node_rank = launch.node_rank;
-    lo.master_addr = launch.master_addr;
-    lo.master_port = launch.master_port;
-    lo.command = argv;
-    lo.grace_seconds = std::min(options.timeout_s + 5, 60.0);
-    lo.validate();
+  LaunchOptions lo;
+  lo.nproc_per_node = launch.nproc_per_node;
+  lo.nnodes = launch.nnodes;
+  lo.node_rank = launch.node_rank;
+  lo.master_addr = launch.master_addr;
+  lo.master_port = launch.master_port;
+  lo.command = argv;
+  lo.grace_seconds = std::min(options.timeout_s + 5, 60.0);
+  // Every launch value is checked whichever path runs (--nproc-per-node 0
+  // would otherwise pick the single-process path and run one rank silently);
+  // a worker's were checked by its launcher (torchrun's by torchrun).
+  if (!launched) lo.validate();
+  if ((lo.nproc_per_node > 1 || lo.nnodes > 1) && !launched && launch.init_method.empty()) {
     check_training_config(options, lo.nnodes * lo.nproc_per_node);  // before any worker starts
     return run_workers(lo);
   }
@@ -101,8 +105,7 @@ Run add_train_command(CLI::App& app, const std::vector<std::string>& argv) {
     TrainLaunch launch;
   };
   auto s = std::make_shared<State>();
-  auto* cmd =
-      app.add_subcommand("train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)");
+  auto* cmd = app.add_subcommand("train", verb_summary("train"));
   cmd->footer(
       "\nExamples:\n"
       "  volshard train --data data --out run --epochs 2 --nproc-per-node 2 --crop 32\n"

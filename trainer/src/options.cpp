@@ -105,6 +105,13 @@ void TrainOptions::validate() const {
     bad("train: give exactly one of --data DIR and --datalist FILE");
   if (out_dir.empty()) bad("train: --out RUN is required");
   for_each_field(*this, CheckBounds{"train"});
+#ifndef VOLSHARD_WITH_NCCL
+  // Refused here, with the other values, not when the first collective is
+  // built (a single process never builds one and would train on the CPU).
+  if (backend == Backend::kNccl)
+    bad("train: --backend=nccl: this build has no NCCL (LibTorch without CUDA); use --backend "
+        "gloo");
+#endif
   model.validate();
   model.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
   if (roi > 0) model.check_spatial_size({roi, roi, roi}, "train: --roi");

@@ -1,37 +1,100 @@
 #include "volshard/datasets/volume_info.h"
 
-#include <ATen/ATen.h>
-
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
-#include "volshard/datasets/volume.h"
-
 namespace volshard {
+namespace {
+
+// One pass over the voxels in their own type (std only, so that `volshard
+// info` runs without LibTorch): values scaled as nibabel's apply_read_scaling,
+// NaN/Inf counted and skipped.
+template <class T>
+void accumulate(const NiftiFile& file, VolumeInfo& info) {
+  const NiftiHeader& h = file.header;
+  const bool swap = h.big_endian != (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+  const bool scale = h.has_scaling();
+  const double slope = h.scl_slope;
+  const double inter = h.scl_inter;
+  const uint8_t* p = file.voxels();
+  const int64_t n = h.num_voxels();
+  double lo = INFINITY, hi = -INFINITY, sum = 0;
+  int64_t finite = 0;
+  for (int64_t i = 0; i < n; ++i, p += sizeof(T)) {
+    uint8_t raw[sizeof(T)];
+    std::memcpy(raw, p, sizeof(T));
+    if (swap) std::reverse(raw, raw + sizeof(T));
+    T x;
+    std::memcpy(&x, raw, sizeof(T));
+    double v = static_cast<double>(x);
+    if (scale) {
+      if (slope != 1) v *= slope;
+      if (inter != 0) v += inter;
+    }
+    if (!std::isfinite(v)) {
+      ++info.nonfinite;
+      continue;
+    }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+    ++finite;
+  }
+  if (finite > 0) {
+    info.min = lo;
+    info.max = hi;
+    info.sum = sum;
+    info.mean = sum / static_cast<double>(finite);
+  }
+}
+
+}  // namespace
 
 VolumeInfo describe_volume(const std::string& path) {
-  const Volume v = read_volume(path);
+  const NiftiFile file = read_nifti(path);
+  const NiftiHeader& h = file.header;
   VolumeInfo info;
   info.path = path;
-  info.shape = v.header.shape;
-  info.dtype = to_string(v.disk_dtype);
-  info.version = v.header.version;
-  info.spacing_mm = v.spacing_mm;
-  info.affine = v.affine;
-  info.scaled = v.header.has_scaling();
-  const at::Tensor x = v.data.to(at::kDouble);
-  const at::Tensor finite = at::isfinite(x);
-  info.nonfinite = x.numel() - finite.sum().item<int64_t>();
-  const at::Tensor values = info.nonfinite > 0 ? x.masked_select(finite) : x.reshape(-1);
-  if (values.numel() > 0) {
-    info.min = values.min().item<double>();
-    info.max = values.max().item<double>();
-    info.sum = values.sum().item<double>();
-    info.mean = info.sum / static_cast<double>(values.numel());
+  info.shape = h.shape;
+  info.dtype = to_string(h.datatype);
+  info.version = h.version;
+  info.spacing_mm = h.spacing_mm();
+  info.affine = h.affine;
+  info.scaled = h.has_scaling();
+  switch (h.datatype) {
+    case NiftiDatatype::kUint8:
+      accumulate<uint8_t>(file, info);
+      break;
+    case NiftiDatatype::kInt8:
+      accumulate<int8_t>(file, info);
+      break;
+    case NiftiDatatype::kInt16:
+      accumulate<int16_t>(file, info);
+      break;
+    case NiftiDatatype::kUint16:
+      accumulate<uint16_t>(file, info);
+      break;
+    case NiftiDatatype::kInt32:
+      accumulate<int32_t>(file, info);
+      break;
+    case NiftiDatatype::kUint32:
+      accumulate<uint32_t>(file, info);
+      break;
+    case NiftiDatatype::kInt64:
+      accumulate<int64_t>(file, info);
+      break;
+    case NiftiDatatype::kFloat32:
+      accumulate<float>(file, info);
+      break;
+    case NiftiDatatype::kFloat64:
+      accumulate<double>(file, info);
+      break;
   }
   return info;
 }

@@ -1,17 +1,38 @@
 #include "volshard/datasets/synthetic_dataset.h"
 
-#include <ATen/ATen.h>
-
+#include <array>
 #include <atomic>
 #include <exception>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "volshard/datasets/volume.h"
+#include "volshard/datasets/nifti_header.h"
+#include "volshard/datasets/voxel_copy.h"
 
 namespace volshard {
+namespace {
+
+// What write_volume writes for a C-order X x Y x Z volume, without ATen (so
+// that `volshard synth` starts without loading LibTorch): file order, default
+// gzip level for ".gz", NIfTI-1, spacing from the affine.
+void write_c_order(const std::string& path, const std::vector<int64_t>& shape, NiftiDatatype type,
+                   const void* data, const Affine& affine) {
+  const std::array<int64_t, 4> cxyz{1, shape[0], shape[1], shape[2]};
+  const auto nbytes = static_cast<size_t>(shape[0] * shape[1] * shape[2] * element_size(type));
+  std::vector<uint8_t> file_order(nbytes);
+  c_order_to_file_order(data, file_order.data(), type, cxyz, 0, cxyz[2]);
+  NiftiWriteSpec spec;
+  spec.shape = shape;
+  spec.datatype = type;
+  spec.affine = affine;
+  write_nifti(path, spec, file_order.data(), nbytes);
+}
+
+}  // namespace
 
 void write_synthetic_dataset(const SynthOptions& o) {
   validate(o.volume);
@@ -35,10 +56,10 @@ void write_synthetic_dataset(const SynthOptions& o) {
         SyntheticVolume v = make_test_image_3d(o.volume, rs);
         const std::vector<int64_t> shape{v.shape[0], v.shape[1], v.shape[2]};
         const auto folder = std::filesystem::path(o.out_dir);
-        write_volume((folder / ("img" + std::to_string(i) + ".nii.gz")).string(),
-                     at::from_blob(v.image.data(), shape, at::kFloat), identity);
-        write_volume((folder / ("seg" + std::to_string(i) + ".nii.gz")).string(),
-                     at::from_blob(v.label.data(), shape, at::kInt), identity);
+        write_c_order((folder / ("img" + std::to_string(i) + ".nii.gz")).string(), shape,
+                      NiftiDatatype::kFloat32, v.image.data(), identity);
+        write_c_order((folder / ("seg" + std::to_string(i) + ".nii.gz")).string(), shape,
+                      NiftiDatatype::kInt32, v.label.data(), identity);
       } catch (...) {
         const std::lock_guard<std::mutex> lock(mutex);
         if (!error) error = std::current_exception();

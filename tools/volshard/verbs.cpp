@@ -1,0 +1,70 @@
+#include "verbs.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+
+namespace volshard::cli {
+
+const std::vector<Verb>& verbs() {
+  static const std::vector<Verb> table{
+      {"synth", "write MONAI-style synthetic image/label volumes (create_test_image_3d)", false},
+      {"info", "shape, dtype, spacing, affine and value range of NIfTI files", false},
+      {"preview", "PNG of augmented crops (axial and coronal slices, label outlined)", true},
+      {"train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)", true},
+      {"repro", "check reproducibility on your configuration at small scale (verdict table)", true},
+      {"predict", "segment a volume with a trained UNet; writes NIfTI with the input's affine",
+       true},
+  };
+  return table;
+}
+
+std::string verb_summary(const std::string& name) {
+  for (const Verb& v : verbs())
+    if (name == v.name) return v.summary;
+  throw std::logic_error("verb_summary: no subcommand '" + name + "'");
+}
+
+namespace {
+
+// Levenshtein distance (insertions, deletions, substitutions cost 1).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string unknown_verb_message(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  const std::string word = argv[1];
+  std::string nearest;
+  size_t best = word.size();
+  for (const Verb& v : verbs()) {
+    if (word == v.name) return "";
+    const size_t d = edit_distance(word, v.name);
+    if (d < best) best = d, nearest = v.name;
+  }
+  std::string message = "unknown command '" + word + "'";
+  if (!nearest.empty() && best <= std::max<size_t>(2, word.size() / 3))
+    message += "; did you mean '" + nearest + "'?";
+  std::string names;
+  for (const Verb& v : verbs()) names += std::string(names.empty() ? "" : ", ") + v.name;
+  return message + " (commands: " + names + ")";
+}
+
+const char* const kTopFooter =
+    "\nRun 'volshard COMMAND --help' for a command's flags and examples.\n"
+    "Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.";
+
+}  // namespace volshard::cli

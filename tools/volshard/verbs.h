@@ -1,0 +1,31 @@
+#pragma once
+// The subcommands of `volshard`, named once for both executables: the light
+// `volshard` (std only: --help, synth, info) runs what needs no LibTorch and
+// hands the others to `volshard-torch` beside it, which has them all.
+
+#include <string>
+#include <vector>
+
+namespace volshard::cli {
+
+struct Verb {
+  const char* name;
+  const char* summary;  ///< the line `volshard --help` shows
+  bool needs_torch;     ///< run by volshard-torch
+};
+
+/// In the order `volshard --help` lists them.
+const std::vector<Verb>& verbs();
+/// The summary of `name` (a name in verbs()).
+std::string verb_summary(const std::string& name);
+
+/// The first argument when it names no subcommand (and is not an option):
+/// "unknown command 'trian'; did you mean 'train'?" (the nearest name by edit
+/// distance, if any is close). Empty when argv[1] is a subcommand, an option or
+/// absent.
+std::string unknown_verb_message(int argc, char** argv);
+
+/// The top-level help's footer.
+extern const char* const kTopFooter;
+
+}  // namespace volshard::cli
