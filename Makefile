@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps configure build test demo bench bench-large clean
 
 all: build
 
@@ -44,6 +44,14 @@ bench: build
 	@$(BUILD)/bin/bench_nifti bench/nifti_bench_nibabel.py
 	@echo
 	@$(BUILD)/bin/bench_pipeline bench/pipeline_baseline.py
+	@echo
+	@$(BUILD)/bin/bench_pipeline --size 128 --crop 96
+	@echo
+	@$(BUILD)/bin/bench_pipeline --size 256 --crop 192
+
+# Minutes: six 512 x 512 x 200 int16 CT-like volumes, 192^3 crops (cached: about 1.9 GB).
+bench-large: build
+	@$(BUILD)/bin/bench_pipeline --ct --crop 192 --volumes 6
 
 clean:
 	rm -rf $(BUILD)

@@ -6,6 +6,7 @@
 // volume's time goes, stage by stage.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +28,7 @@
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
+#include "volshard/datasets/synthetic.h"
 #include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/sampler/distributed_sampler.h"
@@ -170,6 +175,166 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
   }
 }
 
+// Resident and peak-resident MB of this process (VmRSS, VmHWM).
+double status_mb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field))) / 1024.0;
+  }
+  return 0;
+}
+
+// Starts a new peak: the kernel resets VmHWM to the current RSS (Linux >= 4.0).
+void reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+}
+
+struct Usage {
+  double user_s = 0, sys_s = 0;
+  long minor_faults = 0;
+};
+
+Usage usage_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * t.tv_usec;
+  };
+  return {seconds(u.ru_utime), seconds(u.ru_stime), u.ru_minflt};
+}
+
+// What `--size N --crop M` (or `--ct`) measures, instead of the tutorial table.
+struct LargeArgs {
+  int64_t size = 0;  ///< N^3 synthetic float32 volumes; 0: the tutorial table
+  bool ct = false;   ///< 512 x 512 x 200 int16 CT-like volumes instead
+  int64_t crop = 96;
+  int64_t volumes = 16;
+  int epochs = 3;
+  std::string source = "both";  ///< files | cached | both
+};
+
+// Writes `count` CT-like pairs: 512 x 512 x 200, image int16 in [-1000, 1000]
+// (MONAI's synthetic spheres rescaled to Hounsfield-like units), label uint8.
+std::vector<ImageLabelPair> write_ct_like(const std::filesystem::path& dir, int64_t count) {
+  std::filesystem::create_directories(dir);
+  std::vector<ImageLabelPair> pairs;
+  Affine identity{};
+  for (size_t r = 0; r < 4; ++r) identity[r][r] = 1.0;
+  for (int64_t i = 0; i < count; ++i) {
+    SyntheticOptions so;
+    so.height = so.width = 512;
+    so.depth = 200;
+    so.rad_max = 60;
+    so.rad_min = 10;
+    so.num_seg_classes = 1;
+    so.noise_max = 0.05;
+    NumpyRandomState rng(static_cast<uint32_t>(i));
+    const SyntheticVolume v = make_test_image_3d(so, rng);
+    const std::vector<int64_t> shape{1, 512, 512, 200};
+    const at::Tensor image =
+        (at::from_blob(const_cast<float*>(v.image.data()), shape, at::kFloat) * 2000 - 1000)
+            .round()
+            .to(at::kShort);
+    const at::Tensor label =
+        at::from_blob(const_cast<int32_t*>(v.label.data()), shape, at::kInt).to(at::kByte);
+    ImageLabelPair p;
+    p.image = (dir / ("img" + std::to_string(i) + ".nii.gz")).string();
+    p.label = (dir / ("seg" + std::to_string(i) + ".nii.gz")).string();
+    write_volume(p.image, image, identity);
+    write_volume(p.label, label, identity);
+    pairs.push_back(p);
+  }
+  return pairs;
+}
+
+// Per epoch: volumes/s, minor faults, user and system seconds, RSS; then the
+// peak RSS of the run beside what the loader's bound allows: before + cache +
+// k batches, k = prefetch_batches + 2 (the loader's buffer pool).
+void run_large(const LargeArgs& args, const std::filesystem::path& root) {
+  const double base_mb = status_mb("VmRSS:");
+  std::vector<ImageLabelPair> pairs;
+  std::string what;
+  if (args.ct) {
+    pairs = write_ct_like(root / "ct", args.volumes);
+    what = "512 x 512 x 200 int16 CT-like";
+  } else {
+    SynthOptions synth;
+    synth.out_dir = (root / "vol").string();
+    synth.count = args.volumes;
+    synth.volume.height = synth.volume.width = synth.volume.depth = args.size;
+    synth.volume.num_seg_classes = 1;
+    synth.volume.noise_max = 0.2;
+    write_synthetic_dataset(synth);
+    pairs = pairs_from_folder(synth.out_dir);
+    what = std::to_string(args.size) + "^3 float32 (noisy)";
+  }
+  FeedOptions feed;
+  feed.crop = args.crop;
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = 2;
+  const int64_t in_flight = o.prefetch_batches + 2;
+  const double batch_mb = 2.0 * o.batch_size * feed.num_samples * static_cast<double>(args.crop) *
+                          args.crop * args.crop * 4 / (1 << 20);
+  std::printf(
+      "large volumes: %lld %s .nii.gz volumes, %d epochs, batch %lld, %lld^3 x %lld crops, %lld "
+      "threads;\n"
+      "a batch is %.0f MB (image + label, float32); bound: peak RSS <= before + cache + %lld "
+      "batches in flight (prefetch_batches %lld + 2)\n",
+      static_cast<long long>(args.volumes), what.c_str(), args.epochs,
+      static_cast<long long>(o.batch_size), static_cast<long long>(args.crop),
+      static_cast<long long>(feed.num_samples), static_cast<long long>(o.workers), batch_mb,
+      static_cast<long long>(in_flight), static_cast<long long>(o.prefetch_batches));
+  std::printf("%-7s %5s | %9s %9s %7s %7s %8s | %8s %8s %8s\n", "source", "epoch", "volumes/s",
+              "faults", "user s", "sys s", "RSS MB", "peak MB", "bound MB", "cache MB");
+  std::printf("%s\n", std::string(98, '-').c_str());
+  const PairOptions loading = feed_prefix();
+  const SampleSource from_files = [&](int64_t i) {
+    return load_pair(pairs[static_cast<size_t>(i)], i, loading);
+  };
+  for (const char* mode : {"files", "cached"}) {
+    if (args.source != "both" && args.source != mode) continue;
+    const bool cached = std::string(mode) == "cached";
+    reset_peak_rss();
+    const double before_mb = status_mb("VmRSS:");
+    std::optional<SampleCache> cache;
+    if (cached) cache.emplace(from_files, args.volumes, CacheOptions{});
+    const double cache_mb = cached ? static_cast<double>(cache->cached_bytes()) / (1 << 20) : 0;
+    {
+      DataLoader loader(cached ? cache->source() : from_files, feed_augmentation(feed), o);
+      for (int e = 0; e < args.epochs; ++e) {
+        std::vector<int64_t> indices(static_cast<size_t>(args.volumes));
+        for (int64_t i = 0; i < args.volumes; ++i) indices[static_cast<size_t>(i)] = i;
+        const Usage u0 = usage_now();
+        const auto t0 = std::chrono::steady_clock::now();
+        loader.start_epoch(indices, e);
+        int64_t seen = 0;
+        while (auto b = loader.next()) seen += b->image.size(0) / feed.num_samples;
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const Usage u1 = usage_now();
+        char peak[32] = "", bound[32] = "", cache_text[32] = "";
+        if (e + 1 == args.epochs) {
+          std::snprintf(peak, sizeof peak, "%.0f", status_mb("VmHWM:"));
+          std::snprintf(bound, sizeof bound, "%.0f", before_mb + cache_mb + in_flight * batch_mb);
+          if (cached) std::snprintf(cache_text, sizeof cache_text, "%.0f", cache_mb);
+        }
+        std::printf("%-7s %5d | %9.1f %9ld %7.1f %7.1f %8.0f | %8s %8s %8s\n", mode, e,
+                    static_cast<double>(seen) / s, u1.minor_faults - u0.minor_faults,
+                    u1.user_s - u0.user_s, u1.sys_s - u0.sys_s, status_mb("VmRSS:"), peak, bound,
+                    cache_text);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf(
+      "(RSS before the runs: %.0f MB; files rows also hold each thread's volume "
+      "being loaded; "
+      "the peak is\nVmHWM, reset before each source)\n",
+      base_mb);
+}
+
 double python_baseline(const std::string& script, const std::string& dir, const char* mode,
                        int64_t workers, int epochs) {
   const std::string cmd = "/usr/bin/python3 " + script + " " + dir + " " + mode + " " +
@@ -185,7 +350,35 @@ double python_baseline(const std::string& script, const std::string& dir, const 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string script = argc > 1 ? argv[1] : "bench/pipeline_baseline.py";
+  std::string script = "bench/pipeline_baseline.py";
+  LargeArgs large;
+  for (int k = 1; k < argc; ++k) {
+    const std::string a = argv[k];
+    const auto value = [&]() -> std::string {
+      if (k + 1 >= argc) throw std::invalid_argument("bench_pipeline: " + a + " needs a value");
+      return argv[++k];
+    };
+    if (a == "--size") {
+      large.size = std::stoll(value());
+    } else if (a == "--crop") {
+      large.crop = std::stoll(value());
+    } else if (a == "--ct") {
+      large.ct = true;
+    } else if (a == "--volumes") {
+      large.volumes = std::stoll(value());
+    } else if (a == "--epochs") {
+      large.epochs = std::stoi(value());
+    } else if (a == "--source") {
+      large.source = value();
+      if (large.source != "files" && large.source != "cached" && large.source != "both")
+        throw std::invalid_argument("bench_pipeline: --source=" + large.source +
+                                    " must be files, cached or both");
+    } else if (a.rfind("--", 0) == 0) {
+      throw std::invalid_argument("bench_pipeline: unknown option " + a);
+    } else {
+      script = a;
+    }
+  }
   at::set_num_threads(1);
   const bool tuned =
       std::getenv("VOLSHARD_BENCH_UNTUNED_MALLOC") == nullptr && tune_allocator_for_volumes();
@@ -194,6 +387,12 @@ int main(int argc, char** argv) {
   const int epochs = 2;
   const auto root = std::filesystem::temp_directory_path() /
                     ("volshard_bench_pipeline_" + std::to_string(::getpid()));
+  if (large.size > 0 || large.ct) {
+    std::printf("malloc tuned: %s\n", tuned ? "yes" : "no");
+    run_large(large, root);
+    std::filesystem::remove_all(root);
+    return 0;
+  }
 
   const double bandwidth_before = memcpy_gb_per_s();
   std::printf(
@@ -262,4 +461,5 @@ int main(int argc, char** argv) {
       "15.6 with\n"
       "CacheDataset, 20.8 with CacheDataset + ThreadDataLoader, 11.9 on noisy files (2 "
       "workers).\n");
+  std::printf("peak RSS of this run: %.0f MB\n", status_mb("VmHWM:"));
 }

@@ -6,6 +6,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <atomic>
+#include <set>
 #include <stdexcept>
 #include "transforms/augmentation_test_util.h"
 
@@ -244,6 +245,68 @@ TEST(DataLoaderTest, EpochsDrawDifferentAugmentationsAndRepeatExactly) {
   const auto again = run_epoch(loader, {1, 2, 3, 4}, 0);
   EXPECT_FALSE(same_batches(e0, e1));
   EXPECT_TRUE(same_batches(e0, again));
+}
+
+// The loader recycles its batch buffers: over three epochs of six batches,
+// with the consumer dropping each batch and then allocating a tensor of the
+// same size (as a training step does), so that malloc cannot hand the freed
+// memory back to the loader, batches use at most prefetch_batches + 2
+// buffers, for 0 and 2 workers: memory stays flat over epochs.
+TEST(DataLoaderTest, ReusesItsBatchBuffersAcrossBatchesAndEpochs) {
+  const std::vector<int64_t> indices{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  for (const int64_t workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.workers = workers;
+    o.prefetch_batches = 2;
+    DataLoader loader(toy_volume, toy_pipeline(), o);
+    std::set<const void*> images, labels;
+    std::vector<at::Tensor> consumer;  // what the "training step" allocates and keeps
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      loader.start_epoch(indices, epoch);
+      while (auto b = loader.next()) {
+        images.insert(b->image.data_ptr());
+        labels.insert(b->label.data_ptr());
+        const auto sizes = b->image.sizes().vec();
+        b.reset();
+        consumer.push_back(at::empty(sizes));
+        consumer.push_back(at::empty(sizes));
+      }
+    }
+    EXPECT_LE(images.size(), 4u) << workers << " workers";
+    EXPECT_LE(labels.size(), 4u) << workers << " workers";
+  }
+}
+
+// A batch the consumer still holds, or a view of it it keeps, is never
+// written into, however many batches and epochs follow; the batches it
+// gets meanwhile are the ones a loader with nothing held gives.
+TEST(DataLoaderTest, NeverOverwritesABatchOrAViewTheConsumerStillHolds) {
+  const std::vector<int64_t> indices{0, 1, 2, 3, 4, 5, 6, 7};
+  for (const int64_t workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.workers = workers;
+    DataLoader loader(toy_volume, toy_pipeline(), o), fresh(toy_volume, toy_pipeline(), o);
+    loader.start_epoch(indices, 0);
+    Batch held = *loader.next();
+    const at::Tensor held_image = held.image.clone(), held_label = held.label.clone();
+    at::Tensor row;  // a view of the second batch, outliving its Batch
+    at::Tensor row_copy;
+    if (auto second = loader.next()) {
+      row = second->image[1];
+      row_copy = row.clone();
+    }
+    while (loader.next()) {
+    }
+    for (int64_t epoch = 1; epoch < 3; ++epoch) {
+      EXPECT_TRUE(same_batches(run_epoch(loader, indices, epoch), run_epoch(fresh, indices, epoch)))
+          << workers << " workers, epoch " << epoch;
+    }
+    EXPECT_TRUE(at::equal(held.image, held_image)) << workers << " workers";
+    EXPECT_TRUE(at::equal(held.label, held_label)) << workers << " workers";
+    EXPECT_TRUE(at::equal(row, row_copy)) << workers << " workers";
+  }
 }
 
 TEST(DataLoaderTest, PrefetchesNoMoreThanItsBound) {

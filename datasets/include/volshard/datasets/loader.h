@@ -21,7 +21,8 @@ namespace volshard {
 /// quarter of a CPU step goes to page faults (see README, "Platform"). Call
 /// once at start-up of a program that runs a loader, before it starts threads;
 /// returns false where mallopt is unavailable. It also keeps every thread in
-/// one malloc arena, so batches the loader's workers allocate are reused too.
+/// one malloc arena. (Batch buffers do not rely on it: the loader recycles
+/// them itself, see Batch.)
 /// Same effect as GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:
 /// glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1.
 bool tune_allocator_for_volumes();
@@ -56,6 +57,14 @@ struct LoaderOptions {
 /// num_samples crops of each of batch_size volumes, flattened in order (volume
 /// by volume, then patch), as MONAI's list_data_collate: image and label are
 /// (volumes * crops) x C x X x Y x Z.
+///
+/// A DataLoader's batches live in buffers it recycles (pageable batches; pinned
+/// ones come from CUDA's host allocator, which recycles them): at most
+/// prefetch_batches + 2 buffers, one batch's image and label each, so memory
+/// stays flat over epochs. A buffer is written again only once the consumer
+/// has dropped every tensor and view of its batch: holding a Batch (or a view
+/// of it) keeps it intact, with no copy needed; a consumer holding more batches
+/// than that makes the loader allocate fresh ones for the rest.
 struct Batch {
   int64_t step = 0;
   at::Tensor image;
