@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps configure build python test demo bench clean
 
 all: build
 
@@ -15,6 +15,10 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# The Python module into $(BUILD)/python/volshard: PYTHONPATH=$(BUILD)/python /usr/bin/python3 -c 'import volshard'
+python: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target python
 
 test: build
 	@cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 900
@@ -44,6 +48,9 @@ bench: build
 	@$(BUILD)/bin/bench_nifti bench/nifti_bench_nibabel.py
 	@echo
 	@$(BUILD)/bin/bench_pipeline bench/pipeline_baseline.py
+	@echo
+	@cmake --build $(BUILD) --target python
+	@PYTHONPATH=$(BUILD)/python /usr/bin/python3 bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
 
 clean:
 	rm -rf $(BUILD)
