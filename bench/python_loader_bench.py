@@ -65,13 +65,17 @@ def main():
     args = ap.parse_args()
     count = 8 if os.environ.get("VOLSHARD_BENCH_QUICK") else 24
     torch.set_num_threads(1)
+    tuned = volshard.tune_allocator_for_volumes()  # as bench_pipeline; the baseline's workers inherit it
     base = baseline_module()
     with tempfile.TemporaryDirectory(prefix="volshard_pybench_") as data:
         subprocess.run([args.bin, "synth", "--out", data, "--count", str(count), "--size", "128", "--seed", "0"],
                        check=True, stdout=subprocess.DEVNULL)
         pairs = volshard.pairs_from_folder(data)
         print(f"python_loader_bench: {count} synthetic 128^3 .nii.gz volumes x {args.epochs} epochs, batch 2, "
-              f"96^3 x 4 crops, one rank; volshard.Loader(workers=2 threads) vs torch DataLoader(num_workers=2)")
+              f"96^3 x 4 crops, one rank; volshard.Loader(workers=2 threads) vs torch DataLoader(num_workers=2); "
+              f"tuned malloc: {'yes' if tuned else 'no'}")
+        print("Python ms/batch: the loop's time outside the C++ next() call (dict, generator, Python); "
+              "C++ next() ms/batch: how long next() blocked")
         print("mode   | volshard.Loader vol/s | torch DataLoader vol/s | ratio | Python ms/batch | C++ next() ms/batch")
         for mode in ("files", "cached"):
             cached = mode == "cached"

@@ -231,6 +231,10 @@ PYBIND11_MODULE(_volshard, m) {
       py::arg("nifti_version") = 1, py::arg("spacing_mm") = std::vector<double>{},
       py::arg("descrip") = "", "Writes X x Y x Z or C x X x Y x Z data atomically.");
 
+  m.def("tune_allocator_for_volumes", &tune_allocator_for_volumes,
+        "glibc malloc settings that keep multi-MB batch buffers mapped (see loader.h); call once at "
+        "start-up, before a Loader starts its threads. False where mallopt is unavailable.");
+
   m.def(
       "pairs_from_folder",
       [](const std::string& folder, const std::string& image_glob, const std::string& label_glob) {

@@ -19,6 +19,7 @@ from ._volshard import (  # noqa: F401
     pairs_from_datalist,
     pairs_from_folder,
     read_volume,
+    tune_allocator_for_volumes,
     write_volume,
 )
 from .loader import Loader  # noqa: F401
@@ -35,6 +36,7 @@ __all__ = [
     "pairs_from_datalist",
     "pairs_from_folder",
     "read_volume",
+    "tune_allocator_for_volumes",
     "worker_init_fn",
     "write_volume",
 ]
