@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench bench-large clean
+.PHONY: all deps configure build python test demo bench bench-large clean
 
 all: build
 
@@ -15,6 +15,10 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# The Python module into $(BUILD)/python/volshard: PYTHONPATH=$(BUILD)/python /usr/bin/python3 -c 'import volshard'
+python: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target python
 
 test: build
 	@cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 900
@@ -48,6 +52,9 @@ bench: build
 	@$(BUILD)/bin/bench_pipeline --size 128 --crop 96
 	@echo
 	@$(BUILD)/bin/bench_pipeline --size 256 --crop 192
+	@echo
+	@cmake --build $(BUILD) --target python
+	@PYTHONPATH=$(BUILD)/python /usr/bin/python3 bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
 
 # Minutes: six 512 x 512 x 200 int16 CT-like volumes, 192^3 crops (cached: about 1.9 GB).
 bench-large: build

@@ -17,6 +17,8 @@ packages=(
   libopenblas0-openmp
   # oracles for golden and differential tests
   python3 python3-numpy python3-torch python3-nibabel
+  # the Python module (python/) and its tests
+  pybind11-dev python3-dev python3-pytest
 )
 
 missing=()

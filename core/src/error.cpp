@@ -1,7 +1,7 @@
 #include "volshard/core/error.h"
 
-#include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 namespace volshard {
 
@@ -10,7 +10,10 @@ void fail_file(const std::string& path, const std::string& message) {
 }
 
 void fail_errno(const std::string& path, const std::string& what, int err) {
-  fail_file(path, what + ": " + std::strerror(err));
+  // A system_error (a runtime_error) keeps the errno, so that the Python
+  // module can raise FileNotFoundError/PermissionError; its what() is still
+  // "path: what: strerror(err)".
+  throw std::system_error(err, std::generic_category(), path + ": " + what);
 }
 
 std::string shape_text(const int64_t* sizes, size_t n, bool as_tuple) {

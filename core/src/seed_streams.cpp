@@ -55,6 +55,11 @@ uint64_t SeedStreams::rank_seed(int64_t rank, int64_t epoch) const {
                      static_cast<uint64_t>(rank));
 }
 
+uint64_t SeedStreams::worker_seed(int64_t rank, int64_t worker, int64_t epoch) const {
+  return derive_seed(rank_seed(rank, epoch), Stream::kWorker, static_cast<uint64_t>(epoch),
+                     static_cast<uint64_t>(worker));
+}
+
 uint64_t SeedStreams::sample_seed(int64_t index, int64_t epoch) const {
   return derive_seed(base_, Stream::kSample, static_cast<uint64_t>(epoch),
                      static_cast<uint64_t>(index));

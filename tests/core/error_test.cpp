@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <stdexcept>
+#include <system_error>
 
 namespace volshard {
 namespace {
@@ -21,6 +22,16 @@ TEST(ErrorTest, FailuresNameThePathAndTheCause) {
   EXPECT_THAT([] { fail_errno("c.nii", "cannot open", ENOENT); },
               ::testing::ThrowsMessage<std::runtime_error>(
                   ::testing::StrEq("c.nii: cannot open: No such file or directory")));
+}
+
+TEST(ErrorTest, ErrnoFailuresKeepTheErrnoForCallersThatMapIt) {
+  try {
+    fail_errno("c.nii", "cannot open", ENOENT);
+    FAIL() << "fail_errno returned";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code().value(), ENOENT);
+    EXPECT_STREQ(e.what(), "c.nii: cannot open: No such file or directory");
+  }
 }
 
 }  // namespace

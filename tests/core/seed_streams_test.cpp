@@ -69,6 +69,20 @@ TEST(SeedStreamsTest, RankStreamsDifferAcrossRanksAndSharedStreamsDoNot) {
   EXPECT_NE(a.sample_seed(3, 0), a.sample_seed(3, 1));
 }
 
+TEST(SeedStreamsTest, WorkerStreamsSplitTheRankStreamAsDocumented) {
+  const SeedStreams a(7);
+  // derive_seed(derive_seed(7, kRank, 1, 3), kWorker, 1, 2), computed from the
+  // formula in seed_streams.h by an independent Python implementation.
+  EXPECT_EQ(a.worker_seed(3, 2, 1), 0xd072b0361510b14ULL);
+  std::unordered_set<uint64_t> seen;
+  for (int64_t r = 0; r < 64; ++r) {
+    for (int64_t w = 0; w < 16; ++w) {
+      for (int64_t e = 0; e < 4; ++e) seen.insert(a.worker_seed(r, w, e));
+    }
+  }
+  EXPECT_EQ(seen.size(), 64u * 16u * 4u);
+}
+
 TEST(StreamRngTest, UniformIntStaysInRangeAndHitsBothEnds) {
   StreamRng rng(5);
   bool lo = false, hi = false;

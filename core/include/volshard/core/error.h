@@ -11,7 +11,8 @@ namespace volshard {
 
 /// Throws std::runtime_error("path: message").
 [[noreturn]] void fail_file(const std::string& path, const std::string& message);
-/// Throws std::runtime_error("path: what: strerror(err)").
+/// Throws std::system_error (a std::runtime_error) with code `err` and what()
+/// "path: what: strerror(err)".
 [[noreturn]] void fail_errno(const std::string& path, const std::string& what, int err);
 
 /// "96x96x96": sizes joined by 'x'; with `as_tuple`, "(96, 96, 96)" as Python

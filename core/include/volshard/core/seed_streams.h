@@ -36,6 +36,7 @@ enum class Stream : uint64_t {
   kShared = 1,  ///< identical on every rank (model initialisation, shared draws)
   kRank = 2,    ///< distinct per rank (dropout masks, anything rank-local)
   kSample = 3,  ///< per dataset index: augmentation, whoever processes it
+  kWorker = 4,  ///< per data loader worker process of a rank (PyTorch's worker_init_fn)
 };
 
 /// The stable mixing function above.
@@ -86,6 +87,9 @@ class SeedStreams {
   /// The augmentation seed of dataset index i in epoch e: the same whichever
   /// rank or loader thread processes it and however many there are.
   uint64_t sample_seed(int64_t index, int64_t epoch) const;
+  /// Distinct per (rank, worker process), reproducible: the rank's stream
+  /// split by worker, derive_seed(rank_seed(rank, epoch), kWorker, epoch, worker).
+  uint64_t worker_seed(int64_t rank, int64_t worker, int64_t epoch) const;
 
   StreamRng shared(uint64_t purpose, int64_t epoch = 0) const {
     return StreamRng(shared_seed(purpose, epoch));

@@ -1,0 +1,295 @@
+// The _volshard extension: NIfTI volumes, datalists and the C++ loader as
+// torch tensors, and C++ exceptions as Python ones. Bindings only: the
+// Python-facing classes (Sampler, Loader) are in volshard/*.py.
+
+#include <torch/extension.h>
+
+#include <pybind11/stl.h>
+
+#include <cerrno>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "bindings.h"
+#include "volshard/core/log.h"
+#include "volshard/datasets/cache.h"
+#include "volshard/datasets/datalist.h"
+#include "volshard/datasets/feed.h"
+#include "volshard/datasets/load_pair.h"
+#include "volshard/datasets/loader.h"
+#include "volshard/datasets/volume.h"
+
+namespace py = pybind11;
+
+namespace volshard::python {
+namespace {
+
+// Errors keep their message; a file's errno picks the OSError subclass
+// (std::invalid_argument -> ValueError, std::out_of_range -> IndexError and
+// std::runtime_error -> RuntimeError are pybind11's own translations).
+void translate_system_error(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const std::system_error& e) {
+    const int err = e.code().value();
+    PyObject* type = err == ENOENT                     ? PyExc_FileNotFoundError
+                     : (err == EACCES || err == EPERM) ? PyExc_PermissionError
+                     : err == EISDIR                   ? PyExc_IsADirectoryError
+                                                       : PyExc_OSError;
+    PyErr_SetString(type, e.what());
+  }
+}
+
+// volshard::warn from any thread (sampler, cache) as a Python UserWarning.
+void warn_in_python(const std::string& message) {
+  if (!Py_IsInitialized()) return;
+  py::gil_scoped_acquire gil;
+  if (PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1) != 0) PyErr_Clear();
+}
+
+py::list pairs_to_list(const std::vector<ImageLabelPair>& pairs) {
+  py::list out;
+  for (const ImageLabelPair& p : pairs) {
+    py::dict d;
+    d["image"] = p.image;
+    d["label"] = p.label;
+    out.append(d);
+  }
+  return out;
+}
+
+at::Tensor affine_tensor(const Affine& a) {
+  at::Tensor t = at::empty({4, 4}, at::kDouble);
+  auto acc = t.accessor<double, 2>();
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 4; ++j) acc[i][j] = a[static_cast<size_t>(i)][static_cast<size_t>(j)];
+  }
+  return t;
+}
+
+py::dict header_dict(const NiftiHeader& h) {
+  py::dict d;
+  d["version"] = h.version;
+  d["big_endian"] = h.big_endian;
+  d["dim"] = h.dim;
+  d["shape"] = h.shape;
+  d["datatype"] = to_string(h.datatype);
+  d["bitpix"] = h.bitpix;
+  d["vox_offset"] = h.vox_offset;
+  d["pixdim"] = h.pixdim;
+  d["scl_slope"] = h.scl_slope;
+  d["scl_inter"] = h.scl_inter;
+  d["qform_code"] = h.qform_code;
+  d["sform_code"] = h.sform_code;
+  d["intent_code"] = h.intent_code;
+  d["descrip"] = h.descrip;
+  d["xyzt_units"] = h.xyzt_units;
+  return d;
+}
+
+// One rank's pipeline: the cached deterministic prefix and the loader's
+// worker threads. Holds `pairs_` because the cache loads from it on use.
+class LoaderCore {
+ public:
+  LoaderCore(std::vector<ImageLabelPair> pairs, const FeedOptions& feed, const LoaderOptions& lo,
+             const CacheOptions& co)
+      : pairs_(std::move(pairs)) {
+    feed.validate();
+    lo.validate();
+    const PairOptions prefix = feed_prefix();
+    CacheOptions c = co;
+    if (!c.cache_dir.empty()) {
+      c.config_key = prefix.config_key();
+      c.item_files = files_of(pairs_);
+    }
+    py::gil_scoped_release nogil;
+    cache_ = std::make_unique<SampleCache>(
+        [this, prefix](int64_t i) { return load_pair(pairs_[static_cast<size_t>(i)], i, prefix); },
+        static_cast<int64_t>(pairs_.size()), c);
+    loader_ = std::make_unique<DataLoader>(cache_->source(), feed_augmentation(feed), lo);
+  }
+
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+    py::gil_scoped_release nogil;
+    live().start_epoch(std::move(indices), epoch);
+  }
+
+  py::object next() {
+    std::optional<Batch> b;
+    {
+      py::gil_scoped_release nogil;
+      b = live().next();
+    }
+    if (!b) return py::none();
+    py::dict d;
+    d["image"] = b->image;  // handed over as torch tensors, no copy
+    d["label"] = b->label;
+    py::list index, patch, source;
+    for (const SampleMeta& m : b->meta) {
+      index.append(m.index);
+      patch.append(m.patch_index);
+      source.append(m.source);
+    }
+    d["index"] = index;
+    d["patch_index"] = patch;
+    d["source"] = source;
+    d["step"] = b->step;
+    d["wait_seconds"] = b->wait_seconds;
+    return d;
+  }
+
+  int64_t num_batches() const { return loader_ ? loader_->num_batches() : 0; }
+  int64_t cached_items() const { return cache_ ? cache_->cached_items() : 0; }
+  int64_t cached_bytes() const { return cache_ ? cache_->cached_bytes() : 0; }
+  bool pinned() const { return loader_ && loader_->pinned(); }
+
+  /// Stops the worker threads (without the GIL: they may be warning).
+  void close() {
+    py::gil_scoped_release nogil;
+    loader_.reset();
+    cache_.reset();
+  }
+
+ private:
+  DataLoader& live() {
+    if (!loader_) throw std::runtime_error("Loader: used after close()");
+    return *loader_;
+  }
+
+  std::vector<ImageLabelPair> pairs_;
+  std::unique_ptr<SampleCache> cache_;
+  std::unique_ptr<DataLoader> loader_;
+};
+
+PinMemory parse_pin_memory(const std::optional<bool>& pin) {
+  if (!pin) return PinMemory::kAuto;
+  return *pin ? PinMemory::kOn : PinMemory::kOff;
+}
+
+}  // namespace
+}  // namespace volshard::python
+
+PYBIND11_MODULE(_volshard, m) {
+  using namespace volshard;
+  using namespace volshard::python;
+  m.doc() = "volshard's C++ core (see volshard/__init__.py for the Python API)";
+  py::register_exception_translator(&translate_system_error);
+  set_warning_handler(&warn_in_python);
+  // Back to stderr before the interpreter goes away.
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([] { set_warning_handler(nullptr); }));
+
+  bind_sampler(m);
+
+  py::class_<Volume>(m, "Volume", "A NIfTI volume as read_volume returns it.")
+      .def_readonly("data", &Volume::data,
+                    "C x X x Y x Z tensor, data[c, i, j, k] == nibabel's [i, j, k, c]")
+      .def_property_readonly(
+          "affine", [](const Volume& v) { return affine_tensor(v.affine); },
+          "4 x 4 float64 tensor, nibabel's img.affine")
+      .def_readonly("spacing_mm", &Volume::spacing_mm)
+      .def_property_readonly("disk_dtype", [](const Volume& v) { return to_string(v.disk_dtype); })
+      .def_readonly("path", &Volume::path)
+      .def_readonly("nonfinite_voxels", &Volume::nonfinite_voxels)
+      .def_property_readonly("header", [](const Volume& v) { return header_dict(v.header); })
+      .def("__repr__", [](const Volume& v) {
+        return "Volume(path='" + v.path +
+               "', shape=" + py::repr(py::cast(v.data.sizes().vec())).cast<std::string>() +
+               ", disk_dtype=" + to_string(v.disk_dtype) + ")";
+      });
+
+  m.def(
+      "read_volume",
+      [](const std::string& path, bool as_float, bool apply_scaling, int64_t max_voxels) {
+        ReadOptions o;
+        o.as_float = as_float;
+        o.apply_scaling = apply_scaling;
+        o.max_voxels = max_voxels;
+        py::gil_scoped_release nogil;
+        return read_volume(path, o);
+      },
+      py::arg("path"), py::arg("as_float") = false, py::arg("apply_scaling") = true,
+      py::arg("max_voxels") = ReadOptions{}.max_voxels,
+      "Reads a .nii or .nii.gz as nibabel does, channel-first.");
+
+  m.def(
+      "write_volume",
+      [](const std::string& path, const at::Tensor& data, const Affine& affine, int gzip_level,
+         int nifti_version, std::vector<double> spacing_mm, std::string descrip) {
+        WriteOptions o;
+        o.gzip_level = gzip_level;
+        o.nifti_version = nifti_version;
+        o.spacing_mm = std::move(spacing_mm);
+        o.descrip = std::move(descrip);
+        py::gil_scoped_release nogil;
+        write_volume(path, data, affine, o);
+      },
+      py::arg("path"), py::arg("data"), py::arg("affine"), py::arg("gzip_level") = -1,
+      py::arg("nifti_version") = 1, py::arg("spacing_mm") = std::vector<double>{},
+      py::arg("descrip") = "", "Writes X x Y x Z or C x X x Y x Z data atomically.");
+
+  m.def("tune_allocator_for_volumes", &tune_allocator_for_volumes,
+        "glibc malloc settings that keep multi-MB batch buffers mapped (see loader.h); call once at "
+        "start-up, before a Loader starts its threads. False where mallopt is unavailable.");
+
+  m.def(
+      "pairs_from_folder",
+      [](const std::string& folder, const std::string& image_glob, const std::string& label_glob) {
+        return pairs_to_list(pairs_from_folder(folder, image_glob, label_glob));
+      },
+      py::arg("folder"), py::arg("image_glob") = "img*", py::arg("label_glob") = "seg*");
+  m.def(
+      "pairs_from_datalist",
+      [](const std::string& path, const std::string& section) {
+        return pairs_to_list(pairs_from_datalist(path, section));
+      },
+      py::arg("path"), py::arg("section") = "training");
+
+  // The options structs, filled by name from Python (volshard/loader.py).
+  py::class_<FeedOptions>(m, "_FeedOptions")
+      .def(py::init<>())
+      .def_readwrite("crop", &FeedOptions::crop)
+      .def_readwrite("num_samples", &FeedOptions::num_samples)
+      .def_readwrite("allow_smaller", &FeedOptions::allow_smaller)
+      .def_readwrite("rot90_prob", &FeedOptions::rot90_prob);
+  py::class_<LoaderOptions>(m, "_LoaderOptions")
+      .def(py::init<>())
+      .def_readwrite("batch_size", &LoaderOptions::batch_size)
+      .def_readwrite("drop_last_batch", &LoaderOptions::drop_last_batch)
+      .def_readwrite("workers", &LoaderOptions::workers)
+      .def_readwrite("prefetch_batches", &LoaderOptions::prefetch_batches)
+      .def_readwrite("seed", &LoaderOptions::seed)
+      .def_property(
+          "pin_memory",
+          [](const LoaderOptions& o) -> std::optional<bool> {
+            if (o.pin_memory == PinMemory::kAuto) return std::nullopt;
+            return o.pin_memory == PinMemory::kOn;
+          },
+          [](LoaderOptions& o, std::optional<bool> pin) { o.pin_memory = parse_pin_memory(pin); });
+  py::class_<CacheOptions>(m, "_CacheOptions")
+      .def(py::init<>())
+      .def_readwrite("cache_rate", &CacheOptions::cache_rate)
+      .def_readwrite("max_bytes", &CacheOptions::max_bytes)
+      .def_readwrite("threads", &CacheOptions::threads)
+      .def_readwrite("cache_dir", &CacheOptions::cache_dir);
+
+  py::class_<LoaderCore>(m, "_LoaderCore")
+      .def(py::init([](const std::vector<std::pair<std::string, std::string>>& files,
+                       const FeedOptions& feed, const LoaderOptions& loader,
+                       const CacheOptions& cache) {
+             std::vector<ImageLabelPair> pairs;
+             for (const auto& [image, label] : files) pairs.push_back({image, label});
+             return std::make_unique<LoaderCore>(std::move(pairs), feed, loader, cache);
+           }),
+           py::arg("files"), py::arg("feed"), py::arg("loader"), py::arg("cache"))
+      .def("start_epoch", &LoaderCore::start_epoch, py::arg("indices"), py::arg("epoch"))
+      .def("next", &LoaderCore::next)
+      .def_property_readonly("num_batches", &LoaderCore::num_batches)
+      .def_property_readonly("cached_items", &LoaderCore::cached_items)
+      .def_property_readonly("cached_bytes", &LoaderCore::cached_bytes)
+      .def_property_readonly("pinned", &LoaderCore::pinned)
+      .def("close", &LoaderCore::close);
+}

@@ -1,0 +1,24 @@
+"""Fixtures of the Python module's tests. ctest runs them with
+PYTHONPATH=<build>/python and VOLSHARD_BIN=<build>/bin (see tests/CMakeLists.txt)."""
+
+import os
+import subprocess
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def volshard_bin():
+    path = os.path.join(os.environ.get("VOLSHARD_BIN", "build/bin"), "volshard")
+    if not os.path.exists(path):
+        pytest.skip(f"no volshard binary at {path} (set VOLSHARD_BIN)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def synth_data(tmp_path_factory, volshard_bin):
+    """6 MONAI-style synthetic image/label pairs, 64^3 (synth needs > 60)."""
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([volshard_bin, "synth", "--out", str(out), "--count", "6", "--size", "64", "--seed", "0"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return str(out)

@@ -1,0 +1,177 @@
+"""volshard.Loader: the C++ pipeline from Python."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+import volshard
+
+KW = {"crop": 16, "num_samples": 2, "batch_size": 2, "cache_rate": 1.0}
+
+
+def epoch_batches(data, workers, epoch=0, world=2, rank=0, seed=3, **kw):
+    sampler = volshard.DistributedSampler(6, num_replicas=world, rank=rank, seed=seed)
+    loader = volshard.Loader(data, sampler, workers=workers, **dict(KW, **kw))
+    loader.set_epoch(epoch)
+    out = list(loader)
+    loader.close()
+    return out, sampler
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x["index"] == y["index"] and x["patch_index"] == y["patch_index"]
+        for key in ("image", "label"):
+            assert x[key].dtype == y[key].dtype and x[key].shape == y[key].shape
+            assert x[key].contiguous().numpy().tobytes() == y[key].contiguous().numpy().tobytes()
+
+
+def test_batches_are_byte_identical_for_0_1_2_workers_and_reruns(synth_data):
+    ref, sampler = epoch_batches(synth_data, 0, epoch=1)
+    for workers in (0, 1, 2):
+        same(epoch_batches(synth_data, workers, epoch=1)[0], ref)
+    # Rows: the rank's indices in order, num_samples crops each.
+    rows = [i for b in ref for i in b["index"]]
+    sampler.set_epoch(1)
+    assert rows == [i for i in list(sampler) for _ in range(KW["num_samples"])]
+    b = ref[0]
+    assert isinstance(b["image"], torch.Tensor) and tuple(b["image"].shape) == (4, 1, 16, 16, 16)
+    assert b["label"].dtype == torch.float32
+
+
+def test_epochs_and_seeds_change_the_batches(synth_data):
+    a = epoch_batches(synth_data, 1, epoch=0)[0]
+    b = epoch_batches(synth_data, 1, epoch=1)[0]
+    c = epoch_batches(synth_data, 1, epoch=0, seed=4)[0]
+    assert [x["index"] for x in a] != [x["index"] for x in b] or not torch.equal(a[0]["image"], b[0]["image"])
+    assert not torch.equal(a[0]["image"], c[0]["image"])
+
+
+def test_ranks_read_disjoint_indices(synth_data):
+    seen = [set(i for b in epoch_batches(synth_data, 1, world=2, rank=r)[0] for i in b["index"]) for r in (0, 1)]
+    assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(6))
+
+
+def test_state_dict_resumes_after_the_batches_returned(synth_data):
+    full, _ = epoch_batches(synth_data, 2, epoch=2, world=1)
+    assert len(full) == 3
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0, seed=3)
+    loader = volshard.Loader(synth_data, sampler, workers=2, **KW)
+    loader.set_epoch(2)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    loader.close()
+    assert state["epoch"] == 2 and state["sampler"]["consumed"] == 2
+    other_seed = volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), **KW)
+    with pytest.raises(ValueError, match="seed=3"):
+        other_seed.load_state_dict(state)  # its augmentation would differ
+    other_seed.close()
+    resumed = volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0, seed=3), workers=1,
+                              **KW)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(2)
+    same(list(resumed), full[1:])
+
+
+def test_the_gil_is_released_while_cpp_works(synth_data):
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    loader = volshard.Loader(synth_data, sampler, workers=0, crop=32, num_samples=8, batch_size=6)
+    loader.set_epoch(0)
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        it = iter(loader)
+        time.sleep(0.05)
+        before, t0 = ticks[0], time.perf_counter()
+        next(it)  # transforms run in this call (workers=0)
+        seconds, during = time.perf_counter() - t0, ticks[0] - before
+    finally:
+        stop.set()
+        t.join()
+    # Holding the GIL, the spinning thread would run only at the 5 ms switch
+    # interval hand-overs the call never makes: a handful of ticks at most.
+    assert seconds > 0.01
+    assert during > 1000, f"{during} ticks in {seconds:.3f} s"
+
+
+def test_a_folder_a_datalist_and_pairs_are_accepted(synth_data, tmp_path):
+    pairs = volshard.pairs_from_folder(synth_data)
+    assert len(pairs) == 6 and pairs[0]["image"].endswith("img0.nii.gz")
+    as_tuples = [(p["image"], p["label"]) for p in pairs]
+    a = epoch_batches(pairs, 0)[0]
+    same(epoch_batches(as_tuples, 0)[0], a)
+    same(epoch_batches(synth_data, 0)[0], a)
+
+
+def test_workers_of_a_torch_dataloader_get_their_own_reproducible_seeds():
+    class Draws(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            import random
+            import numpy
+            info = torch.utils.data.get_worker_info()
+            return info.id, torch.rand(1).item(), random.random(), float(numpy.random.rand())
+
+    def run(rank):
+        sampler = volshard.DistributedSampler(4, num_replicas=1, rank=0)
+        dl = torch.utils.data.DataLoader(Draws(), batch_size=None, num_workers=2, sampler=sampler,
+                                         worker_init_fn=volshard.worker_init_fn(5, rank=rank, sampler=sampler))
+        return sorted(tuple(x) for x in dl)
+
+    a, b, other_rank = run(0), run(0), run(1)
+    assert a == b
+    assert set(x[1:] for x in a).isdisjoint(set(x[1:] for x in other_rank))
+    first = {w: draws for w, *draws in a}
+    assert first[0] != first[1]
+    torch.manual_seed(volshard.SeedStreams(5).worker_seed(0, 0, 0))
+    want = sorted([torch.rand(1).item(), torch.rand(1).item()])  # worker 0 reads items 0 and 2
+    assert sorted(x[1] for x in a if x[0] == 0) == want
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"crop": 0}, ValueError, "crop=0"),
+    ({"crop": (16, 16, 8)}, ValueError, r"crop=\(16, 16, 8\)"),
+    ({"batch_size": 0}, ValueError, "batch_size=0"),
+    ({"num_samples": 0}, ValueError, "num.samples=0"),
+    ({"cache_rate": 1.5}, ValueError, "cache_rate=1.5"),
+    ({"workers": -1}, ValueError, "workers=-1"),
+])
+def test_bad_options_raise_naming_the_value(synth_data, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), **dict(KW, **kwargs))
+
+
+def test_bad_data_raises_naming_the_file_or_item(synth_data, tmp_path):
+    s = volshard.DistributedSampler(1, num_replicas=1, rank=0)
+    missing = str(tmp_path / "img_missing.nii.gz")
+    with pytest.raises(FileNotFoundError, match="img_missing.nii.gz"):
+        volshard.Loader([(missing, missing)], s, **KW)
+    with pytest.raises(ValueError, match=r"data\[0\]"):
+        volshard.Loader([{"image": missing}], s, **KW)
+    with pytest.raises(ValueError, match="has 1 items but data has 6"):
+        volshard.Loader(synth_data, s, **KW)
+    with pytest.raises(TypeError, match="sampler"):
+        volshard.Loader(synth_data, list(range(6)), **KW)
+    with pytest.raises(RuntimeError, match="no_such_folder"):
+        volshard.Loader(str(tmp_path / "no_such_folder"), s, **KW)
+
+
+def test_a_crop_larger_than_the_volume_fails_in_next_naming_the_index(synth_data):
+    loader = volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0),
+                             **dict(KW, crop=80, workers=1))
+    with pytest.raises((ValueError, RuntimeError), match="index"):
+        list(loader)
+    loader.close()
