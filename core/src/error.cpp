@@ -6,7 +6,8 @@
 namespace volshard {
 
 void fail_file(const std::string& path, const std::string& message) {
-  throw std::runtime_error(path + ": " + message);
+  // Paths and messages quote file content: keep the message valid UTF-8.
+  throw std::runtime_error(printable(path + ": " + message));
 }
 
 void fail_errno(const std::string& path, const std::string& what, int err) {
@@ -14,6 +15,51 @@ void fail_errno(const std::string& path, const std::string& what, int err) {
   // module can raise FileNotFoundError/PermissionError; its what() is still
   // "path: what: strerror(err)".
   throw std::system_error(err, std::generic_category(), path + ": " + what);
+}
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i] (2..4), or 0.
+size_t utf8_sequence(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // the second byte's range (no overlongs, surrogates)
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  if (n == 0 || i + n > s.size()) return 0;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string printable(const std::string& text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+      ++i;
+    } else if (const size_t n = c >= 0x80 ? utf8_sequence(text, i) : 0; n > 0) {
+      out.append(text, i, n);
+      i += n;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+      ++i;
+    }
+  }
+  return out;
 }
 
 std::string shape_text(const int64_t* sizes, size_t n, bool as_tuple) {

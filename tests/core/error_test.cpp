@@ -16,6 +16,16 @@ TEST(ErrorTest, ShapeTextJoinsSizesOrPrintsThemAsAPythonTuple) {
   EXPECT_EQ(shape_text(std::vector<int64_t>{}), "");
 }
 
+TEST(ErrorTest, PrintableEscapesControlBytesAndInvalidUtf8AndKeepsTheRest) {
+  EXPECT_EQ(printable("n+1"), "n+1");
+  EXPECT_EQ(printable(std::string("\x89PN\0", 4)), "\\x89PN\\x00");
+  EXPECT_EQ(printable("a\nb\x7f"), "a\\x0ab\\x7f");
+  EXPECT_EQ(printable("caf\xc3\xa9.nii"), "caf\xc3\xa9.nii");          // valid UTF-8 stays
+  EXPECT_EQ(printable("\xc3(\xed\xa0\x80"), "\\xc3(\\xed\\xa0\\x80");  // broken, surrogate
+  EXPECT_EQ(printable("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");        // 4 bytes
+  EXPECT_EQ(printable("\xf0\x9f\x98"), "\\xf0\\x9f\\x98");             // cut short
+}
+
 TEST(ErrorTest, FailuresNameThePathAndTheCause) {
   EXPECT_THAT([] { fail_file("a/b.nii", "bad magic"); },
               ::testing::ThrowsMessage<std::runtime_error>(::testing::StrEq("a/b.nii: bad magic")));

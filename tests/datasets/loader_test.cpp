@@ -9,6 +9,8 @@
 #include <set>
 #include <stdexcept>
 #include "transforms/augmentation_test_util.h"
+#include "volshard/core/error.h"
+#include "volshard/datasets/preview.h"
 
 namespace volshard {
 namespace {
@@ -175,8 +177,38 @@ TEST(DataLoaderTest, AVolumeWhoseCropsDoNotFitTheBatchIsNamed) {
     } catch (const std::invalid_argument& e) {
       EXPECT_THAT(e.what(), HasSubstr("collate: sample"));
       EXPECT_THAT(e.what(), HasSubstr("another shape or dtype than sample 0"));
+      EXPECT_THAT(e.what(), HasSubstr("(dataset index 6: image 2x"));
+      EXPECT_THAT(e.what(), HasSubstr("(dataset index 2: image 1x"));
     }
   }
+}
+
+TEST(PreviewTest, CaptionNamesTheFileTheCropPositionAndTheClassItsCentreWasDrawnFrom) {
+  SampleMeta m;
+  m.index = 3;
+  m.source = "/data/x/img3.nii.gz";
+  m.patch_index = 1;
+  m.crop_start = {4, 0, 17};
+  m.foreground_centre = true;
+  m.rot90_k = 2;
+  EXPECT_EQ(preview_caption(m), "img3.nii.gz patch 1 rot90 k=2\nat 4,0,17 centre drawn from fg");
+  m.foreground_centre = false;
+  m.rot90_k = 0;
+  EXPECT_EQ(preview_caption(m, 1), "img3.nii.gz patch 1 ch 1\nat 4,0,17 centre drawn from bg");
+}
+
+TEST(DataLoaderTest, CropsThatAllowSmallerShrankToDifferentVolumesNameBothShapes) {
+  const auto big = toy_volume(0);
+  std::vector<Sample> samples{toy_volume(0), toy_volume(1)};
+  samples[1].image = samples[1].image.narrow(1, 0, 3);
+  samples[1].label = samples[1].label.narrow(1, 0, 3);
+  const std::string s1 =
+      shape_text(std::vector<int64_t>{1, 3, big.image.size(2), big.image.size(3)});
+  const std::string s0 = shape_text(big.image.sizes().vec());
+  EXPECT_THAT(
+      [&] { collate(samples); },
+      ::testing::ThrowsMessage<std::invalid_argument>(::testing::AllOf(
+          HasSubstr("image " + s1), HasSubstr("image " + s0), HasSubstr("--allow-smaller"))));
 }
 
 TEST(DataLoaderTest, FlattensCropsOfEachVolumeIntoTheBatchAsListDataCollate) {

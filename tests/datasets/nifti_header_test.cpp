@@ -282,7 +282,8 @@ TEST_F(NiftiBadInputTest, TruncatedAndCorruptNiiGz) {
   bad_crc[gz.size() - 6] ^= 1;
   expect_read_error(write("crc.nii.gz", bad_crc), {"corrupt gzip data"});
   std::vector<uint8_t> tiny(gz.begin(), gz.begin() + 10);
-  expect_read_error(write("tiny.nii.gz", tiny), {"too short"});
+  // A gzip header and nothing else is a cut stream like any other.
+  expect_read_error(write("tiny.nii.gz", tiny), {"truncated gzip stream", "after 0 decompressed"});
 }
 
 TEST_F(NiftiBadInputTest, DimsBelowOneForUsedDims) {
@@ -328,7 +329,7 @@ TEST_F(NiftiBadInputTest, VoxOffsetBeyondTheFileOrInsideTheHeader) {
   auto b = good_;
   put_le<float>(b, 108, 1e6f);
   expect_read_error(write("far.nii", b), {"vox_offset=1000000 is beyond the end of the file"});
-  expect_read_error(write("far.nii.gz", gzip(b)), {"vox_offset=1000000"});
+  expect_read_error(write("far.nii.gz", gzip(b)), {"holds 400 bytes", "needs 1000048 (vox_offset"});
   put_le<float>(b, 108, 100.0f);
   expect_read_error(write("low.nii", b), {"vox_offset=100 must be >= 352"});
   put_le<float>(b, 108, std::numeric_limits<float>::quiet_NaN());
@@ -356,7 +357,7 @@ TEST_F(NiftiBadInputTest, GzipThatCannotHoldWhatTheHeaderPromises) {
   put_le<int16_t>(b, 44, 2000);
   put_le<int16_t>(b, 46, 1000);
   expect_read_error(write("bomb.nii.gz", gzip(std::vector<uint8_t>(b.begin(), b.begin() + 352))),
-                    {"cannot come from"});
+                    {"holds 352 bytes", "needs 8000000352"});
 }
 
 TEST_F(NiftiBadInputTest, QformWithANonUnitQuaternionWhenItIsUsed) {

@@ -318,6 +318,34 @@ TEST(SyntheticTest, MakeVolumesIsByteIdenticalForAnyThreadCount) {
   EXPECT_TRUE(make_volumes(o, 11, 0, 0, 4).empty());
 }
 
+TEST(SyntheticTest, FitRadiiKeepsMonaisDefaultsWhereTheyFitAndScalesThemBelow) {
+  for (int64_t size : {61, 64, 128}) {
+    SyntheticOptions o;
+    o.rad_max = 7;
+    fit_radii(o, size);
+    EXPECT_EQ(o.rad_max, SyntheticOptions{}.rad_max) << size;
+    EXPECT_EQ(o.rad_min, SyntheticOptions{}.rad_min) << size;
+  }
+  for (int64_t size : {5, 8, 16, 32, 60}) {
+    SyntheticOptions o;
+    o.height = o.width = o.depth = size;
+    o.num_seg_classes = 1;
+    fit_radii(o, size);
+    EXPECT_NO_THROW(validate(o)) << size;
+    NumpyRandomState rs(0);
+    const SyntheticVolume v = make_test_image_3d(o, rs);
+    EXPECT_GT(std::count(v.label.begin(), v.label.end(), 1), 0) << size;
+  }
+  SyntheticOptions o;
+  fit_radii(o, 32);
+  EXPECT_EQ(o.rad_max, 15);
+  EXPECT_EQ(o.rad_min, 3);
+  o.height = o.width = o.depth = 4;
+  fit_radii(o, 4);
+  EXPECT_THAT([&] { validate(o); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                        ::testing::HasSubstr("min(height, width, depth)=4")));
+}
+
 TEST(SyntheticTest, DifferentSeedsAndIndicesGiveDifferentVolumes) {
   const SyntheticOptions o = options_of(golden().at("make_volumes").at("params"));
   const auto a = make_volumes(o, 1, 0, 2, 1);

@@ -103,7 +103,8 @@ class VolshardToolTest(unittest.TestCase):
     def test_bad_arguments_exit_two(self):
         for args, needle in [(["synth", "--count", 2], "--out is required"),
                              (["synth", "--out", self.dir, "--size", 0], "--size=0"),
-                             (["synth", "--out", self.dir, "--size", 40], "rad_max"),
+                             (["synth", "--out", self.dir, "--size", 64, "--rad-max", 40], "2 * rad_max=80"),
+                             (["synth", "--out", self.dir, "--size", 4], "min(height, width, depth)=4"),
                              (["nonsense"], ""),
                              ([], "")]:
             p = run(*args)
@@ -214,6 +215,119 @@ class VolshardToolTest(unittest.TestCase):
         for flag in ("--in-channels", "--out-channels", "--image-glob", "--label-glob", "--overlap",
                      "--no-deterministic", "--crop", "--rot90-prob", "--config"):
             self.assertIn(flag, p.stdout)
+
+
+def run_bytes(*args):
+    """The binary's output as bytes, so that a test can check it is valid UTF-8."""
+    return subprocess.run([BINARY, *[a if isinstance(a, bytes) else str(a) for a in args]], capture_output=True)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+class FrontDoorToolTest(unittest.TestCase):
+    """Rough edges a new user met: small synthetic volumes, info's facts, preview, bad bytes."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="volshard_frontdoor_")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def test_synth_scales_the_sphere_radii_below_monais_sizes(self):
+        out = os.path.join(self.dir, "small")
+        p = run("synth", "--out", out, "--count", 2, "--size", 32, "--seed", 0)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        seg = np.asanyarray(nib.load(os.path.join(out, "seg0.nii.gz")).dataobj)
+        self.assertEqual(seg.shape, (32, 32, 32))
+        self.assertGreater(seg.sum(), 0)
+        # MONAI's defaults stay at MONAI's sizes: the same bytes as with rad 30 / 5 spelled out.
+        a, b = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
+        run("synth", "--out", a, "--count", 1, "--size", 64, "--seed", 0)
+        run("synth", "--out", b, "--count", 1, "--size", 64, "--seed", 0, "--rad-max", 30, "--rad-min", 5)
+        self.assertEqual(Path(a, "seg0.nii.gz").read_bytes(), Path(b, "seg0.nii.gz").read_bytes())
+
+    def test_info_gives_orientation_codes_as_nibabel_and_an_integer_files_values(self):
+        affines = {"RAS": np.diag([2.0, 3.0, 4.0, 1.0]), "LPS": np.diag([-1.0, -1.0, 1.0, 1.0])}
+        rot = np.zeros((4, 4))
+        rot[0, 1], rot[1, 2], rot[2, 0], rot[3, 3] = -1.5, 1.0, -2.0, 1.0  # i -> -z, j -> -x, k -> y
+        affines["other"] = rot
+        for name, affine in affines.items():
+            path = os.path.join(self.dir, name + ".nii.gz")
+            data = np.zeros((6, 5, 4), np.int16)
+            data[1:3, 1:3, 1:3] = 7
+            data[0, 0, 0] = -3
+            nib.save(nib.Nifti1Image(data, affine), path)
+            p = run("info", "--json", path)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            info = json.loads(p.stdout)
+            self.assertEqual(info["orientation"], "".join(nib.aff2axcodes(nib.load(path).affine)), name)
+            self.assertEqual(info["labels"], [-3, 0, 7])
+            self.assertTrue(info["labels_complete"])
+            self.assertIn("values -3 0 7", run("info", path).stdout)
+        img = os.path.join(self.dir, "float.nii.gz")
+        nib.save(nib.Nifti1Image(np.ones((4, 4, 4), np.float32), np.eye(4)), img)
+        self.assertIsNone(json.loads(run("info", "--json", img).stdout)["labels"])
+
+    def test_preview_draws_every_channel_or_the_chosen_one(self):
+        data = os.path.join(self.dir, "data")
+        os.makedirs(data)
+        rng = np.random.RandomState(0)
+        for i in range(2):
+            nib.save(nib.Nifti1Image(rng.rand(24, 24, 24, 2).astype(np.float32), np.eye(4)),
+                     os.path.join(data, "img%d.nii.gz" % i))
+            seg = np.zeros((24, 24, 24), np.uint8)
+            seg[8:16, 8:16, 8:16] = 1
+            nib.save(nib.Nifti1Image(seg, np.eye(4)), os.path.join(data, "seg%d.nii.gz" % i))
+        every, one = os.path.join(self.dir, "every.png"), os.path.join(self.dir, "one.png")
+        common = ["--data", data, "--count", 2, "--crop", 16, "--num-samples", 1]
+        self.assertEqual(run("preview", *common, "--out", every).returncode, 0)
+        p = run("preview", *common, "--out", one, "--channel", 1)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        (we, he), (wo, ho) = png_size(every), png_size(one)
+        self.assertEqual(we, 4 * 192)  # one crop a row: 2 channels x (axial, coronal)
+        self.assertEqual(wo, 4 * 192)  # two crops a row: 1 channel x (axial, coronal)
+        self.assertEqual(he, 2 * ho)
+        p = run("preview", *common, "--out", one, "--channel", 2)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--channel=2", p.stderr)
+        self.assertIn("2 channel(s)", p.stderr)
+
+    def test_bad_bytes_in_files_and_paths_give_valid_utf8_messages(self):
+        good = os.path.join(self.dir, "good.nii")
+        nib.save(nib.Nifti1Image(np.zeros((4, 4, 4), np.float32), np.eye(4)), good)
+        raw = bytearray(Path(good).read_bytes())
+        bad = os.path.join(self.dir, "bad_magic.nii")
+        raw[344:348] = b"\xff\xfe\n\x00"
+        Path(bad).write_bytes(bytes(raw))
+        p = run_bytes("info", bad)
+        self.assertEqual(p.returncode, 1)
+        err = p.stderr.decode("utf-8")  # strict: raises on invalid UTF-8
+        self.assertIn('magic="\\xff\\xfe\\x0a"', err)
+        # A path that is not UTF-8: --json still prints, escaping it.
+        odd = os.path.join(os.fsencode(self.dir), b"img\xff.nii")
+        with open(odd, "wb") as f:
+            f.write(Path(good).read_bytes())
+        p = run_bytes("info", "--json", odd)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(json.loads(p.stdout.decode("utf-8"))["path"].endswith("img\\xff.nii"))
+        # Analyze 7.5: sizeof_hdr 348, no magic.
+        analyze = os.path.join(self.dir, "analyze.hdr")
+        raw[344:348] = b"\x00\x00\x00\x00"
+        Path(analyze).write_bytes(bytes(raw[:348]))
+        p = run("info", analyze)
+        self.assertIn("Analyze 7.5", p.stderr)
+        # Every truncated gzip, the 10-byte header-only one included, is called that.
+        gz = os.path.join(self.dir, "good.nii.gz")
+        nib.save(nib.Nifti1Image(np.arange(32 ** 3, dtype=np.float32).reshape(32, 32, 32), np.eye(4)), gz)
+        whole = Path(gz).read_bytes()
+        for cut in (10, 20, 200, len(whole) // 2, len(whole) - 9):
+            path = os.path.join(self.dir, "cut%d.nii.gz" % cut)
+            Path(path).write_bytes(whole[:cut])
+            p = run("info", path)
+            self.assertEqual(p.returncode, 1, cut)
+            self.assertIn("truncated gzip stream", p.stderr, cut)
 
 
 if __name__ == "__main__":

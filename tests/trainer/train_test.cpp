@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "run_folder.h"
 #include "run_ranks.h"
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/synthetic_dataset.h"
+#include "volshard/trainer/data_split.h"
 #include "volshard/trainer/train.h"
 
 namespace volshard {
@@ -131,6 +133,74 @@ TEST_F(TrainTest, ResumingAfterMaxStepsEqualsAnUninterruptedRun) {
     EXPECT_EQ(metrics_without_timing(file(run, "metrics.jsonl")), whole_metrics)
         << "max_steps=" << k;
   }
+}
+
+TEST_F(TrainTest, AFreshRunIntoAFolderHoldingARunIsRefusedUnlessResumedOrOverwritten) {
+  TrainOptions o = options("run");
+  EXPECT_NO_THROW(check_training_config(o, 2));  // no folder yet
+  fs::create_directories(o.out_dir);
+  EXPECT_NO_THROW(check_training_config(o, 2));  // an empty folder
+  std::ofstream(file("run", "metrics.jsonl")) << "{}\n";
+  EXPECT_THAT(
+      [&] { check_training_config(o, 2); },
+      ::testing::ThrowsMessage<std::invalid_argument>(::testing::AllOf(
+          ::testing::HasSubstr("already holds a run"),
+          ::testing::HasSubstr("--resume " + o.out_dir), ::testing::HasSubstr("--overwrite"))));
+  o.overwrite = true;
+  EXPECT_NO_THROW(check_training_config(o, 2));
+}
+
+TEST_F(TrainTest, ValEveryZeroHoldsNothingOutAndFewerValidationVolumesThanRanksAreAllowed) {
+  TrainOptions o = options("run");
+  EXPECT_EQ(list_data(o).val.size(), 2u);
+  o.val_every = 0;
+  const DataSplit all = list_data(o);
+  EXPECT_EQ(all.train.size(), 6u);
+  EXPECT_TRUE(all.val.empty());
+  EXPECT_THAT(validation_text(o, all, 2), ::testing::HasSubstr("validation: none (--val-every 0)"));
+  o = options("run");
+  o.val_fraction = 0.1;  // one volume, two ranks
+  EXPECT_NO_THROW(check_training_config(o, 2));
+  EXPECT_THAT(validation_text(o, list_data(o), 2), ::testing::HasSubstr("on 1 of 2 ranks"));
+  const TrainSummary s = train_two_ranks(o);
+  EXPECT_GE(s.last_val_dice, 0);
+}
+
+TEST(CurvesTest, DrawsEveryStepsLossAndTicksOnBothAxes) {
+  std::string metrics;
+  for (int step = 1; step <= 40; ++step) {
+    metrics += "{\"type\":\"step\",\"epoch\":" + std::to_string((step - 1) / 10) +
+               ",\"step\":" + std::to_string(step) +
+               ",\"loss\":" + std::to_string(0.9 - step * 0.01) + "}\n";
+    if (step % 10 == 0)
+      metrics += "{\"type\":\"epoch\",\"epoch\":" + std::to_string(step / 10 - 1) +
+                 ",\"step\":" + std::to_string(step) + ",\"loss\":0.5,\"val_dice\":0.7}\n";
+  }
+  const Canvas img = draw_curves(metrics);
+  auto count = [&](Rgb c, int x0, int y0, int x1, int y1) {
+    int n = 0;
+    for (int y = y0; y < y1; ++y)
+      for (int x = x0; x < x1; ++x) {
+        const Rgb p = img.at(x, y);
+        n += p.r == c.r && p.g == c.g && p.b == c.b;
+      }
+    return n;
+  };
+  const int plot_top = 60, plot_bottom = img.height() - 70;
+  // The per-step curve (light blue) inside the plot, besides the epoch means.
+  EXPECT_GT(count({150, 180, 235}, 61, plot_top, img.width(), plot_bottom), 200);
+  EXPECT_GT(count({0, 80, 200}, 61, plot_top, img.width(), plot_bottom), 50);
+  // Tick labels under the x axis (several separate labels: 0, 5, 10, ...).
+  const int axis = img.height() - 62;
+  int runs = 0;
+  bool inked = false;
+  for (int x = 40; x < img.width(); ++x) {
+    bool any = false;
+    for (int y = axis + 8; y < axis + 16; ++y) any |= img.at(x, y).r == 0 && img.at(x, y).g == 0;
+    if (any && !inked) ++runs;
+    inked = any;
+  }
+  EXPECT_GE(runs, 5);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "volshard/inspect/inspect.h"
+#include "volshard/inspect/state_file.h"
 
 namespace {
 
@@ -20,9 +21,11 @@ Examples:
   sampler-inspect --size 100000000 --world-size 8 --rank 3 --format summary
   sampler-inspect --size 40 --world-size 4 --epochs 0:5 --png shards.png
   sampler-inspect --state ckpt/sampler.json --resume-world-size 2 --verify
+  sampler-inspect --state run/checkpoint.pt --resume-world-size 1
   sampler-inspect --size 12 --world-size 2 --seeds
 
-A state file is what DistributedSampler::state() saves:
+A state file is what DistributedSampler::state() saves (a volshard train
+checkpoint.pt holds one, and is read as well):
   {"version":1,"seed":0,"epoch":3,"mode":"pad","shuffle":true,"randperm":"torch2",
    "dataset_size":21,"world_size":2,"consumed":10}
 
@@ -76,7 +79,8 @@ int main(int argc, char** argv) {
                      "randperm of torch2 (default) or torch1; differ only for n >= 214748364")
           ->check(CLI::IsMember({"torch2", "torch1"}));
   auto* state_opt = app.add_option("--state", state_path,
-                                   "show what each rank reads next from a saved sampler state");
+                                   "show what each rank reads next from a saved sampler state "
+                                   "(its JSON, or a run's checkpoint.pt)");
   for (auto* from_state :
        {size_opt, world_opt, epoch_opt, epochs_opt, mode_opt, no_shuffle_opt, compat_opt}) {
     state_opt->excludes(from_state);
@@ -102,12 +106,8 @@ int main(int argc, char** argv) {
       if (!in) throw std::invalid_argument("--state=" + state_path + ": cannot open the file");
       std::ostringstream text;
       text << in.rdbuf();
-      volshard::SamplerState state;
-      try {
-        state = volshard::SamplerState::from_json(text.str());
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("--state=" + state_path + ": " + e.what());
-      }
+      const volshard::SamplerState state =
+          volshard::inspect::read_sampler_state(text.str(), "--state=" + state_path);
       if (*app.get_option("--resume-world-size"))
         require_at_least("--resume-world-size", resume_world_size, 1);
       const auto from_state = volshard::inspect::options_from_state(state, resume_world_size);

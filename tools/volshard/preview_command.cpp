@@ -25,6 +25,8 @@ Run add_preview_command(CLI::App& app) {
   cmd->add_option("--num-samples", o->feed.num_samples, "crops per volume")->capture_default_str();
   cmd->add_flag("--allow-smaller", o->feed.allow_smaller,
                 "crops larger than a volume shrink to it");
+  cmd->add_option("--channel", o->channel, "image channel to draw (-1: every channel)")
+      ->capture_default_str();
   cmd->add_option("--rot90-prob", o->feed.rot90_prob, "RandRotate90 probability")
       ->capture_default_str();
   return [o] {

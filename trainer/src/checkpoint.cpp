@@ -11,6 +11,7 @@
 #include "archive_io.h"
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/nifti_header.h"
+#include "volshard/trainer/serialize.h"
 
 namespace volshard {
 namespace {
@@ -63,9 +64,13 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   write_file_atomic(path, {bytes.data()}, {bytes.size()});
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  const c10::IValue value =
-      detail::unpickle(read_file(path), path, "checkpoint (truncated or corrupt archive)");
+namespace {
+
+bool has_format_entry(const c10::IValue& value) {
+  return value.isGenericDict() && value.toGenericDict().contains("format");
+}
+
+Checkpoint checkpoint_from(const c10::IValue& value, const std::string& path) {
   auto fail = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
   if (!value.isGenericDict()) fail("not a volshard checkpoint (not a dict)");
   const auto dict = value.toGenericDict();
@@ -99,6 +104,20 @@ Checkpoint load_checkpoint(const std::string& path) {
     fail("checksum mismatch (stored " + expected + ", computed " + actual +
          "): corrupt checkpoint");
   return c;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path) {
+  return checkpoint_from(
+      detail::unpickle(read_file(path), path, "checkpoint (truncated or corrupt archive)"), path);
+}
+
+NamedTensors load_model_weights(const std::string& path) {
+  const c10::IValue value = detail::unpickle(read_file(path), path, "PyTorch archive");
+  // A state_dict's entries are tensors; a checkpoint says what it is.
+  if (has_format_entry(value)) return checkpoint_from(value, path).model;
+  return load_tensor_dict(path);
 }
 
 }  // namespace volshard

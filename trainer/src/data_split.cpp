@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "progress.h"
 #include "resume.h"
 #include "volshard/core/error.h"
 #include "volshard/datasets/nifti_header.h"
@@ -45,6 +46,19 @@ void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training) {
   }
 }
 
+// A fresh run would truncate metrics.jsonl and replace checkpoint.pt: only
+// when asked to.
+void check_out_folder(const TrainOptions& o) {
+  if (!o.resume.empty() || o.overwrite || o.out_dir.empty()) return;
+  for (const char* name : {"checkpoint.pt", "metrics.jsonl"}) {
+    const std::filesystem::path held = std::filesystem::path(o.out_dir) / name;
+    if (std::filesystem::exists(held))
+      throw std::invalid_argument("train: --out=" + o.out_dir + " already holds a run (" +
+                                  held.string() + "): continue it with --resume " + o.out_dir +
+                                  " or start afresh with --overwrite");
+  }
+}
+
 }  // namespace
 
 DataSplit list_data(const TrainOptions& o) {
@@ -53,14 +67,14 @@ DataSplit list_data(const TrainOptions& o) {
     d.train = pairs_from_datalist(o.datalist, "training");
     std::ifstream in(o.datalist);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_object() && j.contains("validation"))
+    if (o.val_every > 0 && j.is_object() && j.contains("validation"))
       d.val = pairs_from_datalist(o.datalist, "validation");
     return d;
   }
   auto all = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
   const auto n = static_cast<int64_t>(all.size());
   int64_t n_val = 0;
-  if (o.val_fraction > 0)
+  if (o.val_fraction > 0 && o.val_every > 0)  // nothing held out for a validation never run
     n_val = std::max<int64_t>(1, std::llround(static_cast<double>(n) * o.val_fraction));
   if (n - n_val < 1)
     throw std::invalid_argument(
@@ -72,6 +86,27 @@ DataSplit list_data(const TrainOptions& o) {
   return d;
 }
 
+std::string validation_text(const TrainOptions& o, const DataSplit& d, int64_t world_size) {
+  const std::string what = std::to_string(d.train.size()) + " training volume(s); validation: ";
+  if (o.val_every == 0) return what + "none (--val-every 0)";
+  if (d.val.empty()) {
+    if (!o.datalist.empty()) return what + "none (" + o.datalist + " has no \"validation\" list)";
+    return what + "none (--val-fraction 0)";
+  }
+  const auto n = static_cast<int64_t>(d.val.size());
+  std::string source = o.datalist.empty()
+                           ? "the last " + std::to_string(n) + " pair(s) of " + o.data_dir +
+                                 " (--val-fraction " + number_text(o.val_fraction, 3) + "), " +
+                                 d.val.front().image + (n > 1 ? " .. " + d.val.back().image : "")
+                           : "the \"validation\" list of " + o.datalist;
+  std::string out = what + std::to_string(n) + " volume(s), " + source + ", every " +
+                    std::to_string(o.val_every) + " epoch(s)";
+  if (n < world_size)
+    out += " on " + std::to_string(n) + " of " + std::to_string(world_size) +
+           " ranks (one volume each; the others wait)";
+  return out;
+}
+
 int64_t training_set_size(const TrainOptions& o) {
   return static_cast<int64_t>(list_data(o).train.size());
 }
@@ -81,6 +116,7 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
   if (world_size < 1)
     throw std::invalid_argument("train: world size " + std::to_string(world_size) +
                                 " must be >= 1");
+  check_out_folder(o);
   DataSplit d;
   try {
     d = list_data(o);
@@ -88,12 +124,6 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     throw std::invalid_argument(e.what());
   }
   if (d.train.empty()) throw std::invalid_argument("train: no training pairs");
-  if (o.val_every > 0 && !d.val.empty() && static_cast<int64_t>(d.val.size()) < world_size)
-    throw std::invalid_argument("train: " + std::to_string(d.val.size()) +
-                                " validation volumes cannot be split "
-                                "unevenly over world size " +
-                                std::to_string(world_size) +
-                                " (every rank needs one); use fewer ranks or more validation data");
   for (const auto& p : d.train) check_pair(o, p, true);
   for (const auto& p : d.val) check_pair(o, p, false);
   if (!o.resume.empty()) {

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "volshard/core/error.h"
+
 namespace volshard {
 
 const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer) {
@@ -126,6 +128,15 @@ std::string TrainOptions::to_json() const {
 void PredictOptions::validate() const {
   if (model_path.empty() || image_path.empty() || out_path.empty())
     throw std::invalid_argument("predict: --model, --image and --out are required");
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return out_path.size() > s.size() &&
+           out_path.compare(out_path.size() - s.size(), s.size(), s) == 0;
+  };
+  if (!ends_with(".nii") && !ends_with(".nii.gz"))
+    throw std::invalid_argument(
+        "predict: --out=" + printable(out_path) +
+        " must end in .nii or .nii.gz (the prediction is written as NIfTI)");
   if (roi < 0)
     throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
   if (!(overlap >= 0 && overlap < 1))

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "volshard/datasets/volume.h"
+#include "volshard/trainer/checkpoint.h"
 #include "volshard/trainer/inference.h"
 #include "volshard/trainer/serialize.h"
 #include "volshard/trainer/unet.h"
@@ -16,7 +17,7 @@ namespace volshard {
 void predict(const PredictOptions& o) {
   o.validate();
   UNet net(o.model);
-  net.load_state_dict(load_tensor_dict(o.model_path));
+  net.load_state_dict(load_model_weights(o.model_path));
   net.train(false);
   const Volume volume = read_volume_as_float(o.image_path);
   if (volume.data.size(0) != o.model.in_channels)

@@ -5,13 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "volshard/core/progress.h"  // duration_text, readable_seconds
+
 namespace volshard {
 
 /// `v` as std::ostream prints it with `digits` significant digits ("0.4446", "nan").
 std::string number_text(double v, int digits = 6);
-
-/// "h:mm:ss"; negative durations print as 0:00:00.
-std::string duration_text(double seconds);
 
 struct StepProgress {
   int64_t epoch = 0;  ///< 0-based; printed 1-based
@@ -21,11 +20,13 @@ struct StepProgress {
   double loss = 0;
   double samples_per_s = 0;
   double wait_fraction = 0;  ///< of the step's time spent waiting for data
+  double wait_seconds = 0;   ///< the step's wait for data
   double eta_seconds = 0;
 };
 
-/// "epoch 1/2 step 3/8 loss 0.5 | 12.3 samples/s | data-wait 4.5% | ETA 0:00:10":
-/// rewritten in place on stderr when `tty`, else a line on stdout.
+/// "epoch 1/2 step 3/8 loss 0.5 | 12.3 samples/s | data-wait 15.2 ms (4.5%) | ETA 0:00:10":
+/// with a bar over the run's steps, rewritten in place on stderr when `tty`;
+/// else a line on stdout that starts with the UTC time ("[2026-11-23 01:30:05Z] ").
 void print_step_progress(const StepProgress& progress, bool tty);
 
 /// "epoch 1/2: loss 0.4446, validation Dice 0.6713" on stdout; no Dice when

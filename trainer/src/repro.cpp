@@ -21,6 +21,7 @@
 
 #include "archive_io.h"
 #include "volshard/core/file_io.h"
+#include "volshard/core/progress.h"
 #include "volshard/datasets/nifti_header.h"
 
 namespace volshard {
@@ -142,12 +143,17 @@ class Runner {
                                "--nproc-per-node",
                                std::to_string(nproc)};
     a.insert(a.end(), extra.begin(), extra.end());
+    // A kept --out from an earlier repro holds runs: fresh ones replace them.
+    if (std::find(extra.begin(), extra.end(), "--resume") == extra.end())
+      a.push_back("--overwrite");
     return a;
   }
 
   // Runs to completion; throws naming the log when it fails.
-  void run(const std::string& run, int64_t nproc, const std::vector<std::string>& extra) const {
-    std::cerr << "repro: " << run << " (" << nproc << " rank" << (nproc > 1 ? "s" : "") << ")\n";
+  void run(const std::string& run, int64_t nproc, const std::vector<std::string>& extra,
+           const std::string& what) const {
+    std::cerr << "repro: run " << run << ", " << nproc << " rank" << (nproc > 1 ? "s" : "") << ": "
+              << what << " (log: " << (root_ / (run + ".log")).string() << ")\n";
     const std::string log = (root_ / (run + ".log")).string();
     const int code = wait_exit(spawn(argv(run, nproc, extra), log));
     if (code != 0)
@@ -159,7 +165,10 @@ class Runner {
   // Returns the step it had reached.
   int64_t run_and_kill(const std::string& run, int64_t nproc, const std::vector<std::string>& extra,
                        int64_t step) const {
-    std::cerr << "repro: " << run << " (killed at step " << step << ")\n";
+    std::cerr << "[" << utc_timestamp() << "] repro: run " << run << ", " << nproc << " rank"
+              << (nproc > 1 ? "s" : "")
+              << ": trains and is SIGKILLed (whole process group) once it logged step " << step
+              << "\n";
     const std::string log = (root_ / (run + ".log")).string();
     const pid_t pid = spawn(argv(run, nproc, extra), log);
     while (true) {
@@ -181,8 +190,12 @@ class Runner {
   std::string binary_, config_;
 };
 
+constexpr int kChecks = 4;
+
 template <typename F>
-ReproCheck check(const std::string& name, F&& body) {
+ReproCheck check(int number, const std::string& name, F&& body) {
+  std::cerr << "[" << utc_timestamp() << "] repro: check " << number << "/" << kChecks << ": "
+            << name << "\n";
   ReproCheck c;
   c.name = name;
   try {
@@ -210,29 +223,33 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   fs::create_directories(root);
   TrainOptions checked = o.train;
   checked.out_dir = (root / "a").string();
+  checked.overwrite = true;
   check_training_config(checked, o.nproc_per_node);  // one clear error before any run
   const Runner runner(o, root);
   const int64_t n = o.nproc_per_node, s = o.steps;
   const std::vector<std::string> capped{"--max-steps", std::to_string(s)};
   std::vector<ReproCheck> checks;
 
-  checks.push_back(check("same seed twice: bit-identical model and metrics", [&](std::string& ev) {
-    runner.run("a", n, capped);
-    runner.run("b", n, capped);
-    const bool model = read_file(runner.path("a/model.pt")) == read_file(runner.path("b/model.pt"));
-    const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
-    ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " +
-         (model ? "equal" : "DIFFERS") + ", " + std::to_string(ma.size()) + " metric lines " +
-         (ma == mb ? "equal" : "DIFFER");
-    return model && ma == mb && !ma.empty();
-  }));
+  checks.push_back(
+      check(1, "same seed twice: bit-identical model and metrics", [&](std::string& ev) {
+        runner.run("a", n, capped, std::to_string(s) + " steps, the reference");
+        runner.run("b", n, capped,
+                   "the same " + std::to_string(s) + " steps again, to compare with a");
+        const bool model =
+            read_file(runner.path("a/model.pt")) == read_file(runner.path("b/model.pt"));
+        const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
+        ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " +
+             (model ? "equal" : "DIFFERS") + ", " + std::to_string(ma.size()) + " metric lines " +
+             (ma == mb ? "equal" : "DIFFER");
+        return model && ma == mb && !ma.empty();
+      }));
 
   checks.push_back(
-      check("SIGKILL mid-run, resume: bit-identical to uninterrupted", [&](std::string& ev) {
+      check(2, "SIGKILL mid-run, resume: bit-identical to uninterrupted", [&](std::string& ev) {
         const int64_t reached = runner.run_and_kill("c", n, capped, s / 2);
         auto resume = capped;
         resume.insert(resume.end(), {"--resume", runner.path("c")});
-        runner.run("c", n, resume);
+        runner.run("c", n, resume, "resumes c from its last checkpoint, to compare with a");
         const bool model =
             read_file(runner.path("a/model.pt")) == read_file(runner.path("c/model.pt"));
         const bool metrics = metrics_of(runner.path("a")) == metrics_of(runner.path("c"));
@@ -243,7 +260,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
         return model && metrics;
       }));
 
-  checks.push_back(check("world-size invariance of the augmented data", [&](std::string& ev) {
+  checks.push_back(check(3, "world-size invariance of the augmented data", [&](std::string& ev) {
     // The same permutation positions: s steps on n ranks, s * n steps on 1.
     const std::vector<std::string> t1{
         "--trace-samples", runner.path("d1.trace"), "--val-every", "0", "--epochs", "1",
@@ -251,8 +268,8 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
     const std::vector<std::string> tn{
         "--trace-samples", runner.path("dn.trace"), "--val-every", "0", "--epochs", "1",
         "--max-steps",     std::to_string(s)};
-    runner.run("d1", 1, t1);
-    runner.run("dn", n, tn);
+    runner.run("d1", 1, t1, std::to_string(s * n) + " steps, tracing every crop fed");
+    runner.run("dn", n, tn, std::to_string(s) + " steps, tracing every crop, to compare with d1");
     std::multiset<TraceKey> k1, kn;
     for (const auto& r : trace_of(runner.path("d1.trace"))) k1.insert(key_of(r));
     for (const auto& r : trace_of(runner.path("dn.trace"))) kn.insert(key_of(r));
@@ -268,28 +285,38 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   }));
 
   checks.push_back(check(
-      "elastic resume, " + std::to_string(n) + " ranks -> 1: no sample skipped or repeated",
+      4, "elastic resume, " + std::to_string(n) + " ranks -> 1: no sample skipped or repeated",
       [&](std::string& ev) {
         const std::string trace = runner.path("e.trace");
         runner.run(
             "e", n,
-            {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--max-steps", "1"});
+            {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--max-steps", "1"},
+            "1 step, tracing, then stops with a checkpoint");
         runner.run("e", 1,
                    {"--trace-samples", trace, "--val-every", "0", "--epochs", "1", "--resume",
-                    runner.path("e")});
+                    runner.path("e")},
+                   "resumes e on 1 rank to the end of the epoch, tracing");
         std::map<int64_t, int64_t> seen;
         for (const auto& r : trace_of(trace))
           if (r["epoch"] == 0 && r["patch"] == 0) ++seen[r["index"].get<int64_t>()];
-        // After one step on n ranks the rest of the epoch runs on 1 rank, which
-        // needs no padding: every training index exactly once.
-        const int64_t size = training_set_size(o.train);
+        TrainOptions unvalidated = o.train;  // the runs' --val-every 0: nothing held out
+        unvalidated.val_every = 0;
+        const int64_t size = training_set_size(unvalidated);
+        // The first run's step on n ranks takes batch_size positions per rank of
+        // the order padded (pad mode: wrapped) to a multiple of n; where that
+        // reaches past the end, those repeats are padding. The rest of the
+        // epoch runs on 1 rank, which needs none.
+        const int64_t per_rank = (size + n - 1) / n;
+        const int64_t taken = std::min(o.train.batch_size, per_rank) * n;
+        const int64_t padding = std::max<int64_t>(0, taken - size);
         int64_t missing = 0, repeated = 0;
         for (const auto& [index, count] : seen) repeated += count - 1;
         for (int64_t i = 0; i < size; ++i) missing += seen.count(i) ? 0 : 1;
         ev = std::to_string(size) + " training volumes: " + std::to_string(seen.size()) +
              " seen, " + std::to_string(missing) + " missing, " + std::to_string(repeated) +
-             " repeated";
-        return missing == 0 && repeated == 0;
+             " repeated (" + std::to_string(padding) + " of them padding to a multiple of " +
+             std::to_string(n) + " ranks)";
+        return missing == 0 && repeated == padding;
       }));
 
   if (temporary && !o.keep) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <system_error>
 
@@ -126,49 +127,80 @@ std::string RunFolder::checkpoint_path() const { return path("checkpoint.pt"); }
 
 std::string RunFolder::path(const char* name) const { return (fs::path(dir_) / name).string(); }
 
-void RunFolder::draw_curves() const {
-  std::vector<double> loss, dice;
-  std::ifstream in(path("metrics.jsonl"));
+Canvas draw_curves(const std::string& metrics_jsonl) {
+  struct Point {
+    double step, value;
+  };
+  std::vector<Point> step_loss, epoch_loss, dice;
+  std::vector<double> epoch_ends;
+  std::istringstream in(metrics_jsonl);
   std::string line;
   while (std::getline(in, line)) {
     const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || j.value("type", "") != "epoch") continue;
-    loss.push_back(j.value("loss", 0.0));
-    dice.push_back(j.contains("val_dice") && j["val_dice"].is_number() ? j["val_dice"].get<double>()
-                                                                       : NAN);
+    if (j.is_discarded() || !j.is_object()) continue;
+    const auto step = static_cast<double>(j.value("step", int64_t{0}));
+    if (j.value("type", "") == "step") step_loss.push_back({step, j.value("loss", 0.0)});
+    if (j.value("type", "") != "epoch") continue;
+    epoch_ends.push_back(step);
+    epoch_loss.push_back({step, j.value("loss", 0.0)});
+    if (j.contains("val_dice") && j["val_dice"].is_number())
+      dice.push_back({step, j["val_dice"].get<double>()});
   }
-  const int w = 720, h = 400, left = 60, right = 20, top = 40, bottom = 50;
-  const Rgb black{0, 0, 0}, loss_colour{0, 80, 200}, dice_colour{0, 150, 0};
+  const int w = 760, h = 420, left = 60, right = 20, top = 44, bottom = 62;
+  const Rgb black{0, 0, 0}, grey{225, 225, 225}, step_colour{150, 180, 235},
+      loss_colour{0, 80, 200}, dice_colour{0, 150, 0};
   Canvas img(w, h);
-  img.line(left, h - bottom, left, top, black);
-  img.line(left, h - bottom, w - right, h - bottom, black);
-  for (int t = 0; t <= 4; ++t) {  // y axis: 0 .. 1 (Dice loss and Dice both live there)
-    const int y = h - bottom - t * (h - top - bottom) / 4;
-    img.line(left - 4, y, left, y, black);
-    img.text(8, y - 3, number_text(t / 4.0, 2), black);
-  }
-  const size_t n = loss.size();
-  auto px = [&](size_t i) {
-    const double x = n <= 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1);
-    return left + static_cast<int>(x * (w - left - right));
-  };
+  double last = 1;
+  for (const auto& p : step_loss) last = std::max(last, p.step);
+  for (double e : epoch_ends) last = std::max(last, e);
+  auto px = [&](double step) { return left + static_cast<int>(step / last * (w - left - right)); };
   auto py = [&](double v) {
     return h - bottom - static_cast<int>(std::clamp(v, 0.0, 1.0) * (h - top - bottom));
   };
-  auto plot = [&](const std::vector<double>& v, Rgb colour) {
+  for (int t = 0; t <= 4; ++t) {  // y axis: 0 .. 1 (Dice loss and Dice both live there)
+    const int y = py(t / 4.0);
+    img.line(left + 1, y, w - right, y, grey);
+    img.line(left - 4, y, left, y, black);
+    img.text(left - 8 - Canvas::text_width(number_text(t / 4.0, 2)), y - 3, number_text(t / 4.0, 2),
+             black);
+  }
+  // x axis in steps: round ticks (1, 2 or 5 x 10^k apart), epoch ends as grey lines.
+  double tick = 1;
+  while (last / tick > 8) tick *= (std::to_string(static_cast<int64_t>(tick))[0] == '2' ? 2.5 : 2);
+  for (double e : epoch_ends) img.line(px(e), top, px(e), h - bottom - 1, grey);
+  for (double t = 0; t <= last + 1e-9; t += tick) {
+    const std::string label = std::to_string(static_cast<int64_t>(t));
+    img.line(px(t), h - bottom, px(t), h - bottom + 4, black);
+    img.text(px(t) - Canvas::text_width(label) / 2, h - bottom + 8, label, black);
+  }
+  img.line(left, h - bottom, left, top, black);
+  img.line(left, h - bottom, w - right, h - bottom, black);
+  auto plot = [&](const std::vector<Point>& v, Rgb colour, int dot, int thickness) {
     for (size_t i = 0; i < v.size(); ++i) {
-      if (std::isnan(v[i])) continue;
-      img.fill_circle(px(i), py(v[i]), 3, colour);
-      if (i > 0 && !std::isnan(v[i - 1]))
-        img.line(px(i - 1), py(v[i - 1]), px(i), py(v[i]), colour, 2);
+      if (dot > 0) img.fill_circle(px(v[i].step), py(v[i].value), dot, colour);
+      if (i > 0)
+        img.line(px(v[i - 1].step), py(v[i - 1].value), px(v[i].step), py(v[i].value), colour,
+                 thickness);
     }
   };
-  plot(loss, loss_colour);
-  plot(dice, dice_colour);
-  img.text(left + 10, 16, "training Dice loss", loss_colour, 2);
-  img.text(left + 260, 16, "validation Dice", dice_colour, 2);
-  img.text(w / 2 - 40, h - 22, "epoch 1 .. " + std::to_string(n), black);
-  write_png(path("curves.png"), img);
+  plot(step_loss, step_colour, 0, 1);
+  plot(epoch_loss, loss_colour, 3, 2);
+  plot(dice, dice_colour, 3, 2);
+  int x = left;
+  x += img.text(x, 10, "Dice loss per step", step_colour, 2) + 16;
+  x += img.text(x, 10, "per epoch", loss_colour, 2) + 16;
+  img.text(x, 10, "validation Dice", dice_colour, 2);
+  const std::string axis = "step (grey lines: epoch ends; " + std::to_string(epoch_ends.size()) +
+                           " epoch" + (epoch_ends.size() == 1 ? "" : "s") + ")";
+  img.text(w / 2 - Canvas::text_width(axis) / 2, h - 22, axis, black);
+  return img;
+}
+
+void RunFolder::draw_curves() const {
+  std::ifstream in(path("metrics.jsonl"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  write_png(path("curves.png"), volshard::draw_curves(text.str()));
 }
 
 }  // namespace volshard

@@ -9,6 +9,7 @@
 
 #include "resume.h"
 #include "volshard/core/file_io.h"
+#include "volshard/core/png.h"
 #include "volshard/datasets/loader.h"
 #include "volshard/trainer/comm.h"
 #include "volshard/trainer/options.h"
@@ -20,6 +21,12 @@ namespace volshard {
 /// that were killed half-way (the files they were to replace are intact).
 /// Throws std::runtime_error naming `dir`.
 void create_run_folder(const std::string& dir);
+
+/// curves.png from metrics.jsonl's text: the training Dice loss of every step
+/// (light) and its mean per epoch, validation Dice per epoch, on 0..1 against
+/// the global step, with ticks on both axes and a grey line at each epoch's
+/// end.
+Canvas draw_curves(const std::string& metrics_jsonl);
 
 /// What metrics.jsonl's "step" and "epoch" lines both hold; for an epoch, the
 /// loss is its mean and the rates are over its steps.
@@ -45,7 +52,7 @@ class RunFolder {
   void write_epoch(const MetricsLine& line, double val_dice, double seconds);
   /// model.pt: the state_dict, as torch.save writes it.
   void save_model(const NamedTensors& state) const;
-  /// curves.png: training loss and validation Dice per epoch, from metrics.jsonl.
+  /// curves.png (see the free draw_curves) from metrics.jsonl.
   void draw_curves() const;
 
   std::string checkpoint_path() const;

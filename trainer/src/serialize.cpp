@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "archive_io.h"
+#include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/nifti_header.h"
 
@@ -109,7 +110,7 @@ class StateDictReader {
     NamedTensors out;
     for (const auto& [k, v] : top->entries) {
       if (k->kind != PyValue::kString) fail("a key is not a string");
-      if (v->kind != PyValue::kTensor) fail("entry '" + k->s + "' is not a tensor");
+      if (v->kind != PyValue::kTensor) fail("entry '" + printable(k->s) + "' is not a tensor");
       out.emplace_back(k->s, v->tensor);
     }
     return out;
@@ -453,7 +454,7 @@ NamedTensors unpickle_tensor_dict(const std::vector<char>& bytes, const std::str
     if (!kv.key().isString())
       throw std::runtime_error(what + ": a key is a " + kv.key().tagKind() + ", not a string");
     if (!kv.value().isTensor())
-      throw std::runtime_error(what + ": entry '" + kv.key().toStringRef() + "' is a " +
+      throw std::runtime_error(what + ": entry '" + printable(kv.key().toStringRef()) + "' is a " +
                                kv.value().tagKind() + ", not a tensor");
     out.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
   }

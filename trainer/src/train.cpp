@@ -158,7 +158,7 @@ Engine::Engine(const TrainOptions& options, Communicator& c, int64_t threads)
       position(start_state(o, net, *opt, n_train, c)),
       resumed_steps(position.global_step),
       reducer(net.parameters(), c),
-      cache(make_cache(o, data.train, threads, tty)),
+      cache(make_cache(o, data.train, threads, lead)),
       loader(cache.source(), feed_augmentation(o.feed), loader_options(o)),
       run(o, position, c),
       sampler(sampler_options(o, n_train, c)),
@@ -226,9 +226,17 @@ void Engine::log_step(int64_t epoch, const StepStats& s) {
   run.write_step({epoch, step, s.loss, s.lr, samples_per_s, wait_fraction});
   const int64_t left = (o.epochs - epoch) * steps_per_epoch - (step - epoch * steps_per_epoch);
   const double per_step = seconds_since(t_start) / static_cast<double>(step - resumed_steps);
-  print_step_progress({epoch, o.epochs, step, total_steps, s.loss, samples_per_s, wait_fraction,
-                       per_step * static_cast<double>(left)},
-                      tty);
+  StepProgress line;
+  line.epoch = epoch;
+  line.epochs = o.epochs;
+  line.step = step;
+  line.total_steps = total_steps;
+  line.loss = s.loss;
+  line.samples_per_s = samples_per_s;
+  line.wait_fraction = wait_fraction;
+  line.wait_seconds = s.wait_seconds;
+  line.eta_seconds = per_step * static_cast<double>(left);
+  print_step_progress(line, tty);
 }
 
 void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& summary) {
@@ -283,6 +291,8 @@ TrainSummary train(const TrainOptions& o, Communicator& comm,
   }
   comm.barrier();
   Engine e(o, comm, threads);
+  if (comm.rank() == 0)
+    std::cerr << "volshard train: " << validation_text(o, e.data, comm.world_size()) << "\n";
   TrainSummary summary;
   summary.global_step = e.position.global_step;
   for (int64_t epoch = e.position.first_epoch(); epoch < o.epochs; ++epoch) {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "volshard/core/error.h"
 #include "volshard/trainer/comm.h"
 
 namespace volshard {
@@ -381,7 +382,8 @@ void UNet::load_state_dict(const NamedTensors& state, bool strict) {
     auto it = given.find(kv.first);
     if (it == given.end()) {
       if (strict)
-        throw std::invalid_argument("UNet::load_state_dict: missing key '" + kv.first + "'");
+        throw std::invalid_argument("UNet::load_state_dict: missing key '" + printable(kv.first) +
+                                    "'");
       continue;
     }
     if (it->second->sizes() != kv.second.sizes()) {
@@ -394,7 +396,8 @@ void UNet::load_state_dict(const NamedTensors& state, bool strict) {
   if (strict) {
     for (const auto& kv : state)
       if (!known.count(kv.first))
-        throw std::invalid_argument("UNet::load_state_dict: unexpected key '" + kv.first +
+        throw std::invalid_argument("UNet::load_state_dict: unexpected key '" +
+                                    printable(kv.first) +
                                     "' (another channels/strides/res-units/norm configuration?)");
   }
   torch::NoGradGuard no_grad;

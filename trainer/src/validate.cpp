@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "volshard/core/progress.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/trainer/inference.h"
@@ -19,13 +20,20 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
                        Communicator& comm) {
   const auto n = static_cast<int64_t>(val.size());
   if (n == 0) return NAN;
-  DistributedSamplerOptions so;
-  so.dataset_size = n;
-  so.num_replicas = comm.world_size();
-  so.rank = comm.rank();
-  so.shuffle = false;
-  so.mode = PartitionMode::kUneven;
-  const DistributedSampler sampler(so);
+  // MONAI's uneven split needs a volume per rank; with fewer volumes than
+  // ranks, the first n ranks take one each (what the split would give them).
+  std::vector<int64_t> indices;
+  if (n >= comm.world_size()) {
+    DistributedSamplerOptions so;
+    so.dataset_size = n;
+    so.num_replicas = comm.world_size();
+    so.rank = comm.rank();
+    so.shuffle = false;
+    so.mode = PartitionMode::kUneven;
+    indices = DistributedSampler(so).indices();
+  } else if (comm.rank() < n) {
+    indices = {comm.rank()};
+  }
   at::Tensor scores = at::zeros({2, n}, at::kDouble);  // row 0: Dice, row 1: counted
   const bool was_training = net.is_training();
   net.train(false);
@@ -35,7 +43,11 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
     const int64_t roi = o.roi > 0 ? o.roi : o.feed.crop;
     sw.roi = {roi, roi, roi};
     sw.overlap = o.overlap;
-    for (const int64_t i : sampler.indices()) {
+    // Rank 0 reports its share; the ranks' shares differ by at most one volume.
+    Progress progress("validation (rank 0's share)", static_cast<int64_t>(indices.size()),
+                      "volumes", comm.rank() == 0 ? ProgressStyle::kAuto : ProgressStyle::kOff);
+    int64_t done = 0;
+    for (const int64_t i : indices) {
       PairOptions po;
       po.label_indices = false;
       po.image_layout = VolumeLayout::kContiguous;
@@ -47,7 +59,9 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
         scores[0][i] = d;
         scores[1][i] = 1.0;
       }
+      progress.update(++done);
     }
+    progress.finish();
   }
   net.train(was_training);
   comm.allreduce_sum(scores);  // ranks with fewer volumes still take part

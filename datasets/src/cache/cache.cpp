@@ -16,6 +16,7 @@
 
 #include "cache_entry.h"
 #include "volshard/core/log.h"
+#include "volshard/core/progress.h"
 
 namespace volshard {
 
@@ -99,7 +100,8 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
   std::atomic<bool> full{false};
   std::mutex error_mutex;
   std::exception_ptr error;
-  const bool bar = options.progress && isatty(STDERR_FILENO);
+  Progress progress("caching", wanted, "volumes",
+                    options.progress ? ProgressStyle::kAuto : ProgressStyle::kOff);
   const auto fill = [&] {
     for (int64_t i = next++; i < wanted && !full; i = next++) {
       try {
@@ -116,17 +118,14 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
         if (!error) error = std::current_exception();
         full = true;
       }
-      const int64_t d = ++done;
-      if (bar)
-        std::fprintf(stderr, "\rcaching %lld/%lld", static_cast<long long>(d),
-                     static_cast<long long>(wanted));
+      progress.update(++done);
     }
   };
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < options.threads; ++t) pool.emplace_back(fill);
   fill();
   for (auto& t : pool) t.join();
-  if (bar) std::fprintf(stderr, "\n");
+  progress.finish();
   if (error) std::rethrow_exception(error);
   bytes_ = bytes;
 }

@@ -57,6 +57,14 @@ class ZStream {
   z_stream z_;
 };
 
+// Every gzip stream that ends before its end-of-stream marker is reported
+// here, whether the header or the voxels were cut.
+[[noreturn]] void fail_truncated_stream(const std::string& path, uint64_t total_out,
+                                        const std::string& wanted) {
+  fail_file(path, "truncated gzip stream: the file ends after " + std::to_string(total_out) +
+                      " decompressed bytes without the gzip end-of-stream marker (" + wanted + ")");
+}
+
 // Streams [data, data+size) through zlib, writing the first out_size bytes of
 // output to out and discarding the rest. Multi-member streams continue into
 // the next member while fewer than `needed` bytes came out. Returns the bytes
@@ -107,10 +115,7 @@ size_t zlib_stream(const uint8_t* data, size_t size, uint8_t* out, size_t out_si
     if (ret == Z_MEM_ERROR) throw std::bad_alloc();
     if (ret == Z_BUF_ERROR || (ret == Z_OK && consumed == 0 && produced == 0)) {
       if (in_pos >= size) {
-        fail_file(path,
-                  "truncated gzip stream: the file ends after " + std::to_string(total_out) +
-                      " decompressed bytes without the gzip end-of-stream marker (header needs " +
-                      std::to_string(needed) + ")");
+        fail_truncated_stream(path, total_out, "header needs " + std::to_string(needed));
       }
       if (produced == 0 && consumed == 0)
         fail_file(path, "corrupt gzip data (zlib made no progress)");
@@ -127,6 +132,7 @@ std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_
   std::vector<uint8_t> out(max_bytes);
   ZStream z;
   size_t in_pos = 0, have = 0;
+  bool ended = false;
   while (have < max_bytes) {
     const size_t in_chunk = std::min<size_t>(size - in_pos, size_t{1} << 30);
     z->next_in = const_cast<Bytef*>(data + in_pos);
@@ -139,7 +145,9 @@ std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_
     in_pos += consumed;
     have += produced;
     if (ret == Z_STREAM_END) {
+      ended = true;
       if (!is_gzip(data + in_pos, size - in_pos)) break;
+      ended = false;
       inflateReset(z.get());
       continue;
     }
@@ -148,9 +156,11 @@ std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_
                           (z->msg ? z->msg : "data error") + ")");
     }
     if (ret == Z_MEM_ERROR) throw std::bad_alloc();
-    if (consumed == 0 && produced == 0)
-      break;  // input exhausted: the parser reports the short header
+    if (consumed == 0 && produced == 0) break;  // input exhausted
   }
+  // A complete stream shorter than a header is the parser's to report.
+  if (!ended && have < max_bytes)
+    fail_truncated_stream(path, have, "a NIfTI header needs 348 or 540");
   out.resize(have);
   return out;
 }
@@ -199,6 +209,12 @@ ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed,
   out.size = zlib_stream(data, size, out.data.get(), static_cast<size_t>(out_size),
                          static_cast<size_t>(needed), path);
   return out;
+}
+
+void fail_short_gzip(const uint8_t* data, size_t size, uint64_t needed, const std::string& path) {
+  zlib_stream(data, size, nullptr, 0, static_cast<size_t>(needed), path);
+  fail_file(path, "the gzip data holds fewer than the " + std::to_string(needed) +
+                      " bytes the header needs (vox_offset + voxel data)");
 }
 
 }  // namespace volshard::detail

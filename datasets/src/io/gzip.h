@@ -17,8 +17,9 @@ inline bool is_gzip(const uint8_t* data, size_t size) {
 }
 
 /// Decompresses the NIfTI header that starts a gzip stream: up to `max_bytes`
-/// of output (fewer if the stream is shorter). Throws naming the path on
-/// corrupt data; a short result is left to the header parser to report.
+/// of output (fewer if the stream is complete and shorter). Throws naming the
+/// path on corrupt data or a stream cut before `max_bytes` ("truncated gzip
+/// stream"); a complete but short result is left to the header parser.
 std::vector<uint8_t> gunzip_prefix(const uint8_t* data, size_t size, size_t max_bytes,
                                    const std::string& path);
 
@@ -33,5 +34,12 @@ constexpr uint64_t kMaxDeflateRatio = 1032;
 /// `needed`. Throws std::runtime_error naming the path on truncated or
 /// corrupt data.
 ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed, const std::string& path);
+
+/// For a gzip file that cannot hold `needed` bytes (more than
+/// kMaxDeflateRatio times its size): inflates it, keeping nothing, and throws
+/// what is wrong: "truncated gzip stream" when it is cut, else how many bytes
+/// the complete stream holds.
+[[noreturn]] void fail_short_gzip(const uint8_t* data, size_t size, uint64_t needed,
+                                  const std::string& path);
 
 }  // namespace volshard::detail

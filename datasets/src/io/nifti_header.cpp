@@ -297,16 +297,20 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
   // Magic: single-file only.
   if (h.version == 1) {
     const std::string magic = f.str(344, 4);
+    if (magic.empty())
+      fail_file(path,
+                "an Analyze 7.5 header (sizeof_hdr=348, no NIfTI magic), not NIfTI-1: "
+                "convert it to a single .nii (e.g. nibabel.save(nibabel.load(path), 'x.nii'))");
     if (magic == "ni1")
       fail_file(path, "magic=\"ni1\": a .hdr/.img pair header; only single-file .nii is supported");
     if (magic != "n+1")
-      fail_file(path, "magic=\"" + magic + "\" must be \"n+1\" for a NIfTI-1 file");
+      fail_file(path, "magic=\"" + printable(magic) + "\" must be \"n+1\" for a NIfTI-1 file");
   } else {
     const std::string magic = f.str(4, 4);
     if (magic == "ni2")
       fail_file(path, "magic=\"ni2\": a .hdr/.img pair header; only single-file .nii is supported");
     if (magic != "n+2")
-      fail_file(path, "magic=\"" + magic + "\" must be \"n+2\" for a NIfTI-2 file");
+      fail_file(path, "magic=\"" + printable(magic) + "\" must be \"n+2\" for a NIfTI-2 file");
     const uint8_t eol[4] = {f.byte(8), f.byte(9), f.byte(10), f.byte(11)};
     const bool ok = (eol[0] == 13 && eol[1] == 10 && eol[2] == 26 && eol[3] == 10) ||
                     (eol[0] == 0 && eol[1] == 0 && eol[2] == 0 && eol[3] == 0);
@@ -456,12 +460,8 @@ NiftiFile parse_nifti_file(const uint8_t* data, size_t size, const std::string& 
     const std::vector<uint8_t> prefix = detail::gunzip_prefix(data, size, 540, path);
     file.header = parse_nifti_header(prefix.data(), prefix.size(), path, -1, options);
     const auto needed = static_cast<uint64_t>(file.header.vox_offset + file.header.data_bytes());
-    if (needed > static_cast<uint64_t>(size) * detail::kMaxDeflateRatio + 1024) {
-      fail_file(path, "truncated: vox_offset=" + std::to_string(file.header.vox_offset) + " + " +
-                          std::to_string(file.header.data_bytes()) +
-                          " data bytes cannot come from a " + std::to_string(size) +
-                          "-byte gzip file");
-    }
+    if (needed > static_cast<uint64_t>(size) * detail::kMaxDeflateRatio + 1024)
+      detail::fail_short_gzip(data, size, needed, path);
     file.bytes = detail::gunzip_sized(data, size, needed, path);
     return file;
   }

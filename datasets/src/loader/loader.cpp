@@ -18,6 +18,7 @@
 #include <thread>
 #include <utility>
 
+#include "volshard/core/error.h"
 #include "volshard/core/seed_streams.h"
 
 namespace volshard {
@@ -154,6 +155,15 @@ class BatchPool {
   std::vector<c10::Storage> buffers_;
 };
 
+// "image 1x32x32x32 Float, label 1x32x32x32 Byte": what a sample brings to
+// a batch.
+std::string rows_text(const Sample& s) {
+  const auto spatial = view_shape(s);
+  return "image " + shape_text(row_shape(s.image, spatial)) + " " +
+         std::string(c10::toString(s.image.scalar_type())) + ", label " +
+         shape_text(row_shape(s.label, spatial)) + " " + c10::toString(s.label.scalar_type());
+}
+
 }  // namespace
 
 Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype, bool pinned) {
@@ -163,9 +173,15 @@ Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_d
                 batch.label);
   for (size_t k = 0; k < samples.size(); ++k) {
     if (!fits(samples[k], batch.image, batch.label, label_dtype)) {
-      throw std::invalid_argument("collate: sample " + std::to_string(k) + " (dataset index " +
-                                  std::to_string(samples[k].meta.index) +
-                                  ") has another shape or dtype than sample 0");
+      // As MONAI's list_data_collate, crops are stacked, not padded: a crop
+      // that allow_smaller shrank to a smaller volume does not stack.
+      throw std::invalid_argument(
+          "collate: sample " + std::to_string(k) + " (dataset index " +
+          std::to_string(samples[k].meta.index) + ": " + rows_text(samples[k]) +
+          ") has another shape or dtype than sample 0 (dataset index " +
+          std::to_string(samples[0].meta.index) + ": " + rows_text(samples[0]) +
+          "); a batch stacks equal crops: with --allow-smaller use a --crop that fits every "
+          "volume, or --batch-size 1 with --num-samples 1");
     }
   }
   for (size_t k = 0; k < samples.size(); ++k) {

@@ -108,6 +108,19 @@ void NumpyRandomState::skip_doubles(uint64_t count) {
   }
 }
 
+void fit_radii(SyntheticOptions& o, int64_t min_size) {
+  const SyntheticOptions monai;
+  if (min_size > 2 * static_cast<int64_t>(monai.rad_max)) {
+    o.rad_max = monai.rad_max;
+    o.rad_min = monai.rad_min;
+    return;
+  }
+  // The same proportions as MONAI's 30 / 5, inside the volume.
+  o.rad_max = static_cast<int>(std::max<int64_t>(1, (min_size - 1) / 2));
+  o.rad_min = std::max(1, (o.rad_max + 3) / 6);
+  if (o.rad_max <= o.rad_min) o.rad_max = o.rad_min + 1;  // validate() names the size
+}
+
 void validate(const SyntheticOptions& o) {
   // MONAI's three checks first, in MONAI's order.
   if (o.rad_max <= o.rad_min) {

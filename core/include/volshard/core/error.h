@@ -9,11 +9,17 @@
 
 namespace volshard {
 
-/// Throws std::runtime_error("path: message").
+/// Throws std::runtime_error(printable("path: message")).
 [[noreturn]] void fail_file(const std::string& path, const std::string& message);
 /// Throws std::system_error (a std::runtime_error) with code `err` and what()
 /// "path: what: strerror(err)".
 [[noreturn]] void fail_errno(const std::string& path, const std::string& what, int err);
+
+/// `text` with what is not printable escaped: control characters, DEL and
+/// bytes that are not valid UTF-8 become "\xHH"; printable ASCII and valid
+/// multi-byte UTF-8 stay. For every message that quotes file content or a
+/// path, so that the message is valid UTF-8 on one line.
+std::string printable(const std::string& text);
 
 /// "96x96x96": sizes joined by 'x'; with `as_tuple`, "(96, 96, 96)" as Python
 /// (and so MONAI's messages) print a shape.

@@ -27,7 +27,8 @@ struct CacheOptions {
   double cache_rate = 1.0;  ///< fraction of the dataset to keep, in [0, 1] (the first items)
   int64_t max_bytes = -1;   ///< stop caching once this many bytes are held; -1: no limit
   int64_t threads = 2;      ///< fill with this many threads, >= 1
-  bool progress = false;    ///< a progress bar on stderr while filling
+  bool progress =
+      false;  ///< progress on stderr while filling: a bar on a TTY, else timestamped lines
 
   /// Folder of the persistent entries (created if missing); empty: memory only.
   /// Must be writable: the constructor throws std::runtime_error naming it

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "volshard/datasets/feed.h"
+#include "volshard/transforms/sample.h"
 
 namespace volshard {
 
@@ -16,13 +17,22 @@ struct PreviewOptions {
   int64_t count = 8;  ///< crops shown (volumes are taken in order, num_samples crops each)
   uint64_t seed = 0;
   int64_t epoch = 0;
-  FeedOptions feed;  ///< the same crop, crops per volume and rotation as training
+  FeedOptions feed;      ///< the same crop, crops per volume and rotation as training
+  int64_t channel = -1;  ///< image channel to draw; -1: every channel, side by side
 };
+
+/// The two caption lines of a crop (joined by '\n'): file name, patch,
+/// channel (when one is chosen) and quarter turns; then the crop's first
+/// voxel in the volume and the class its centre was drawn from
+/// (RandCropByPosNegLabel's fg/bg draw; the centre itself may lie elsewhere
+/// once the crop is clamped into the volume).
+std::string preview_caption(const SampleMeta& meta, int64_t channel = -1);
 
 /// Loads volumes from data_dir as training does (feed_prefix), runs
 /// feed_augmentation(feed) with the per-sample seeds of `epoch`, and writes a PNG grid: per crop an
-/// axial and a coronal slice through its centre, the label outlined in red. Returns the number of
-/// crops drawn. Throws std::runtime_error naming bad files.
+/// axial and a coronal slice through its centre for every image channel (or `channel`), the label
+/// outlined in red, captioned by preview_caption. Returns the number of crops drawn. Throws
+/// std::runtime_error naming bad files, std::invalid_argument for a channel a file lacks.
 int64_t write_preview(const PreviewOptions& options);
 
 }  // namespace volshard

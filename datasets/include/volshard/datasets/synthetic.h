@@ -74,6 +74,14 @@ struct SyntheticOptions {
   int num_seg_classes = 5;  ///< >= 1 (volshard's check; MONAI treats < 1 like 1)
 };
 
+/// Radii for a volume whose smallest edge is `min_size` voxels: MONAI's
+/// defaults (rad_max 30, rad_min 5) where they fit (min_size > 60), so the
+/// volumes stay bit-exact with create_test_image_3d's there; below, both
+/// scaled with the size: rad_max = (min_size - 1) / 2, rad_min =
+/// max(1, round(rad_max / 6)). Sets options.rad_max and rad_min; sizes below 5
+/// leave no valid radii (validate() says so).
+void fit_radii(SyntheticOptions& options, int64_t min_size);
+
 /// One sphere as drawn: centre (x, y, z) along (height, width, depth), radius
 /// in voxels, and the value written into the image before rescaling.
 struct SyntheticSphere {

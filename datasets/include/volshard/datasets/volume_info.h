@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,24 @@ struct VolumeInfo {
   bool scaled = false;                         ///< scl_slope/scl_inter applied
   double min = 0, max = 0, mean = 0, sum = 0;  ///< of the (scaled) data, NaN/Inf skipped
   int64_t nonfinite = 0;
+  std::string orientation;  ///< nibabel's aff2axcodes, joined: "RAS", "LPS", ...
+  /// An integer file's distinct values, ascending (the first 256 of them when
+  /// there are more, see labels_complete); none for float or scaled data.
+  std::optional<std::vector<int64_t>> labels;
+  bool labels_complete = true;
 };
 
-/// Reads the file and summarises it; throws std::runtime_error naming the
-/// path and field for bad files.
+/// The world direction each voxel axis points to, as nibabel's
+/// aff2axcodes(affine) joined ("RAS": i to Right, j to Anterior, k to
+/// Superior). Equal to nibabel's for affines without shear.
+std::string orientation_codes(const Affine& affine);
+
+/// Reads the file and summarises it in one pass over the voxels in their
+/// stored type (no float copy): about the reader's own memory. Throws
+/// std::runtime_error naming the path and field for bad files.
 VolumeInfo describe_volume(const std::string& path);
 
-/// One line of JSON.
+/// One line of JSON (the path escaped by printable(): valid UTF-8 always).
 std::string to_json(const VolumeInfo& info);
 /// A few human-readable lines.
 std::string to_text(const VolumeInfo& info);

@@ -30,4 +30,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 /// truncated, corrupt, another format).
 Checkpoint load_checkpoint(const std::string& path);
 
+/// The weights in `path`: a checkpoint's model (verified as load_checkpoint
+/// does) or a state_dict .pt (model.pt, or one saved by Python/MONAI).
+NamedTensors load_model_weights(const std::string& path);
+
 }  // namespace volshard

@@ -3,6 +3,7 @@
 // before any worker starts.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "volshard/datasets/datalist.h"
@@ -16,16 +17,24 @@ struct DataSplit {
 
 /// The datalist's "training" and "validation" sections, or the pairs of
 /// options.data_dir with the last options.val_fraction of them (at least one
-/// when > 0) held out. Throws std::invalid_argument when no training pair
-/// would be left, std::runtime_error naming an unreadable datalist or folder.
+/// when > 0) held out; no validation volumes when options.val_every is 0. Throws
+/// std::invalid_argument when no training pair would be left, std::runtime_error naming an
+/// unreadable datalist or folder.
 DataSplit list_data(const TrainOptions& options);
 
+/// One line for the start of a run: how many volumes train, and what is
+/// validated on (which volumes, from where, how often, on how many ranks) or
+/// why nothing is (--val-every 0, --val-fraction 0, a datalist without a
+/// "validation" list).
+std::string validation_text(const TrainOptions& options, const DataSplit& split,
+                            int64_t world_size);
+
 /// Checks what can be checked before any worker starts, for `world_size`
-/// ranks: values, the data (pairs exist, headers readable, image and label
+/// ranks: a fresh run (no --resume) into a folder holding a run (refused
+/// without --overwrite), values, the data (pairs exist, headers readable, image and label
 /// shapes agree), the crop against the volumes (unless allow_smaller), the
-/// crop and ROI against the UNet's stride product, world size against the
-/// validation set. Throws std::invalid_argument with one message naming the
-/// file or value.
+/// crop and ROI against the UNet's stride product. Throws std::invalid_argument with one message
+/// naming the file or value.
 void check_training_config(const TrainOptions& options, int64_t world_size);
 
 /// Training volumes the options select (after the validation hold-out).
