@@ -177,6 +177,54 @@ std::string axcodes(const Affine& affine);
 /// std::invalid_argument naming the codes.
 SpatialImage orient(const SpatialImage& image, const std::string& axcodes);
 
+// ---- Spacing -----------------------------------------------------------------
+
+enum class Interpolation { kBilinear, kNearest };  ///< trilinear in 3D, as MONAI's "bilinear"
+
+/// A voxel grid: its spatial shape and voxel-to-world affine.
+struct Grid {
+  std::array<int64_t, 3> shape{};
+  Affine affine{};
+};
+
+/// The grid MONAI's Spacing(pixdim) resamples onto: the affine's axis
+/// directions kept and scaled to `pixdim` mm, shape and origin from the input
+/// corners (MONAI's zoom_affine and compute_shape_offset). Throws
+/// std::invalid_argument naming the value for a pixdim <= 0 or a singular
+/// affine.
+Grid spacing_grid(const std::array<int64_t, 3>& shape, const Affine& affine,
+                  const std::array<double, 3>& pixdim);
+
+/// The image (C x X x Y x Z, float32) resampled onto `grid`: each output
+/// voxel's world position mapped into the input's voxels and interpolated
+/// (trilinear or nearest), positions outside taking the border value, as
+/// MONAI's Spacing. Float32 out; a grid equal to the image's own returns the
+/// data unchanged.
+SpatialImage resample(const SpatialImage& image, const Grid& grid, Interpolation mode);
+
+/// MONAI's Spacing(pixdim, mode): resample(image, spacing_grid(...), mode).
+SpatialImage spacing(const SpatialImage& image, const std::array<double, 3>& pixdim,
+                     Interpolation mode);
+
+// ---- Labels -------------------------------------------------------------------
+
+/// Which label values make up the BraTS regions (tumour core, whole tumour,
+/// enhancing tumour).
+enum class BratsLabels {
+  kBrats,      ///< 1 necrotic core, 2 edema, 4 enhancing: TC 1|4, WT 1|2|4, ET 4 (MONAI 1.4's
+               ///< ConvertToMultiChannelBasedOnBratsClasses)
+  kDecathlon,  ///< Task01: 1 edema, 2 non-enhancing, 3 enhancing: TC 2|3, WT 1|2|3, ET 3
+};
+
+/// A 1 x X x Y x Z label map as three channels (TC, WT, ET) of 0/1, uint8 for
+/// a uint8 label, else float32. Throws std::invalid_argument for C != 1.
+at::Tensor brats_channels(const at::Tensor& label, BratsLabels scheme);
+
+/// A 1 x X x Y x Z map of class indices as num_classes channels of 0/1,
+/// float32 (MONAI's one_hot). Throws std::invalid_argument naming the first
+/// value that is not an integer in [0, num_classes).
+at::Tensor one_hot(const at::Tensor& label, int64_t num_classes);
+
 // ---- RandSpatialCrop ------------------------------------------------------
 
 /// A uniformly placed crop of `size` (each start uniform in [0, L - size]).
@@ -219,6 +267,22 @@ Sample apply_flip(Sample sample, bool apply, const FlipOptions& options);
 /// The same flip, left pending in sample.view.
 Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options);
 
+// ---- RandScaleIntensity, RandShiftIntensity -------------------------------
+
+struct RandIntensityOptions {
+  double lo = -0.1;   ///< the value is uniform in [lo, hi)
+  double hi = 0.1;
+  double prob = 1.0;  ///< in [0, 1]
+  void validate() const;  ///< throws std::invalid_argument naming the value
+};
+
+struct RandIntensityParams {
+  bool apply = false;  ///< uniform_double() < prob, drawn first, as MONAI
+  double value = 0.0;  ///< then lo + (hi - lo) * uniform_double(), drawn even when not applied
+};
+
+RandIntensityParams sample_rand_intensity(const RandIntensityOptions& options, StreamRng& rng);
+
 // ---- Compose --------------------------------------------------------------
 
 /// One step of a pipeline. A step may turn one sample into several (crops).
@@ -238,6 +302,12 @@ std::shared_ptr<const Transform> make_rand_crop_by_pos_neg_label(PosNegCropOptio
 std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size);
 std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options options);
 std::shared_ptr<const Transform> make_rand_flip(FlipOptions options);
+/// MONAI's RandScaleIntensity(factors): image * (1 + factor), in float32.
+std::shared_ptr<const Transform> make_rand_scale_intensity(RandIntensityOptions options);
+/// MONAI's RandShiftIntensity(offsets): image + offset, in float32.
+std::shared_ptr<const Transform> make_rand_shift_intensity(RandIntensityOptions options);
+/// NormalizeIntensity as a step (on the crop, as MONAI's BraTS pipeline).
+std::shared_ptr<const Transform> make_normalize_intensity(NormalizeIntensityOptions options);
 
 /// Runs the steps in order; step t draws from its own stream
 /// StreamRng(mix64(sample_seed + (t + 1) * kGoldenGamma)), so changing a later
