@@ -503,6 +503,45 @@ TEST(NiftiWriteTest, ShearLeavesTheQformUnknown) {
   EXPECT_EQ(parsed.affine, spec.affine);
 }
 
+TEST(NiftiWriteTest, StoresScalingAndFourDimensionsAsDecathlonFilesHaveThem) {
+  // CT stores HU + 1024 in int16 with scl_inter = -1024; BraTS stacks the
+  // modalities as a 4th dimension (dim[0] = 4).
+  NiftiWriteSpec spec;
+  spec.shape = {3, 4, 5, 2};
+  spec.datatype = NiftiDatatype::kInt16;
+  spec.affine = {{{-0.75, 0, 0, 10}, {0, -0.75, 0, 20}, {0, 0, 5, -30}, {0, 0, 0, 1}}};
+  spec.scl_slope = 1;
+  spec.scl_inter = -1024;
+  for (const int version : {1, 2}) {
+    spec.version = version;
+    const auto bytes = encode_nifti_header(spec);
+    const NiftiHeader h = parse_nifti_header(bytes.data(), bytes.size(), "scaled");
+    EXPECT_EQ(h.dim[0], 4);
+    EXPECT_EQ(h.shape, spec.shape);
+    EXPECT_EQ(h.scl_slope, 1);
+    EXPECT_EQ(h.scl_inter, -1024);
+    EXPECT_TRUE(h.has_scaling());
+    EXPECT_EQ(h.spacing_mm(), (std::array<double, 3>{0.75, 0.75, 5}));
+    EXPECT_EQ(h.pixdim[4], 1);
+    EXPECT_EQ(h.affine, spec.affine);
+  }
+  // The default stays nibabel's "no scaling".
+  NiftiWriteSpec plain_spec;
+  plain_spec.shape = {2, 2, 2};
+  const auto plain = encode_nifti_header(plain_spec);
+  const NiftiHeader h = parse_nifti_header(plain.data(), plain.size(), "plain");
+  EXPECT_TRUE(std::isnan(h.scl_slope));
+  EXPECT_FALSE(h.has_scaling());
+}
+
+TEST(NiftiWriteTest, RefusesASlopeWithoutAFiniteIntercept) {
+  NiftiWriteSpec spec;
+  spec.shape = {2, 2, 2};
+  spec.scl_slope = 2;
+  expect_error<std::invalid_argument>([&] { encode_nifti_header(spec); },
+                                      {"scl_inter=nan", "scl_slope=2"});
+}
+
 TEST(NiftiWriteTest, FailedWriteNamesThePathAndLeavesNothing) {
   const std::string dir = test_dir();
   NiftiWriteSpec spec;

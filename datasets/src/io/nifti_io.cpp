@@ -168,6 +168,12 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
                                 std::to_string(spec.spacing_mm.size()) +
                                 " values, must have 0 or 3");
   }
+  const bool scaled = std::isfinite(spec.scl_slope) && spec.scl_slope != 0;
+  if (scaled && !std::isfinite(spec.scl_inter)) {
+    throw std::invalid_argument("NiftiWriteSpec: scl_inter=" + std::to_string(spec.scl_inter) +
+                                " must be finite when scl_slope=" + std::to_string(spec.scl_slope) +
+                                " (readers refuse the file)");
+  }
   const Affine& a = spec.affine;
   Qform q = qform_from_affine(a);
   double zooms[3] = {q.zooms[0], q.zooms[1], q.zooms[2]};
@@ -206,7 +212,6 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
 
   const size_t hsize = v1 ? 348 : 540;
   std::vector<uint8_t> b(hsize + 4, 0);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   const int64_t esize = element_size(spec.datatype);
   if (v1) {
     put_i32(b, 0, 348);
@@ -220,8 +225,8 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
     for (int i = 1; i < 8; ++i)
       put_f32(b, 76 + 4 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
     put_f32(b, 108, 352);
-    put_f32(b, 112, nan);
-    put_f32(b, 116, nan);
+    put_f32(b, 112, spec.scl_slope);
+    put_f32(b, 116, spec.scl_inter);
     b[123] = 2;  // xyzt_units: mm
     std::memcpy(b.data() + 148, spec.descrip.data(), std::min<size_t>(spec.descrip.size(), 79));
     put_i16(b, 252, qform_code);
@@ -247,8 +252,8 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
     for (int i = 1; i < 8; ++i)
       put_f64(b, 104 + 8 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
     put_i64(b, 168, 544);
-    put_f64(b, 176, nan);
-    put_f64(b, 184, nan);
+    put_f64(b, 176, spec.scl_slope);
+    put_f64(b, 184, spec.scl_inter);
     std::memcpy(b.data() + 240, spec.descrip.data(), std::min<size_t>(spec.descrip.size(), 79));
     put_i32(b, 344, qform_code);
     put_i32(b, 348, 2);

@@ -26,6 +26,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -149,12 +150,18 @@ struct NiftiWriteSpec {
   /// pixdim[1..3]; empty -> the affine's column norms (what nibabel writes)
   std::vector<double> spacing_mm;
   std::string descrip;
+  /// Stored scl_slope / scl_inter: readers give x * slope + inter. NaN, the
+  /// default, is "no scaling", as nibabel writes. A finite, non-zero slope
+  /// needs a finite inter (nibabel refuses to read anything else).
+  double scl_slope = std::numeric_limits<double>::quiet_NaN();
+  double scl_inter = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// A header for the spec, as bytes (348 + 4 extension bytes for NIfTI-1, 540 +
-/// 4 for NIfTI-2), little-endian, vox_offset = 352 / 544, no scaling
-/// (scl_slope = nan, as nibabel writes). qform from the affine as nibabel's
+/// 4 for NIfTI-2), little-endian, vox_offset = 352 / 544, the spec's
+/// scl_slope/scl_inter (NaN: no scaling). qform from the affine as nibabel's
 /// set_qform; qform_code = 2 unless the affine's 3x3 has shear (then 0).
+/// A 4D shape (X, Y, Z, channels) is stored with dim[0] = 4 and pixdim[4] = 1.
 std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec);
 
 struct NiftiWriteOptions {
