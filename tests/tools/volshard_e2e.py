@@ -195,7 +195,8 @@ class VolshardToolTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr[-2000:])
             return "libtorch" in p.stderr or "libc10" in p.stderr
 
-        for args in (["--help"], ["info", image], ["info", "--help"], ["synth", "--help"]):
+        ct = ["synth", "--kind", "ct", "--out", os.path.join(self.dir, "ct"), "--count", "1", "--size", "16"]
+        for args in (["--help"], ["info", image], ["info", "--help"], ["synth", "--help"], ct):
             self.assertFalse(loaded(*args), args)
         self.assertTrue(loaded("train", "--help"))  # what the check sees when LibTorch loads
         times = {}
@@ -215,6 +216,154 @@ class VolshardToolTest(unittest.TestCase):
         for flag in ("--in-channels", "--out-channels", "--image-glob", "--label-glob", "--overlap",
                      "--no-deterministic", "--crop", "--rot90-prob", "--config"):
             self.assertIn(flag, p.stdout)
+
+
+class DecathlonSynthTest(unittest.TestCase):
+    """`volshard synth --kind ct|mri`: a Medical Segmentation Decathlon folder, read as MONAI reads one."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="volshard_decathlon_")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def synth(self, kind, name, *extra, count=3, size=32, seed=1):
+        out = os.path.join(self.dir, name)
+        p = run("synth", "--kind", kind, "--out", out, "--count", count, "--size", size, "--seed", seed, *extra)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return out
+
+    def dataset(self, out, tensor_size, modality, labels, count=3):
+        """dataset.json as the Decathlon ships it; its pairs as nibabel images."""
+        with open(os.path.join(out, "dataset.json")) as f:
+            meta = json.load(f)
+        self.assertEqual(meta["tensorImageSize"], tensor_size)
+        self.assertEqual(meta["modality"], modality)
+        self.assertEqual(meta["labels"], labels)
+        self.assertTrue(meta["name"] and meta["description"])
+        self.assertEqual((meta["numTraining"], meta["numTest"]), (count, max(1, count // 4)))
+        self.assertEqual(len(meta["training"]), count)
+        self.assertEqual(len(meta["test"]), meta["numTest"])
+        listed = set()
+        for entry in meta["training"]:
+            self.assertEqual(set(entry), {"image", "label"})
+            self.assertTrue(entry["image"].startswith("./imagesTr/"), entry)
+            self.assertTrue(entry["label"].startswith("./labelsTr/"), entry)
+            self.assertEqual(os.path.basename(entry["image"]), os.path.basename(entry["label"]))
+            listed.update((entry["image"], entry["label"]))
+        for path in meta["test"]:
+            self.assertTrue(path.startswith("./imagesTs/") and path.endswith(".nii.gz"), path)
+            listed.add(path)
+        on_disk = {"./%s/%s" % (d, f) for d in ("imagesTr", "labelsTr", "imagesTs")
+                   for f in os.listdir(os.path.join(out, d))}
+        self.assertEqual(listed, on_disk)  # every listed file exists, nothing else was written
+        pairs = [(nib.load(os.path.join(out, e["image"])), nib.load(os.path.join(out, e["label"])))
+                 for e in meta["training"]]
+        tests = [nib.load(os.path.join(out, p)) for p in meta["test"]]
+        return pairs, tests
+
+    def test_synth_ct_writes_a_spleen_folder_of_int16_hu_on_anisotropic_lps_grids(self):
+        out = self.synth("ct", "ct")
+        pairs, tests = self.dataset(out, "3D", {"0": "CT"}, {"0": "background", "1": "spleen"})
+        turned = 0
+        for img, seg in pairs + [(t, None) for t in tests]:
+            # On disk: int16, HU = stored * 1 - 1024, as Task09's files; nibabel scales to float.
+            self.assertEqual(img.get_data_dtype(), np.int16)
+            self.assertEqual((img.dataobj.slope, img.dataobj.inter), (1.0, -1024.0))
+            self.assertEqual(img.shape, (32, 32, 8))
+            hu = np.asanyarray(img.dataobj)
+            self.assertTrue(np.issubdtype(hu.dtype, np.floating), hu.dtype)
+            self.assertTrue(-1024 <= hu.min() <= -990, hu.min())  # air around the body
+            zooms = img.header.get_zooms()
+            self.assertTrue(0.7 <= zooms[0] == zooms[1] <= 0.9, zooms)
+            self.assertTrue(4.5 <= zooms[2] <= 5.5, zooms)
+            a = img.affine
+            self.assertTrue(a[0, 0] < 0 and a[1, 1] < 0 and a[2, 2] > 0, a)  # LPS-like, as from DICOM
+            self.assertEqual(nib.aff2axcodes(a), ("L", "P", "S"))
+            np.testing.assert_allclose(np.linalg.norm(a[:3, :3], axis=0), zooms, rtol=1e-6)
+            turned += abs(a[0, 1]) > 1e-3
+            if seg is None:
+                continue
+            self.assertEqual(seg.get_data_dtype(), np.uint8)
+            self.assertEqual(seg.shape, img.shape)
+            self.assertTrue(np.array_equal(seg.affine, img.affine))
+            y = np.asanyarray(seg.dataobj)
+            self.assertEqual(set(np.unique(y)), {0, 1})
+            body = (hu > -500) & (y == 0)
+            organ = hu[y == 1]
+            self.assertTrue(80 < organ.mean() < 160, organ.mean())
+            self.assertGreater(organ.mean(), hu[body].mean() + 50)
+        self.assertEqual(turned, 1)  # case 1 of 0..3 is oblique, turned a few degrees about z
+
+    def test_synth_mri_writes_four_channel_brats_images_with_nested_labels_and_zero_background(self):
+        out = self.synth("mri", "mri")
+        pairs, tests = self.dataset(out, "4D", {"0": "FLAIR", "1": "T1w", "2": "t1gd", "3": "T2w"},
+                                    {"0": "background", "1": "edema", "2": "non-enhancing tumor",
+                                     "3": "enhancing tumour"})
+        for img, seg in pairs + [(t, None) for t in tests]:
+            self.assertEqual(img.get_data_dtype(), np.float32)
+            self.assertEqual(img.header["dim"][0], 4)
+            self.assertEqual(img.shape, (32, 32, 20, 4))
+            np.testing.assert_allclose(img.header.get_zooms()[:3], (1, 1, 1))
+            self.assertEqual(nib.aff2axcodes(img.affine), ("R", "A", "S"))
+            x = np.asanyarray(img.dataobj)
+            brain = x[..., 0] != 0
+            self.assertTrue(0.05 < brain.mean() < 0.6, brain.mean())
+            for c in range(4):  # background exactly 0 in every channel, nonzero inside
+                self.assertTrue(np.array_equal(x[..., c] != 0, brain), c)
+                self.assertGreater(x[..., c][brain].min(), 0)
+            if seg is None:
+                continue
+            self.assertEqual(seg.get_data_dtype(), np.uint8)
+            self.assertEqual(seg.shape, img.shape[:3])
+            self.assertTrue(np.array_equal(seg.affine, img.affine))
+            y = np.asanyarray(seg.dataobj)
+            self.assertEqual(set(np.unique(y)), {0, 1, 2, 3})
+            self.assertFalse(np.any((y > 0) & ~brain))  # the tumour is inside the brain
+            healthy = brain & (y == 0)
+            mean = lambda c, where: x[..., c][where].mean()
+            self.assertGreater(mean(0, y == 1), 1.5 * mean(0, healthy))  # edema bright in FLAIR
+            self.assertGreater(mean(2, y == 3), 1.5 * mean(2, healthy))  # enhancing rim bright in t1gd
+            self.assertGreater(mean(2, y == 3), mean(1, y == 3))  # ... brighter after gadolinium
+            # The channels differ in scale, so a per-channel NormalizeIntensity matters.
+            means = [mean(c, healthy) for c in range(4)]
+            self.assertGreater(max(means) / min(means), 1.2, means)
+        # One case in three is oblique (a few degrees about x).
+        self.assertEqual(sum(abs(img.affine[1, 2]) > 1e-3 for img, _ in pairs), 1)
+
+    def test_synth_ct_and_mri_do_not_depend_on_threads_and_follow_the_seed(self):
+        for kind in ("ct", "mri"):
+            one = self.synth(kind, kind + "1", "--threads", 1)
+            three = self.synth(kind, kind + "3", "--threads", 3)
+            other = self.synth(kind, kind + "other", seed=2)
+            files = sorted(str(p.relative_to(one)) for p in Path(one).rglob("*") if p.is_file())
+            self.assertEqual(len(files), 1 + 3 + 3 + 1)
+            for name in files:
+                self.assertEqual(Path(one, name).read_bytes(), Path(three, name).read_bytes(), (kind, name))
+            self.assertNotEqual(Path(one, files[1]).read_bytes(), Path(other, files[1]).read_bytes())
+        # --kind spheres is the default, byte for byte.
+        a, b = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
+        for out, kind in ((a, []), (b, ["--kind", "spheres"])):
+            self.assertEqual(run("synth", *kind, "--out", out, "--count", 1, "--size", 24).returncode, 0)
+        self.assertEqual(sorted(os.listdir(a)), ["img0.nii.gz", "seg0.nii.gz"])
+        for name in os.listdir(a):
+            self.assertEqual(Path(a, name).read_bytes(), Path(b, name).read_bytes())
+
+    def test_synth_default_sizes_and_bad_kind_size_and_flags_are_named(self):
+        out = self.synth("ct", "default", count=1, size=96)
+        self.assertEqual(nib.load(os.path.join(out, "imagesTr", "spleen_000.nii.gz")).shape, (96, 96, 24))
+        d = os.path.join(self.dir, "bad")
+        for args, needles in [(["--kind", "foo"], ["--kind=foo", "spheres, ct, mri"]),
+                              (["--kind", "ct", "--size", 8], ["--size=8", "[16, 512]", "--kind=ct"]),
+                              (["--kind", "mri", "--size", 16], ["--size=16", "[24, 256]", "--kind=mri"]),
+                              (["--kind", "ct", "--count", 0], ["--count=0", "--kind=ct"]),
+                              (["--kind", "mri", "--noise", 0.1], ["--noise", "--kind=spheres only"])]:
+            p = run("synth", "--out", d, *args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            for needle in needles:
+                self.assertIn(needle, p.stderr, args)
+        self.assertFalse(os.path.exists(d))
+        help_text = run("synth", "--help").stdout
+        for needle in ("--kind ct", "--kind mri", "--kind"):
+            self.assertIn(needle, help_text)
 
 
 def run_bytes(*args):

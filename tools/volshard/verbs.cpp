@@ -8,7 +8,8 @@ namespace volshard::cli {
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> table{
-      {"synth", "write MONAI-style synthetic image/label volumes (create_test_image_3d)", false},
+      {"synth", "write synthetic volumes: MONAI's spheres or a Decathlon-style CT/MRI folder",
+       false},
       {"info", "shape, dtype, spacing, affine and value range of NIfTI files", false},
       {"preview", "PNG of augmented crops (axial and coronal slices, label outlined)", true},
       {"train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)", true},
