@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +19,17 @@ inline std::array<int64_t, 3> spatial_shape(const at::Tensor& t) {
                                 " dims");
   }
   return {t.size(1), t.size(2), t.size(3)};
+}
+
+/// The shortest text that reads back as `v` ("1.5", "0.1", "nan"), as Python
+/// prints a float, for messages that name a value.
+inline std::string number_text(double v) {
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;  // NaN never compares equal: "nan" at 17
+  }
+  return buf;
 }
 
 inline void check_probability(const char* what, double p) {
