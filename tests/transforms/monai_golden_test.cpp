@@ -167,6 +167,20 @@ TEST(MonaiGoldenTest, SpacingEqualsMonaiForEveryAffineAndMode) {
             << nearest_diff << ", affine " << affine_diff << "\n";
 }
 
+TEST(MonaiGoldenTest, BratsChannelsEqualMonaisConvertToMultiChannelBasedOnBratsClasses) {
+  const auto cases = cases_of("ConvertToMultiChannelBasedOnBratsClasses");
+  ASSERT_EQ(cases.size(), 1u);
+  const at::Tensor label = load(cases[0], "input", "input_shape");
+  const at::Tensor want = load(cases[0], "output", "output_shape");
+  ASSERT_GT(want.sum().item<double>(), 0.0);
+  const at::Tensor got = brats_channels(label, BratsLabels::kBrats);
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(got, want));
+  const at::Tensor bytes = brats_channels(label.to(at::kByte), BratsLabels::kBrats);
+  EXPECT_EQ(bytes.scalar_type(), at::kByte);
+  EXPECT_TRUE(at::equal(bytes, want.to(at::kByte)));
+}
+
 TEST(CropForegroundTest, AnImageWithoutForegroundGivesMonaisEmptyBox) {
   const VoxelBox box = foreground_box(at::zeros({1, 4, 5, 6}), 2);
   EXPECT_EQ(box.start, (std::array<int64_t, 3>{0, 0, 0}));

@@ -548,5 +548,78 @@ TEST(ScaleIntensityTest, AFileOrderViewScalesInItsOwnLayoutToTheSameValues) {
   EXPECT_TRUE(at::isnan(scale_intensity(relaid(nan, {2, 1, 0}))).all().item<bool>());
 }
 
+// Labels 0..4 along the first axis.
+at::Tensor labels_0_to_4() { return at::arange(5, at::kFloat).reshape({1, 5, 1, 1}); }
+
+at::Tensor channels(std::vector<std::vector<float>> rows) {
+  std::vector<at::Tensor> t;
+  for (auto& r : rows) t.push_back(at::tensor(r).reshape({1, 5, 1, 1}));
+  return at::cat(t, 0);
+}
+
+TEST(BratsChannelsTest, BratsLabelsAreTcOneOrFourWtOneTwoOrFourEtFour) {
+  const at::Tensor got = brats_channels(labels_0_to_4(), BratsLabels::kBrats);
+  EXPECT_TRUE(at::equal(got, channels({{0, 1, 0, 0, 1}, {0, 1, 1, 0, 1}, {0, 0, 0, 0, 1}})));
+}
+
+TEST(BratsChannelsTest, DecathlonLabelsAreTcTwoOrThreeWtOneTwoOrThreeEtThree) {
+  const at::Tensor want = channels({{0, 0, 1, 1, 0}, {0, 1, 1, 1, 0}, {0, 0, 0, 1, 0}});
+  const at::Tensor got = brats_channels(labels_0_to_4(), BratsLabels::kDecathlon);
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(got, want));
+  const at::Tensor bytes = brats_channels(labels_0_to_4().to(at::kByte), BratsLabels::kDecathlon);
+  EXPECT_EQ(bytes.scalar_type(), at::kByte);
+  EXPECT_TRUE(at::equal(bytes, want.to(at::kByte)));
+  // Any strides and other integer types give the same channels.
+  const at::Tensor cube = at::randint(0, 4, {1, 3, 4, 5}).to(at::kFloat);
+  EXPECT_TRUE(at::equal(
+      brats_channels(cube.transpose(1, 3).contiguous().transpose(1, 3), BratsLabels::kDecathlon),
+      brats_channels(cube.to(at::kInt), BratsLabels::kDecathlon)));
+  EXPECT_THAT(
+      [] {
+        brats_channels(at::zeros({2, 3, 3, 3}), BratsLabels::kBrats);
+      },
+      ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("C=2")));
+}
+
+// volshard::one_hot, qualified: unqualified, ADL also finds at::one_hot(Tensor,
+// int64_t) and the call is ambiguous.
+TEST(OneHotTest, EachClassIndexBecomesItsChannel) {
+  const at::Tensor label = at::tensor({0.0f, 2.0f, 1.0f, 2.0f, 0.0f}).reshape({1, 5, 1, 1});
+  const at::Tensor want = channels({{1, 0, 0, 0, 1}, {0, 0, 1, 0, 0}, {0, 1, 0, 1, 0}});
+  EXPECT_TRUE(at::equal(volshard::one_hot(label, 3), want));
+  EXPECT_TRUE(at::equal(volshard::one_hot(label.to(at::kByte), 3), want));
+  EXPECT_TRUE(at::equal(volshard::one_hot(label.to(at::kLong), 3), want));
+  EXPECT_EQ(volshard::one_hot(label, 4).size(0), 4);
+  EXPECT_EQ(volshard::one_hot(label, 4)[3].sum().item<float>(), 0.0f);
+}
+
+TEST(OneHotTest, AValueThatIsNotAClassIndexIsNamed) {
+  using ::testing::ThrowsMessage;
+  auto with = [](float v) {
+    at::Tensor l = at::zeros({1, 2, 3, 4});
+    l[0][1][2][3] = v;
+    l[0][1][2][2] = 2.0f;  // valid, before the bad one
+    return l;
+  };
+  for (const auto& [value, text] :
+       std::vector<std::pair<float, std::string>>{{1.5f, "value 1.5 at voxel (1, 2, 3)"},
+                                                  {3.0f, "value 3 at voxel (1, 2, 3)"},
+                                                  {-1.0f, "value -1 at"},
+                                                  {NAN, "value nan at"}}) {
+    EXPECT_THAT([&] { volshard::one_hot(with(value), 3); },
+                ThrowsMessage<std::invalid_argument>(HasSubstr(text)));
+  }
+  EXPECT_THAT([&] { volshard::one_hot(with(200.0f).to(at::kByte), 3); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("value 200")));
+  EXPECT_THAT([&] { volshard::one_hot(with(0.0f), 0); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("num_classes=0")));
+  EXPECT_THAT(
+      [&] {
+        volshard::one_hot(at::zeros({3, 2, 2, 2}), 3);
+      },
+      ThrowsMessage<std::invalid_argument>(HasSubstr("C=3")));
+}
+
 }  // namespace
 }  // namespace volshard
