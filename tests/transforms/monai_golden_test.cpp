@@ -7,7 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -112,6 +115,70 @@ TEST(MonaiGoldenTest, CropForegroundEqualsMonaiAndKeepsWorldPositions) {
     EXPECT_TRUE(at::equal(out.data, load(c, "output", "output_shape"))) << c.at("name");
     expect_affine_near(out.affine, c.at("output_affine"), c.at("name"));
   }
+}
+
+// Spacing runs MONAI's own ATen ops (affine_grid's grid, grid_sampler with
+// border padding, align_corners=false, float64) on a theta computed with the
+// same LAPACK calls on the same layouts: measured, both modes are bit-identical
+// to MONAI here, so bilinear is held to 0 too. (With torch's row-major LU
+// instead of numpy's, theta moved by 1e-16: bilinear then differed by one
+// float32 ulp, 1.5e-5, and a nearest tie flipped.)
+constexpr double kSpacingBilinearTolerance = 0.0;
+
+TEST(MonaiGoldenTest, SpacingEqualsMonaiForEveryAffineAndMode) {
+  const auto cases = cases_of("Spacing");
+  ASSERT_GE(cases.size(), 13u);
+  double bilinear_diff = 0.0, nearest_diff = 0.0, affine_diff = 0.0;
+  int nearest_cases = 0;
+  for (const json& c : cases) {
+    const std::string name = c.at("name");
+    const json& p = c.at("params");
+    const bool nearest = p.at("mode") == "nearest";
+    nearest_cases += nearest ? 1 : 0;
+    const SpatialImage in{load(c, "input", "input_shape"), affine_of(c.at("input_affine"))};
+    const auto pixdim = p.at("pixdim").get<std::array<double, 3>>();
+    const SpatialImage out =
+        spacing(in, pixdim, nearest ? Interpolation::kNearest : Interpolation::kBilinear);
+    const at::Tensor want = load(c, "output", "output_shape");
+    ASSERT_EQ(out.data.sizes(), want.sizes()) << name;
+    EXPECT_EQ(out.data.scalar_type(), at::kFloat) << name;
+    const Grid grid =
+        spacing_grid({in.data.size(1), in.data.size(2), in.data.size(3)}, in.affine, pixdim);
+    EXPECT_EQ(grid.shape, (std::array<int64_t, 3>{want.size(1), want.size(2), want.size(3)}))
+        << name;
+    expect_affine_near(out.affine, c.at("output_affine"), name);
+    const Affine w = affine_of(c.at("output_affine"));
+    for (size_t r = 0; r < 4; ++r)
+      for (size_t k = 0; k < 4; ++k)
+        affine_diff = std::max(affine_diff, std::abs(out.affine[r][k] - w[r][k]));
+    const double diff = (out.data - want).abs().max().item<double>();
+    (nearest ? nearest_diff : bilinear_diff) =
+        std::max(nearest ? nearest_diff : bilinear_diff, diff);
+    if (nearest) {
+      EXPECT_TRUE(at::equal(out.data, want)) << name << ": largest difference " << diff;
+    } else {
+      EXPECT_LE(diff, kSpacingBilinearTolerance) << name;
+    }
+  }
+  EXPECT_EQ(nearest_cases, 4);
+  RecordProperty("largest_bilinear_difference", std::to_string(bilinear_diff));
+  RecordProperty("largest_nearest_difference", std::to_string(nearest_diff));
+  std::cout << "Spacing vs MONAI: largest |difference| bilinear " << bilinear_diff << ", nearest "
+            << nearest_diff << ", affine " << affine_diff << "\n";
+}
+
+TEST(MonaiGoldenTest, BratsChannelsEqualMonaisConvertToMultiChannelBasedOnBratsClasses) {
+  const auto cases = cases_of("ConvertToMultiChannelBasedOnBratsClasses");
+  ASSERT_EQ(cases.size(), 1u);
+  const at::Tensor label = load(cases[0], "input", "input_shape");
+  const at::Tensor want = load(cases[0], "output", "output_shape");
+  ASSERT_GT(want.sum().item<double>(), 0.0);
+  const at::Tensor got = brats_channels(label, BratsLabels::kBrats);
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(got, want));
+  const at::Tensor bytes = brats_channels(label.to(at::kByte), BratsLabels::kBrats);
+  EXPECT_EQ(bytes.scalar_type(), at::kByte);
+  EXPECT_TRUE(at::equal(bytes, want.to(at::kByte)));
 }
 
 TEST(CropForegroundTest, AnImageWithoutForegroundGivesMonaisEmptyBox) {

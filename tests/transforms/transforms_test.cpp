@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <thread>
 
 #include "transforms/augmentation_test_util.h"
 #include "volshard/core/log.h"
@@ -546,6 +549,234 @@ TEST(ScaleIntensityTest, AFileOrderViewScalesInItsOwnLayoutToTheSameValues) {
   at::Tensor nan = f.clone();
   nan[1][3][2][1] = NAN;
   EXPECT_TRUE(at::isnan(scale_intensity(relaid(nan, {2, 1, 0}))).all().item<bool>());
+}
+
+// Labels 0..4 along the first axis.
+at::Tensor labels_0_to_4() { return at::arange(5, at::kFloat).reshape({1, 5, 1, 1}); }
+
+at::Tensor channels(std::vector<std::vector<float>> rows) {
+  std::vector<at::Tensor> t;
+  for (auto& r : rows) t.push_back(at::tensor(r).reshape({1, 5, 1, 1}));
+  return at::cat(t, 0);
+}
+
+TEST(BratsChannelsTest, BratsLabelsAreTcOneOrFourWtOneTwoOrFourEtFour) {
+  const at::Tensor got = brats_channels(labels_0_to_4(), BratsLabels::kBrats);
+  EXPECT_TRUE(at::equal(got, channels({{0, 1, 0, 0, 1}, {0, 1, 1, 0, 1}, {0, 0, 0, 0, 1}})));
+}
+
+TEST(BratsChannelsTest, DecathlonLabelsAreTcTwoOrThreeWtOneTwoOrThreeEtThree) {
+  const at::Tensor want = channels({{0, 0, 1, 1, 0}, {0, 1, 1, 1, 0}, {0, 0, 0, 1, 0}});
+  const at::Tensor got = brats_channels(labels_0_to_4(), BratsLabels::kDecathlon);
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(got, want));
+  const at::Tensor bytes = brats_channels(labels_0_to_4().to(at::kByte), BratsLabels::kDecathlon);
+  EXPECT_EQ(bytes.scalar_type(), at::kByte);
+  EXPECT_TRUE(at::equal(bytes, want.to(at::kByte)));
+  // Any strides and other integer types give the same channels.
+  const at::Tensor cube = at::randint(0, 4, {1, 3, 4, 5}).to(at::kFloat);
+  EXPECT_TRUE(at::equal(
+      brats_channels(cube.transpose(1, 3).contiguous().transpose(1, 3), BratsLabels::kDecathlon),
+      brats_channels(cube.to(at::kInt), BratsLabels::kDecathlon)));
+  EXPECT_THAT(
+      [] {
+        brats_channels(at::zeros({2, 3, 3, 3}), BratsLabels::kBrats);
+      },
+      ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("C=2")));
+}
+
+// volshard::one_hot, qualified: unqualified, ADL also finds at::one_hot(Tensor,
+// int64_t) and the call is ambiguous.
+TEST(OneHotTest, EachClassIndexBecomesItsChannel) {
+  const at::Tensor label = at::tensor({0.0f, 2.0f, 1.0f, 2.0f, 0.0f}).reshape({1, 5, 1, 1});
+  const at::Tensor want = channels({{1, 0, 0, 0, 1}, {0, 0, 1, 0, 0}, {0, 1, 0, 1, 0}});
+  EXPECT_TRUE(at::equal(volshard::one_hot(label, 3), want));
+  EXPECT_TRUE(at::equal(volshard::one_hot(label.to(at::kByte), 3), want));
+  EXPECT_TRUE(at::equal(volshard::one_hot(label.to(at::kLong), 3), want));
+  EXPECT_EQ(volshard::one_hot(label, 4).size(0), 4);
+  EXPECT_EQ(volshard::one_hot(label, 4)[3].sum().item<float>(), 0.0f);
+}
+
+TEST(OneHotTest, AValueThatIsNotAClassIndexIsNamed) {
+  using ::testing::ThrowsMessage;
+  auto with = [](float v) {
+    at::Tensor l = at::zeros({1, 2, 3, 4});
+    l[0][1][2][3] = v;
+    l[0][1][2][2] = 2.0f;  // valid, before the bad one
+    return l;
+  };
+  for (const auto& [value, text] :
+       std::vector<std::pair<float, std::string>>{{1.5f, "value 1.5 at voxel (1, 2, 3)"},
+                                                  {3.0f, "value 3 at voxel (1, 2, 3)"},
+                                                  {-1.0f, "value -1 at"},
+                                                  {NAN, "value nan at"}}) {
+    EXPECT_THAT([&] { volshard::one_hot(with(value), 3); },
+                ThrowsMessage<std::invalid_argument>(HasSubstr(text)));
+  }
+  EXPECT_THAT([&] { volshard::one_hot(with(200.0f).to(at::kByte), 3); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("value 200")));
+  EXPECT_THAT([&] { volshard::one_hot(with(0.0f), 0); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("num_classes=0")));
+  EXPECT_THAT(
+      [&] {
+        volshard::one_hot(at::zeros({3, 2, 2, 2}), 3);
+      },
+      ThrowsMessage<std::invalid_argument>(HasSubstr("C=3")));
+}
+
+TEST(RandIntensityTest, ValidateNamesTheBadValue) {
+  using ::testing::ThrowsMessage;
+  auto options = [](double lo, double hi, double prob) {
+    RandIntensityOptions o;
+    o.lo = lo;
+    o.hi = hi;
+    o.prob = prob;
+    return o;
+  };
+  EXPECT_NO_THROW(options(-0.1, 0.1, 1.0).validate());
+  EXPECT_NO_THROW(options(0.5, 0.5, 0.0).validate());  // a fixed value is fine
+  EXPECT_THAT([&] { options(0.2, 0.1, 1.0).validate(); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("lo=0.2 and hi=0.1")));
+  EXPECT_THAT([&] { options(NAN, 0.1, 1.0).validate(); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("lo=nan")));
+  EXPECT_THAT([&] { options(0.0, INFINITY, 1.0).validate(); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("hi=inf")));
+  EXPECT_THAT([&] { options(0.0, 0.1, 1.5).validate(); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("prob=1.5")));
+  EXPECT_THAT([&] { make_rand_shift_intensity(options(0.0, 0.1, -0.5)); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("prob=-0.5")));
+}
+
+TEST(RandIntensityTest, DrawsApplyThenTheValueAlwaysBoth) {
+  RandIntensityOptions o;
+  o.lo = -0.3;
+  o.hi = 0.7;
+  for (const double prob : {0.0, 0.5, 1.0}) {
+    o.prob = prob;
+    for (uint64_t seed = 0; seed < 50; ++seed) {
+      StreamRng rng(seed), replay(seed);
+      const RandIntensityParams p = sample_rand_intensity(o, rng);
+      const double u_apply = replay.uniform_double(), u_value = replay.uniform_double();
+      EXPECT_EQ(p.apply, u_apply < prob);
+      EXPECT_EQ(p.value, -0.3 + (0.7 - -0.3) * u_value);
+      EXPECT_EQ(rng.next_u64(), replay.next_u64()) << "two draws, applied or not";
+    }
+  }
+}
+
+TEST(RandIntensityTest, ValueIsUniformInLoHiAndApplyHasProbabilityProb) {
+  RandIntensityOptions o;
+  o.lo = -0.1;
+  o.hi = 0.3;
+  o.prob = 0.3;
+  StreamRng rng(2024);
+  const int n = 20000;
+  double sum = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  int applied = 0;
+  for (int i = 0; i < n; ++i) {
+    const RandIntensityParams p = sample_rand_intensity(o, rng);
+    sum += p.value;
+    lo = std::min(lo, p.value);
+    hi = std::max(hi, p.value);
+    applied += p.apply ? 1 : 0;
+  }
+  const double sd_mean = (o.hi - o.lo) / std::sqrt(12.0 * n);
+  EXPECT_NEAR(sum / n, (o.lo + o.hi) / 2, 5 * sd_mean);
+  EXPECT_GE(lo, o.lo);
+  EXPECT_LT(hi, o.hi);
+  EXPECT_LT(lo, o.lo + 0.001);  // both ends are reached
+  EXPECT_GT(hi, o.hi - 0.001);
+  EXPECT_NEAR(applied, n * o.prob, 5 * std::sqrt(n * o.prob * (1 - o.prob)));
+}
+
+// An image of varied float32 values and a label the steps must not touch.
+Sample intensity_sample() {
+  Sample s;
+  s.image = at::randn({2, 5, 4, 3}) * 50 + 7;
+  s.label = at::randint(0, 3, {1, 5, 4, 3}).to(at::kFloat);
+  return s;
+}
+
+TEST(RandIntensityTest, ScaleAndShiftAreFloat32ImageTimesOnePlusValueAndImagePlusValue) {
+  RandIntensityOptions o;
+  o.lo = -0.25;
+  o.hi = 0.25;
+  o.prob = 1.0;
+  const Sample s = intensity_sample();
+  const at::Tensor x = s.image.clone();
+  for (const bool scale : {true, false}) {
+    const auto step = scale ? make_rand_scale_intensity(o) : make_rand_shift_intensity(o);
+    EXPECT_EQ(step->name(), scale ? "RandScaleIntensity" : "RandShiftIntensity");
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      StreamRng rng(seed), replay(seed);
+      const auto out = (*step)(s, rng);
+      ASSERT_EQ(out.size(), 1u);
+      const double value = sample_rand_intensity(o, replay).value;
+      ASSERT_NE(value, 0.0);
+      // float32 arithmetic with the value rounded to float32, as ATen with a Python float.
+      const at::Tensor got = out[0].image.contiguous();
+      ASSERT_EQ(got.scalar_type(), at::kFloat);
+      const float* in = x.data_ptr<float>();
+      const float* o32 = got.data_ptr<float>();
+      const auto factor = static_cast<float>(1.0 + value), offset = static_cast<float>(value);
+      for (int64_t i = 0; i < x.numel(); ++i)
+        ASSERT_EQ(o32[i], scale ? in[i] * factor : in[i] + offset) << i;
+      EXPECT_EQ(out[0].label.data_ptr(), s.label.data_ptr());
+      EXPECT_TRUE(at::equal(s.image, x)) << "the input is not written";
+    }
+  }
+}
+
+TEST(RandIntensityTest, NotAppliedLeavesTheImageBitIdentical) {
+  RandIntensityOptions o;
+  o.lo = 0.5;
+  o.hi = 0.9;
+  o.prob = 0.0;
+  const Sample s = intensity_sample();
+  for (const auto& step : {make_rand_scale_intensity(o), make_rand_shift_intensity(o)}) {
+    StreamRng rng(5);
+    const auto out = (*step)(s, rng);
+    EXPECT_TRUE(at::equal(out[0].image, s.image));
+    EXPECT_EQ(out[0].image.data_ptr(), s.image.data_ptr());
+    EXPECT_EQ(out[0].label.data_ptr(), s.label.data_ptr());
+  }
+}
+
+TEST(NormalizeIntensityStepTest, NormalizesTheImageAndLeavesTheLabel) {
+  NormalizeIntensityOptions o;
+  o.nonzero = true;
+  o.channel_wise = true;
+  const auto step = make_normalize_intensity(o);
+  EXPECT_EQ(step->name(), "NormalizeIntensity");
+  const Sample s = intensity_sample();
+  StreamRng rng(1), untouched(1);
+  const auto out = (*step)(s, rng);
+  EXPECT_TRUE(at::equal(out[0].image, normalize_intensity(s.image, o)));
+  EXPECT_EQ(out[0].label.data_ptr(), s.label.data_ptr());
+  EXPECT_EQ(rng.next_u64(), untouched.next_u64()) << "draws nothing";
+}
+
+TEST(ComposeTest, IntensityStepsGiveTheSameOutputForTheSameSeedOnAnyThread) {
+  RandIntensityOptions scale, shift;
+  scale.prob = 0.7;
+  shift.lo = -5.0;
+  shift.hi = 5.0;
+  shift.prob = 0.7;
+  const Compose pipeline({make_normalize_intensity({}), make_rand_scale_intensity(scale),
+                          make_rand_shift_intensity(shift)});
+  const Sample s = intensity_sample();
+  std::vector<at::Tensor> here, there(20);
+  for (uint64_t seed = 0; seed < 20; ++seed) here.push_back(pipeline(s, seed)[0].image);
+  std::thread worker([&] {
+    for (uint64_t seed = 20; seed-- > 0;) there[seed] = pipeline(s, seed)[0].image;
+  });
+  worker.join();
+  int changed = 0;
+  for (size_t k = 0; k < here.size(); ++k) {
+    EXPECT_TRUE(at::equal(here[k], there[k])) << "seed " << k;
+    changed += at::equal(here[k], here[0]) ? 0 : 1;
+  }
+  EXPECT_GT(changed, 10) << "different seeds draw different values";
 }
 
 }  // namespace

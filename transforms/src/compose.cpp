@@ -34,6 +34,42 @@ class ScaleIntensity final : public Transform {
   ScaleIntensityOptions options_;
 };
 
+// MONAI's RandScaleIntensity (image * (1 + factor)) and RandShiftIntensity
+// (image + offset): float32 tensor ops with a double scalar, as MONAI's
+// Python float. Not applied: the sample as it came.
+class RandIntensity final : public Transform {
+ public:
+  RandIntensity(RandIntensityOptions o, bool scale) : options_(o), scale_(scale) {
+    options_.validate();
+  }
+  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
+    const RandIntensityParams p = sample_rand_intensity(options_, rng);
+    if (p.apply) {
+      const at::Tensor x = sample.image.to(at::kFloat);
+      sample.image = scale_ ? x * (1.0 + p.value) : x + p.value;
+    }
+    return {std::move(sample)};
+  }
+  std::string name() const override { return scale_ ? "RandScaleIntensity" : "RandShiftIntensity"; }
+
+ private:
+  RandIntensityOptions options_;
+  bool scale_;
+};
+
+class NormalizeIntensity final : public Transform {
+ public:
+  explicit NormalizeIntensity(NormalizeIntensityOptions o) : options_(std::move(o)) {}
+  std::vector<Sample> operator()(Sample sample, StreamRng&) const override {
+    sample.image = normalize_intensity(sample.image, options_);
+    return {std::move(sample)};
+  }
+  std::string name() const override { return "NormalizeIntensity"; }
+
+ private:
+  NormalizeIntensityOptions options_;
+};
+
 // The samples with their pending views applied.
 std::vector<Sample> materialize_each(std::vector<Sample> samples) {
   for (auto& s : samples) s = materialize(std::move(s));
@@ -135,6 +171,15 @@ std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options o) {
 }
 std::shared_ptr<const Transform> make_rand_flip(FlipOptions o) {
   return std::make_shared<RandFlip>(std::move(o));
+}
+std::shared_ptr<const Transform> make_rand_scale_intensity(RandIntensityOptions o) {
+  return std::make_shared<RandIntensity>(o, /*scale=*/true);
+}
+std::shared_ptr<const Transform> make_rand_shift_intensity(RandIntensityOptions o) {
+  return std::make_shared<RandIntensity>(o, /*scale=*/false);
+}
+std::shared_ptr<const Transform> make_normalize_intensity(NormalizeIntensityOptions o) {
+  return std::make_shared<NormalizeIntensity>(std::move(o));
 }
 
 Compose::Compose(std::vector<std::shared_ptr<const Transform>> steps) : steps_(std::move(steps)) {

@@ -1,4 +1,5 @@
-// Intensity transforms: ScaleIntensity.
+// Intensity transforms: ScaleIntensity, ScaleIntensityRange, NormalizeIntensity and the
+// random scale and shift's parameters.
 
 #include "volshard/transforms/transforms.h"
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "checks.h"
 #include "volshard/core/log.h"
 
 namespace volshard {
@@ -177,6 +179,24 @@ at::Tensor normalize_intensity(const at::Tensor& image, const NormalizeIntensity
         normalize(img[i].clone(), o.nonzero, at_or_null(o.subtrahend, c), at_or_null(o.divisor, c));
   }
   return img;
+}
+
+void RandIntensityOptions::validate() const {
+  if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo <= hi)) {
+    throw std::invalid_argument("RandIntensity: lo=" + detail::number_text(lo) + " and hi=" +
+                                detail::number_text(hi) + " must be finite with lo <= hi");
+  }
+  detail::check_probability("RandIntensity: prob", prob);
+}
+
+RandIntensityParams sample_rand_intensity(const RandIntensityOptions& options, StreamRng& rng) {
+  options.validate();
+  RandIntensityParams p;
+  p.apply = rng.uniform_double() < options.prob;
+  // Drawn whether applied or not (MONAI skips it), so that a step draws the
+  // same count every time.
+  p.value = options.lo + (options.hi - options.lo) * rng.uniform_double();
+  return p;
 }
 
 }  // namespace volshard
