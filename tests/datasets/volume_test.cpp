@@ -358,7 +358,7 @@ TEST(LoadPairTest, IsTheTutorialsDeterministicPrefixInEitherImageLayout) {
   EXPECT_EQ(c.indices->foreground, load_pair(pair, 4).indices->foreground);
   EXPECT_NE(compact.config_key(), PairOptions().config_key());
   PairOptions bare;
-  bare.scale_intensity = false;
+  bare.prefix.intensity = IntensityKind::kNone;
   bare.label_indices = false;
   EXPECT_NE(bare.config_key(), PairOptions().config_key());
   EXPECT_TRUE(at::equal(load_pair(pair, 0, bare).image, image));

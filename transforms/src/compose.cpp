@@ -121,14 +121,25 @@ class RandCropByPosNegLabel final : public Geometric {
 
 class RandSpatialCrop final : public Geometric {
  public:
-  explicit RandSpatialCrop(std::array<int64_t, 3> size) : size_(size) {}
+  RandSpatialCrop(std::array<int64_t, 3> size, int64_t num_samples)
+      : size_(size), num_samples_(num_samples) {
+    if (num_samples < 1)
+      throw std::invalid_argument("RandSpatialCrop: num_samples=" + std::to_string(num_samples) +
+                                  " must be >= 1");
+  }
   std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
-    return {crop_lazy(sample, sample_spatial_crop(view_shape(sample), size_, rng), 0)};
+    std::vector<Sample> out;
+    for (int64_t k = 0; k < num_samples_; ++k) {
+      const CropParams crop = sample_spatial_crop(view_shape(sample), size_, rng);
+      out.push_back(crop_lazy(sample, crop, num_samples_ > 1 ? k : 0));
+    }
+    return out;
   }
   std::string name() const override { return "RandSpatialCrop"; }
 
  private:
   std::array<int64_t, 3> size_;
+  int64_t num_samples_;
 };
 
 class RandRotate90 final : public Geometric {
@@ -163,8 +174,9 @@ std::shared_ptr<const Transform> make_scale_intensity(ScaleIntensityOptions o) {
 std::shared_ptr<const Transform> make_rand_crop_by_pos_neg_label(PosNegCropOptions o) {
   return std::make_shared<RandCropByPosNegLabel>(o);
 }
-std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size) {
-  return std::make_shared<RandSpatialCrop>(size);
+std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size,
+                                                        int64_t num_samples) {
+  return std::make_shared<RandSpatialCrop>(size, num_samples);
 }
 std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options o) {
   return std::make_shared<RandRotate90>(o);

@@ -403,6 +403,7 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
 
   auto real = [&](size_t offset) { return L.real_size == 4 ? f.f32(offset) : f.f64(offset); };
   for (int i = 0; i < 8; ++i) h.pixdim[i] = real(L.pixdim + L.real_size * i);
+  h.raw_pixdim = h.pixdim;
   // nibabel's check_fix on load: qfac -> 1 unless +-1; pixdim[1..3]: 0 -> 1, negative -> abs.
   if (h.pixdim[0] != 1 && h.pixdim[0] != -1) h.pixdim[0] = 1;
   for (int i = 1; i <= 3; ++i) {

@@ -1,36 +1,210 @@
 #include "volshard/datasets/load_pair.h"
 
-#include <ATen/core/Tensor.h>
+#include <ATen/ATen.h>
 
+#include <cmath>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-#include "volshard/transforms/transforms.h"
+#include "volshard/core/error.h"
 
 namespace volshard {
 namespace {
 
-std::string spatial_text(const at::Tensor& t) {
-  return std::to_string(t.size(1)) + "x" + std::to_string(t.size(2)) + "x" +
-         std::to_string(t.size(3));
+std::array<int64_t, 3> spatial_of(const at::Tensor& t) { return {t.size(1), t.size(2), t.size(3)}; }
+
+std::string spatial_text(const at::Tensor& t) { return shape_text(spatial_of(t)); }
+
+std::string number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
 }
+
+// Every value an integer in [0, classes): the first one that is not is named.
+void check_label_values(const at::Tensor& label, int64_t classes, const std::string& file) {
+  if (classes <= 0 || label.numel() == 0) return;
+  const at::Tensor flat = label.reshape({-1});
+  if (at::isFloatingType(flat.scalar_type())) {
+    const at::Tensor bad = (flat != flat.round()).logical_or(flat < 0).logical_or(flat >= classes);
+    if (bad.any().item<bool>()) {
+      const int64_t at_voxel = bad.nonzero()[0][0].item<int64_t>();
+      fail_file(file, "label value " + number(flat[at_voxel].item<double>()) + " (voxel " +
+                          std::to_string(at_voxel) + ") is not a class index in [0, " +
+                          std::to_string(classes) + ")");
+    }
+    return;
+  }
+  const int64_t hi = flat.max().item<int64_t>(), lo = flat.min().item<int64_t>();
+  if (lo < 0 || hi >= classes)
+    fail_file(file, "label value " + std::to_string(lo < 0 ? lo : hi) +
+                        " is not a class index in [0, " + std::to_string(classes) + ")");
+}
+
+// Orientation and Spacing of one volume; `mode` for Spacing.
+SpatialImage regrid(SpatialImage v, const PrefixOptions& o, Interpolation mode,
+                    PrefixTrace* trace) {
+  if (trace) trace->stored = {spatial_of(v.data), v.affine};
+  if (!o.orientation.empty() && axcodes(v.affine) != o.orientation) v = orient(v, o.orientation);
+  if (trace) trace->oriented = {spatial_of(v.data), v.affine};
+  if (!o.pixdim.empty()) {
+    const Grid grid =
+        spacing_grid(spatial_of(v.data), v.affine, {o.pixdim[0], o.pixdim[1], o.pixdim[2]});
+    if (grid.shape != spatial_of(v.data) || grid.affine != v.affine) {
+      const bool compact = v.data.scalar_type() == at::kByte;
+      if (v.data.scalar_type() != at::kFloat) v.data = v.data.to(at::kFloat);
+      v = resample(v, grid, mode);
+      if (compact) v.data = v.data.to(at::kByte);  // nearest: the same values
+    }
+  }
+  if (trace) {
+    trace->spaced = {spatial_of(v.data), v.affine};
+    trace->box = {{0, 0, 0}, trace->spaced.shape};
+  }
+  return v;
+}
+
+// The intensity transform (normalisation unless deferred) on a float32 image.
+void apply_intensity(at::Tensor& image, const PairOptions& o) {
+  switch (o.prefix.intensity) {
+    case IntensityKind::kNone:
+      return;
+    case IntensityKind::kScale:
+      scale_intensity_(image);  // in place when the tensor is dense float32
+      return;
+    case IntensityKind::kRange:
+      image = scale_intensity_range(image, o.prefix.range);
+      return;
+    case IntensityKind::kNormalize:
+      if (!o.defer_normalize) image = normalize_intensity(image, o.prefix.normalize);
+      return;
+  }
+}
+
+// Three letters of L/R, P/A, I/S naming each world axis once.
+void check_axcodes(const std::string& codes) {
+  static const char* kAxes[3] = {"LR", "PA", "IS"};
+  bool used[3] = {false, false, false};
+  bool ok = codes.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) {
+    int axis = -1;
+    for (int a = 0; a < 3; ++a)
+      if (codes[i] == kAxes[a][0] || codes[i] == kAxes[a][1]) axis = a;
+    ok = axis >= 0 && !used[axis];
+    if (ok) used[axis] = true;
+  }
+  if (!ok)
+    throw std::invalid_argument("--orientation=" + printable(codes) +
+                                " must be three letters, one of L/R, P/A and I/S each (e.g. RAS)");
+}
+
+bool reorients(const PrefixOptions& o) { return !o.orientation.empty() || !o.pixdim.empty(); }
 
 }  // namespace
 
+void PrefixOptions::validate() const {
+  if (!orientation.empty()) check_axcodes(orientation);
+  if (!pixdim.empty()) {
+    bool ok = pixdim.size() == 3;
+    for (double v : pixdim) ok = ok && std::isfinite(v) && v > 0;
+    if (!ok) {
+      std::string text;
+      for (double v : pixdim) text += (text.empty() ? "" : ",") + number(v);
+      throw std::invalid_argument("--pixdim=" + text +
+                                  " must be three spacings in mm, each > 0 (e.g. 1.5,1.5,2)");
+    }
+  }
+  if (intensity == IntensityKind::kRange && !(range.a_min <= range.a_max))
+    throw std::invalid_argument("--a-min=" + number(range.a_min) +
+                                " must be <= --a-max=" + number(range.a_max));
+  if (foreground_margin < 0)
+    throw std::invalid_argument("--foreground-margin=" + std::to_string(foreground_margin) +
+                                " must be >= 0");
+}
+
+std::string PrefixOptions::key() const {
+  std::string k;
+  if (!orientation.empty()) k += "; orientation " + orientation;
+  if (!pixdim.empty())
+    k += "; spacing " + number(pixdim[0]) + "," + number(pixdim[1]) + "," + number(pixdim[2]);
+  switch (intensity) {
+    case IntensityKind::kNone:
+      break;
+    case IntensityKind::kScale:
+      k += "; scale_intensity [0, 1]";
+      break;
+    case IntensityKind::kRange:
+      k += "; range [" + number(range.a_min) + ", " + number(range.a_max) + "] -> [" +
+           number(range.b_min) + ", " + number(range.b_max) + "]" + (range.clip ? " clip" : "");
+      break;
+    case IntensityKind::kNormalize:
+      k += std::string("; normalize") + (normalize.nonzero ? " nonzero" : "") +
+           (normalize.channel_wise ? " channel_wise" : "");
+      break;
+  }
+  if (crop_foreground) k += "; crop_foreground margin " + std::to_string(foreground_margin);
+  if (labels == LabelMap::kBrats) k += "; labels brats 1/2/4";
+  if (labels == LabelMap::kDecathlonBrats) k += "; labels decathlon brats 1/2/3";
+  return k;
+}
+
 std::string PairOptions::config_key() const {
   // The layout is not part of the key: it changes strides, not values.
-  return std::string("load float32") + (scale_intensity ? "; scale_intensity [0, 1]" : "") +
+  std::string k = prefix.key();
+  if (prefix.intensity == IntensityKind::kNormalize && defer_normalize) k += " (deferred)";
+  return std::string("load float32") + k +
          (compact_label ? "; label uint8 if it fits" : "; label float32") +
          (label_indices ? "; label_indices" : "");
 }
 
+SpatialImage prepare_image(const Volume& image, const PairOptions& o, PrefixTrace* trace) {
+  SpatialImage v = regrid({image.data, image.affine}, o.prefix, Interpolation::kBilinear, trace);
+  if (v.data.scalar_type() != at::kFloat) v.data = v.data.to(at::kFloat);
+  apply_intensity(v.data, o);
+  if (o.prefix.crop_foreground) {
+    const VoxelBox box = foreground_box(v.data, o.prefix.foreground_margin);
+    v = crop_box(v, box);
+    if (trace) trace->box = box;
+  }
+  return v;
+}
+
+at::Tensor invert_prefix(const at::Tensor& prediction, const PrefixTrace& t, Interpolation mode) {
+  at::Tensor x = prediction;
+  const std::array<int64_t, 3> box_shape{
+      t.box.end[0] - t.box.start[0], t.box.end[1] - t.box.start[1], t.box.end[2] - t.box.start[2]};
+  if (spatial_of(x) != box_shape)
+    throw std::invalid_argument("invert_prefix: prediction " + spatial_text(x) +
+                                " differs from the prepared grid " + shape_text(box_shape));
+  if (box_shape != t.spaced.shape) {  // CropForeground undone: zeros outside the box
+    at::Tensor full = at::zeros(
+        {x.size(0), t.spaced.shape[0], t.spaced.shape[1], t.spaced.shape[2]}, x.options());
+    full.slice(1, t.box.start[0], t.box.end[0])
+        .slice(2, t.box.start[1], t.box.end[1])
+        .slice(3, t.box.start[2], t.box.end[2])
+        .copy_(x);
+    x = full;
+  }
+  SpatialImage v{x, t.spaced.affine};
+  if (t.spaced.shape != t.oriented.shape || t.spaced.affine != t.oriented.affine) {
+    if (v.data.scalar_type() != at::kFloat) v.data = v.data.to(at::kFloat);
+    v = resample(v, t.oriented, mode);
+  }
+  if (t.oriented.affine != t.stored.affine) v = orient(v, axcodes(t.stored.affine));
+  return v.data.scalar_type() == prediction.scalar_type() ? v.data
+                                                          : v.data.to(prediction.scalar_type());
+}
+
 Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& options) {
+  const PrefixOptions& p = options.prefix;
   ReadOptions image_read, label_read;
   image_read.as_float = label_read.as_float = true;
   image_read.max_voxels = label_read.max_voxels = options.max_voxels;
-  image_read.layout = options.image_layout;
+  // Orientation and Spacing make a new tensor anyway: read C order for them.
+  image_read.layout = reorients(p) ? VolumeLayout::kContiguous : options.image_layout;
   image_read.count_nonfinite = false;  // ScaleIntensity sees NaN itself
   label_read.layout = VolumeLayout::kContiguous;
   label_read.uint8_if_it_fits = options.compact_label;
@@ -41,10 +215,23 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
                              spatial_text(image.data) + " but label " + pair.label + " has " +
                              spatial_text(label.data));
   }
+  if (label.data.size(0) != 1 && p.labels != LabelMap::kClasses)
+    fail_file(pair.label, "has " + std::to_string(label.data.size(0)) +
+                              " channels; the BraTS label mapping needs one map of labels");
+  check_label_values(label.data, p.num_classes, pair.label);
   Sample s;
-  s.image = std::move(image.data);
-  if (options.scale_intensity) scale_intensity_(s.image);  // in place: the tensor was just read
-  s.label = std::move(label.data);
+  PrefixTrace trace;
+  const SpatialImage img = prepare_image(image, options, &trace);
+  // The label takes the image's grid changes (nearest for the resampling)
+  // and CropForeground's box, which the image's values chose.
+  SpatialImage lab = regrid({label.data, image.affine}, p, Interpolation::kNearest, nullptr);
+  if (p.crop_foreground) lab = crop_box(lab, trace.box);
+  s.image = img.data;
+  s.meta.affine = img.affine;
+  s.label = std::move(lab.data);
+  if (p.labels != LabelMap::kClasses)
+    s.label = brats_channels(
+        s.label, p.labels == LabelMap::kBrats ? BratsLabels::kBrats : BratsLabels::kDecathlon);
   if (options.label_indices)
     s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
   s.meta.index = index;

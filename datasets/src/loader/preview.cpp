@@ -78,7 +78,7 @@ int64_t write_preview(const PreviewOptions& o) {
   const SeedStreams streams(o.seed);
   std::vector<Sample> crops;
   for (size_t i = 0; i < pairs.size() && static_cast<int64_t>(crops.size()) < o.count; ++i) {
-    Sample s = load_pair(pairs[i], static_cast<int64_t>(i), feed_prefix());
+    Sample s = load_pair(pairs[i], static_cast<int64_t>(i), feed_prefix(o.feed));
     if (o.channel >= s.image.size(0))
       throw std::invalid_argument("preview: --channel=" + std::to_string(o.channel) + " but " +
                                   printable(pairs[i].image) + " has " +

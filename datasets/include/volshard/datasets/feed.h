@@ -1,8 +1,14 @@
 #pragma once
 // What the network is fed, in one place: the cached deterministic prefix
 // (load_pair) and the random augmentation after it. `volshard train`,
-// `volshard preview` and bench_pipeline all build their pipeline from these,
-// so a preview shows exactly what training feeds.
+// `volshard preview`, the Python Loader and bench_pipeline all build their
+// pipeline from these, so a preview shows exactly what training feeds.
+//
+// The defaults are MONAI's DDP tutorial (ScaleIntensity; RandCropByPosNegLabel,
+// RandRotate90). configs/spleen.json and configs/brats.json set the Decathlon
+// pipelines: Orientation, Spacing, a CT window or MRI normalisation,
+// CropForeground, and (BraTS) RandSpatialCrop, RandFlip per axis,
+// RandScaleIntensity, RandShiftIntensity.
 
 #include <cstdint>
 
@@ -11,23 +17,39 @@
 
 namespace volshard {
 
+enum class CropKind {
+  kPosNeg,   ///< RandCropByPosNegLabel(pos 1, neg 1, num_samples)
+  kSpatial,  ///< RandSpatialCrop of a fixed size, num_samples independent draws
+};
+
 struct FeedOptions {
-  int64_t crop = 96;           ///< RandCropByPosNegLabel edge (cubic), voxels, >= 1
+  PrefixOptions prefix;  ///< the deterministic, cached part
+  CropKind crop_kind = CropKind::kPosNeg;
+  int64_t crop = 96;           ///< crop edge (cubic), voxels, >= 1
   int64_t num_samples = 4;     ///< crops per volume, >= 1
   bool allow_smaller = false;  ///< a crop larger than a volume shrinks to it instead of failing
-  double rot90_prob = 0.5;     ///< RandRotate90's probability, in [0, 1]
+  double rot90_prob = 0.5;     ///< RandRotate90(max_k 3, axes (0, 2)) probability; 0: none
+  double flip_prob = 0.0;      ///< RandFlip on each spatial axis on its own; 0: none
+  double rand_scale = 0.0;     ///< RandScaleIntensity(factors +-v, prob 1); 0: none
+  double rand_shift = 0.0;     ///< RandShiftIntensity(offsets +-v, prob 1); 0: none
   /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1").
   void validate() const;
 };
 
-/// MONAI's DDP tutorial augmentation: RandCropByPosNegLabel(crop^3, pos 1,
-/// neg 1, num_samples, allow_smaller) then RandRotate90(rot90_prob, max_k 3,
-/// spatial axes (0, 2)).
+/// The random steps after the cached prefix: the crop (num_samples of them),
+/// RandRotate90, RandFlip per axis, NormalizeIntensity when the prefix's
+/// intensity is kNormalize (on each crop, as MONAI's BraTS pipeline),
+/// RandScaleIntensity, RandShiftIntensity; each step only when configured.
 Compose feed_augmentation(const FeedOptions& options);
 
-/// The deterministic prefix as training caches it: ScaleIntensity, label
-/// indices, file-order image, compact uint8 labels (the loader's batches
-/// widen them to float32).
-PairOptions feed_prefix();
+/// The deterministic prefix as training caches it: the prefix options, label
+/// indices (for RandCropByPosNegLabel), file-order image when nothing
+/// resamples it, compact uint8 labels (the loader's batches widen them to
+/// float32), normalisation deferred to the crops.
+PairOptions feed_prefix(const FeedOptions& options = {});
+
+/// The prefix for validation and prediction: the whole volume, normalised,
+/// C order, no label indices.
+PairOptions whole_volume_prefix(const FeedOptions& options);
 
 }  // namespace volshard

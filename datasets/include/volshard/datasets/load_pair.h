@@ -1,28 +1,67 @@
 #pragma once
-// The deterministic prefix of the MONAI tutorial's pipeline for one
-// image/label pair (LoadImage, EnsureChannelFirst, ScaleIntensity, and the
-// label's foreground/background indices RandCropByPosNegLabel needs): what a
-// SampleCache holds and what the trainer, `volshard preview` and the
-// benchmark load.
+// The deterministic prefix of a pipeline for one image/label pair: LoadImage,
+// EnsureChannelFirst, then (as configured) Orientation, Spacing, an intensity
+// transform, CropForeground and the label's mapping, and the label's
+// foreground/background indices RandCropByPosNegLabel needs. What a
+// SampleCache holds and what the trainer, `volshard preview`, `volshard
+// prepare` and the benchmark load.
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/transforms/sample.h"
+#include "volshard/transforms/transforms.h"
 
 namespace volshard {
 
+enum class IntensityKind {
+  kNone,
+  kScale,      ///< ScaleIntensity to [0, 1] (the tutorial)
+  kRange,      ///< ScaleIntensityRange (CT windows)
+  kNormalize,  ///< NormalizeIntensity (MRI)
+};
+
+enum class LabelMap {
+  kClasses,         ///< class indices as stored (0: background)
+  kBrats,           ///< BraTS challenge labels 1/2/4 as TC, WT, ET channels
+  kDecathlonBrats,  ///< Decathlon Task01 labels 1/2/3 as TC, WT, ET channels
+};
+
+/// The user-facing part of the prefix: what `--config` files set.
+struct PrefixOptions {
+  std::string orientation;     ///< axcodes such as "RAS"; empty: as stored
+  std::vector<double> pixdim;  ///< Spacing, mm per axis (3 values); empty: as stored
+  IntensityKind intensity = IntensityKind::kScale;
+  ScaleIntensityRangeOptions range;     ///< kRange
+  NormalizeIntensityOptions normalize;  ///< kNormalize
+  bool crop_foreground = false;  ///< CropForeground on image > 0 (after the intensity transform)
+  int64_t foreground_margin = 0;
+  LabelMap labels = LabelMap::kClasses;
+  /// > 0: every stored label value must be an integer in [0, num_classes)
+  /// (checked as it is read; the file and value named otherwise).
+  int64_t num_classes = 0;
+  /// Throws std::invalid_argument naming the field ("--pixdim=1,0,2 ...").
+  void validate() const;
+  /// What the options compute, in words (part of the cache key).
+  std::string key() const;
+};
+
 struct PairOptions {
-  bool scale_intensity = true;  ///< ScaleIntensity to [0, 1] on the image
-  bool label_indices = true;    ///< fill Sample::indices (the crops' scan of the label, done once)
+  PrefixOptions prefix;
+  /// kNormalize is left to the augmentation (MONAI's BraTS pipeline normalises
+  /// each crop); validation and prediction normalise the whole volume.
+  bool defer_normalize = false;
+  bool label_indices = true;  ///< fill Sample::indices (the crops' scan of the label, done once)
   int64_t max_voxels = int64_t{4} << 30;  ///< per file, as ReadOptions::max_voxels
-  /// The image's layout. The default keeps the file's voxel order (no
-  /// transposing copy; the crops transpose as they copy). The label is always
-  /// C order: its index scan and most crops read it row by row.
+  /// The image's layout. The default keeps the file's voxel order when
+  /// nothing resamples or reorients it (no transposing copy; the crops
+  /// transpose as they copy). The label is always C order: its index scan and
+  /// most crops read it row by row.
   VolumeLayout image_layout = VolumeLayout::kFileOrderView;
-  /// The label as uint8 when its file holds integers in [0, 255] (else
+  /// The label as uint8 when its values are integers in [0, 255] (else
   /// float32): a quarter of the memory, and faster to scan and crop. The
   /// DataLoader's batches hold float32 labels either way.
   bool compact_label = false;
@@ -31,12 +70,31 @@ struct PairOptions {
   std::string config_key() const;
 };
 
+/// How the prefix moved an image's grid, to map a prediction back onto the
+/// file's own grid (MONAI's Invertd).
+struct PrefixTrace {
+  Grid stored;    ///< the file's grid
+  Grid oriented;  ///< after Orientation (== stored without it)
+  Grid spaced;    ///< after Spacing (== oriented without it)
+  VoxelBox box;   ///< CropForeground's box in the spaced grid (all of it without)
+};
+
+/// The image's prefix alone (no label): for prediction. `trace` may be null.
+SpatialImage prepare_image(const Volume& image, const PairOptions& options,
+                           PrefixTrace* trace = nullptr);
+
+/// A prediction (C x the prepared grid) back on the file's grid: the crop
+/// padded with zeros, resampled onto the oriented grid (trilinear, or
+/// nearest for label maps), the orientation undone. C x stored shape.
+at::Tensor invert_prefix(const at::Tensor& prediction, const PrefixTrace& trace,
+                         Interpolation mode);
+
 /// Reads the pair as float32 C x X x Y x Z tensors (MONAI LoadImage's dtype,
-/// channel-first; a compact label may be uint8), scales the image, and scans
-/// the label. meta.index = index,
-/// meta.source = pair.image. Throws std::runtime_error naming the file for a
-/// bad file, and naming both files and shapes if their spatial shapes differ.
-/// Thread-safe.
+/// channel-first; a compact label may be uint8), applies the prefix, and scans
+/// the label. meta.index = index, meta.source = pair.image, meta.affine the
+/// prepared image's. Throws std::runtime_error naming the file for a bad
+/// file or label value, and naming both files and shapes if their spatial
+/// shapes differ. Thread-safe.
 Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& options = {});
 
 }  // namespace volshard

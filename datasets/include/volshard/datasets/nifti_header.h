@@ -68,6 +68,7 @@ struct NiftiHeader {
   int64_t bitpix = 8;              ///< as stored (nibabel ignores a wrong bitpix; so do we)
   int64_t vox_offset = 0;          ///< bytes from the start of the (decompressed) file
   std::array<double, 8> pixdim{};  ///< after the fixes; pixdim[0] = qfac
+  std::array<double, 8> raw_pixdim{};  ///< as stored (nibabel turns 0 into 1, negatives positive)
   double scl_slope = 0;            ///< raw; see has_scaling()
   double scl_inter = 0;
   double cal_min = 0, cal_max = 0;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/affine.h"
+
 namespace volshard {
 
 /// Parameters the random transforms drew, carried with the sample (as MONAI's
@@ -26,6 +28,7 @@ struct SampleMeta {
   int64_t rot90_k = 0;                      ///< quarter turns applied (0: none)
   std::array<int64_t, 2> rot90_axes{0, 1};  ///< spatial axes of the rotation
   std::array<bool, 3> flipped{};            ///< spatial axes flipped
+  Affine affine = identity_affine();        ///< voxel -> world of the volume before any crop
 };
 
 /// Flat C-order indices (last spatial axis fastest, as MONAI's

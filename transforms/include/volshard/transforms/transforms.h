@@ -69,7 +69,8 @@ struct ScaleIntensityRangeOptions {
 /// MONAI's ScaleIntensityRange on a float32 image: (x - a_min) / (a_max -
 /// a_min) * (b_max - b_min) + b_min, then the clamp, each step in float32 in
 /// MONAI's order (bit-identical to MONAI 1.4 on torch 1.13).
-at::Tensor scale_intensity_range(const at::Tensor& image, const ScaleIntensityRangeOptions& options);
+at::Tensor scale_intensity_range(const at::Tensor& image,
+                                 const ScaleIntensityRangeOptions& options);
 
 // ---- NormalizeIntensity (MRI) -----------------------------------------------
 
@@ -270,9 +271,9 @@ Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options);
 // ---- RandScaleIntensity, RandShiftIntensity -------------------------------
 
 struct RandIntensityOptions {
-  double lo = -0.1;   ///< the value is uniform in [lo, hi)
+  double lo = -0.1;  ///< the value is uniform in [lo, hi)
   double hi = 0.1;
-  double prob = 1.0;  ///< in [0, 1]
+  double prob = 1.0;      ///< in [0, 1]
   void validate() const;  ///< throws std::invalid_argument naming the value
 };
 
@@ -299,7 +300,9 @@ class Transform {
 
 std::shared_ptr<const Transform> make_scale_intensity(ScaleIntensityOptions options = {});
 std::shared_ptr<const Transform> make_rand_crop_by_pos_neg_label(PosNegCropOptions options);
-std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size);
+/// num_samples independent crops (MONAI's RandSpatialCropSamples; one: RandSpatialCrop).
+std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> size,
+                                                        int64_t num_samples = 1);
 std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options options);
 std::shared_ptr<const Transform> make_rand_flip(FlipOptions options);
 /// MONAI's RandScaleIntensity(factors): image * (1 + factor), in float32.

@@ -1,0 +1,203 @@
+// The CT/MRI deterministic prefix (load_pair with PrefixOptions): each step
+// as the transform alone computes it, the label taking the image's grid, the
+// checks on label values, and the way back (invert_prefix) for predictions.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "nifti_test_util.h"
+#include "volshard/datasets/feed.h"
+#include "volshard/datasets/load_pair.h"
+#include "volshard/datasets/volume.h"
+#include "volshard/transforms/transforms.h"
+
+namespace volshard {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::test_dir;
+
+// An LPS CT-like volume at 0.8 x 0.8 x 5 mm: air around a body, a bright organ labelled 1.
+struct CtPair {
+  ImageLabelPair pair;
+  at::Tensor hu, label;
+  Affine affine{};
+};
+
+CtPair write_ct(const std::string& dir) {
+  CtPair ct;
+  ct.affine = identity_affine();
+  ct.affine[0][0] = -0.8;
+  ct.affine[1][1] = -0.8;
+  ct.affine[2][2] = 5.0;
+  ct.affine[0][3] = 20;
+  ct.affine[1][3] = -10;
+  at::manual_seed(3);
+  ct.hu = at::full({1, 23, 19, 6}, -1000.0);
+  ct.hu.slice(1, 3, 20).slice(2, 2, 17).fill_(40.0);
+  ct.hu += at::randn(ct.hu.sizes()) * 5;
+  ct.label = at::zeros({1, 23, 19, 6}, at::kInt);
+  ct.label.slice(1, 8, 14).slice(2, 6, 11).slice(3, 2, 5).fill_(1);
+  ct.hu.masked_fill_(ct.label.to(at::kBool), 130.0);
+  ct.pair = {dir + "/ct.nii.gz", dir + "/ct_seg.nii.gz"};
+  write_volume(ct.pair.image, ct.hu.to(at::kShort), ct.affine);
+  write_volume(ct.pair.label, ct.label, ct.affine);
+  ct.hu = ct.hu.to(at::kShort).to(at::kFloat);  // as stored
+  return ct;
+}
+
+PrefixOptions spleen_prefix() {
+  PrefixOptions p;
+  p.orientation = "RAS";
+  p.pixdim = {1.5, 1.5, 2.0};
+  p.intensity = IntensityKind::kRange;
+  p.range = {-57, 164, 0, 1, true};
+  p.crop_foreground = true;
+  p.num_classes = 2;
+  return p;
+}
+
+TEST(PrefixTest, SpleenPrefixEqualsItsTransformsOneByOne) {
+  const CtPair ct = write_ct(test_dir());
+  PairOptions o;
+  o.prefix = spleen_prefix();
+  const Sample s = load_pair(ct.pair, 2, o);
+  // The same steps by hand, on the files as read (NIfTI-1 holds the affine in float32).
+  const Volume image = read_volume_as_float(ct.pair.image);
+  const Volume label = read_volume_as_float(ct.pair.label);
+  ASSERT_TRUE(at::equal(image.data, ct.hu));
+  SpatialImage img = orient({image.data, image.affine}, "RAS");
+  SpatialImage lab = orient({label.data, image.affine}, "RAS");
+  img = spacing(img, {1.5, 1.5, 2.0}, Interpolation::kBilinear);
+  lab = spacing(lab, {1.5, 1.5, 2.0}, Interpolation::kNearest);
+  img.data = scale_intensity_range(img.data, o.prefix.range);
+  const VoxelBox box = foreground_box(img.data);
+  img = crop_box(img, box);
+  lab = crop_box(lab, box);
+  ASSERT_EQ(s.image.sizes(), img.data.sizes());
+  EXPECT_TRUE(at::equal(s.image, img.data));
+  EXPECT_TRUE(at::equal(s.label.to(at::kFloat), lab.data));
+  EXPECT_EQ(s.meta.affine, img.affine);
+  EXPECT_EQ(axcodes(s.meta.affine), "RAS");
+  EXPECT_NEAR(s.meta.affine[2][2], 2.0, 1e-12);
+  EXPECT_GT(s.label.sum().item<double>(), 0);  // the organ survives the resampling
+  ASSERT_NE(s.indices, nullptr);
+  // Every step changes the cache key.
+  PairOptions plain;
+  EXPECT_NE(o.config_key(), plain.config_key());
+  PairOptions other = o;
+  other.prefix.pixdim = {1.5, 1.5, 2.5};
+  EXPECT_NE(other.config_key(), o.config_key());
+}
+
+TEST(PrefixTest, InvertPrefixBringsAPredictionBackOntoTheFilesGrid) {
+  const CtPair ct = write_ct(test_dir());
+  PairOptions o;
+  o.prefix = spleen_prefix();
+  PrefixTrace trace;
+  const Volume v = read_volume_as_float(ct.pair.image);
+  const SpatialImage prepared = prepare_image(v, o, &trace);
+  EXPECT_EQ(trace.stored.shape, (std::array<int64_t, 3>{23, 19, 6}));
+  EXPECT_EQ(trace.stored.affine, v.affine);
+  EXPECT_NE(trace.spaced.shape, trace.stored.shape);
+  // The label, prepared, then inverted with nearest: the organ lands where it was.
+  const Sample s = load_pair(ct.pair, 0, o);
+  ASSERT_EQ(s.label.sizes(), prepared.data.sizes());
+  const at::Tensor back = invert_prefix(s.label.to(at::kFloat), trace, Interpolation::kNearest);
+  ASSERT_EQ(back.sizes(), ct.label.sizes());
+  const at::Tensor truth = ct.label.to(at::kFloat);
+  const double inter = (back * truth).sum().item<double>();
+  const double dice = 2 * inter / (back.sum().item<double>() + truth.sum().item<double>());
+  EXPECT_GT(dice, 0.8) << "nearest there and back keeps the organ";
+  // Without a prefix that moves the grid, the prediction comes back unchanged.
+  PairOptions identity;
+  PrefixTrace same;
+  const SpatialImage p2 = prepare_image(v, identity, &same);
+  const at::Tensor x = at::rand(p2.data.sizes());
+  EXPECT_TRUE(at::equal(invert_prefix(x, same, Interpolation::kBilinear), x));
+}
+
+TEST(PrefixTest, LabelValuesOutsideTheClassesAreRefusedNamingFileAndValue) {
+  const std::string dir = test_dir();
+  write_volume(dir + "/img.nii.gz", at::rand({1, 6, 5, 4}), identity_affine());
+  at::Tensor label = at::zeros({1, 6, 5, 4}, at::kInt);
+  label[0][1][2][3] = 7;
+  write_volume(dir + "/seg.nii.gz", label, identity_affine());
+  PairOptions o;
+  o.prefix.num_classes = 3;
+  try {
+    load_pair({dir + "/img.nii.gz", dir + "/seg.nii.gz"}, 0, o);
+    FAIL() << "label value 7 accepted with 3 classes";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(dir + "/seg.nii.gz"));
+    EXPECT_THAT(e.what(), HasSubstr("label value 7"));
+    EXPECT_THAT(e.what(), HasSubstr("[0, 3)"));
+  }
+  o.prefix.num_classes = 8;
+  EXPECT_NO_THROW(load_pair({dir + "/img.nii.gz", dir + "/seg.nii.gz"}, 0, o));
+  // Float labels must hold integers.
+  write_volume(dir + "/half.nii.gz", label.to(at::kFloat) * 0.25, identity_affine());
+  EXPECT_THROW(load_pair({dir + "/img.nii.gz", dir + "/half.nii.gz"}, 0, o), std::runtime_error);
+}
+
+TEST(PrefixTest, BratsPrefixGivesThreeRegionChannelsAndDefersNormalisationToTheCrops) {
+  const std::string dir = test_dir();
+  at::manual_seed(5);
+  const at::Tensor image = at::rand({4, 10, 9, 8}) + 1;
+  image.slice(1, 0, 2).zero_();
+  at::Tensor label = at::zeros({1, 10, 9, 8}, at::kByte);
+  label.slice(1, 3, 7).slice(2, 3, 7).fill_(1);  // edema
+  label.slice(1, 4, 6).slice(2, 4, 6).fill_(2);  // non-enhancing
+  label.slice(1, 5, 6).slice(2, 5, 6).fill_(3);  // enhancing
+  write_volume(dir + "/mri.nii.gz", image, identity_affine());
+  write_volume(dir + "/mri_seg.nii.gz", label, identity_affine());
+  FeedOptions feed;
+  feed.prefix.labels = LabelMap::kDecathlonBrats;
+  feed.prefix.intensity = IntensityKind::kNormalize;
+  feed.prefix.normalize.nonzero = true;
+  feed.prefix.normalize.channel_wise = true;
+  feed.prefix.num_classes = 4;
+  feed.crop_kind = CropKind::kSpatial;
+  feed.crop = 4;
+  feed.num_samples = 2;
+  feed.flip_prob = 0.5;
+  feed.rand_scale = 0.1;
+  feed.rand_shift = 0.1;
+  const ImageLabelPair pair{dir + "/mri.nii.gz", dir + "/mri_seg.nii.gz"};
+  const Sample cached = load_pair(pair, 0, feed_prefix(feed));
+  ASSERT_EQ(cached.label.size(0), 3);
+  EXPECT_TRUE(at::equal(cached.label, brats_channels(label, BratsLabels::kDecathlon)));
+  EXPECT_TRUE(at::allclose(cached.image, image)) << "normalisation waits for the crop";
+  EXPECT_EQ(cached.indices, nullptr) << "RandSpatialCrop needs no label scan";
+  const Sample whole = load_pair(pair, 0, whole_volume_prefix(feed));
+  EXPECT_TRUE(at::allclose(whole.image, normalize_intensity(image, feed.prefix.normalize)));
+  // The augmentation: two crops of 4^3, each normalised on its own.
+  const auto crops = feed_augmentation(feed)(cached, 99);
+  ASSERT_EQ(crops.size(), 2u);
+  for (const Sample& c : crops) {
+    EXPECT_EQ(c.image.sizes(), (at::IntArrayRef{4, 4, 4, 4}));
+    EXPECT_EQ(c.label.sizes(), (at::IntArrayRef{3, 4, 4, 4}));
+  }
+  EXPECT_TRUE(at::equal(feed_augmentation(feed)(cached, 99)[1].image, crops[1].image));
+}
+
+TEST(PrefixTest, BadOptionsNameTheFlag) {
+  PrefixOptions p;
+  p.pixdim = {1.5, 0, 2};
+  EXPECT_THAT([&] { p.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--pixdim=1.5,0,2")));
+  p.pixdim = {1, 1};
+  EXPECT_THROW(p.validate(), std::invalid_argument);
+  p.pixdim.clear();
+  p.orientation = "RAR";
+  EXPECT_THAT([&] { p.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--orientation=RAR")));
+  p.orientation = "LPS";
+  EXPECT_NO_THROW(p.validate());
+}
+
+}  // namespace
+}  // namespace volshard
