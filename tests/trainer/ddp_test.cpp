@@ -18,6 +18,7 @@
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/train.h"
 #include "volshard/trainer/unet.h"
+#include "volshard/trainer/validate.h"
 
 namespace volshard {
 namespace {
@@ -242,6 +243,49 @@ TEST(ValidationTest, DiceOverUnevenShardsEqualsASingleProcessExactly) {
     got[comm.rank()] = d;
   });
   for (const auto& [rank, d] : got) EXPECT_EQ(d, expected) << "rank " << rank;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ValidationTest, PerClassSoftmaxDiceOverShardsEqualsASingleProcessExactly) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("volshard_val3_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<ImageLabelPair> val;
+  at::manual_seed(10);
+  for (int i = 0; i < 5; ++i) {  // 5 volumes over 2 ranks; class 2 absent from volume 0
+    const at::Tensor img = at::rand({24, 20, 16});
+    at::Tensor seg = (img > 0.4).to(at::kInt) + (img > 0.8).to(at::kInt);
+    if (i == 0) seg.clamp_max_(1);
+    const std::string ip = (dir / ("img" + std::to_string(i) + ".nii.gz")).string();
+    const std::string lp = (dir / ("seg" + std::to_string(i) + ".nii.gz")).string();
+    write_volume(ip, img, identity_affine());
+    write_volume(lp, seg, identity_affine());
+    val.push_back({ip, lp});
+  }
+  TrainOptions o;
+  o.model = small_net();
+  o.model.out_channels = 3;
+  o.activation = Activation::kSoftmax;
+  o.feed.crop = 16;
+  o.sw_batch_size = 2;
+  UNet reference(o.model, 4);
+  Communicator one;
+  const ValidationScores expected = validation_scores(reference, val, o, one);
+  ASSERT_EQ(expected.per_class.size(), 2u);  // classes 1 and 2, background left out
+  EXPECT_FALSE(std::isnan(expected.per_class[0]));
+  EXPECT_FALSE(std::isnan(expected.per_class[1]));
+  std::map<int64_t, ValidationScores> got;
+  std::mutex mutex;
+  run_ranks(2, [&](Communicator& comm) {
+    UNet net(o.model, 4);
+    const ValidationScores s = validation_scores(net, val, o, comm);
+    std::lock_guard<std::mutex> lock(mutex);
+    got[comm.rank()] = s;
+  });
+  for (const auto& [rank, s] : got) {
+    EXPECT_EQ(s.mean, expected.mean) << "rank " << rank;
+    EXPECT_EQ(s.per_class, expected.per_class) << "rank " << rank;
+  }
   std::filesystem::remove_all(dir);
 }
 

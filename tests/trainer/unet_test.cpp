@@ -381,5 +381,35 @@ TEST(DiceScoreTest, CountsThresholdedOverlapAndSkipsEmptyLabels) {
   EXPECT_DOUBLE_EQ(dice_score(logits, label), 2.0 * 2 / (4 + 4));
 }
 
+TEST(ClassDiceTest, SoftmaxScoresClassesWithoutBackgroundAgainstIndexLabels) {
+  // 3 classes over 8 voxels; labels 0 0 1 1 1 2 2 0, argmax 0 1 1 1 2 2 0 0.
+  const at::Tensor label = at::tensor({0., 0., 1., 1., 1., 2., 2., 0.}).reshape({1, 2, 2, 2});
+  const at::Tensor argmax = at::tensor({0, 1, 1, 1, 2, 2, 0, 0}, at::kLong);
+  const at::Tensor logits = at::one_hot(argmax, 3).to(at::kFloat).t().reshape({1, 3, 2, 2, 2}) * 5;
+  const std::vector<double> d = class_dice(logits, label.unsqueeze(0), true);
+  ASSERT_EQ(d.size(), 2u);                    // classes 1 and 2
+  EXPECT_DOUBLE_EQ(d[0], 2.0 * 2 / (3 + 3));  // class 1: predicted {1,2,3}, true {2,3,4}
+  EXPECT_DOUBLE_EQ(d[1], 2.0 * 1 / (2 + 2));  // class 2: predicted {4,5}, true {5,6}
+  // A class absent from the label is NaN (MONAI ignore_empty).
+  const at::Tensor no_two = label.clamp_max(1);
+  EXPECT_TRUE(std::isnan(class_dice(logits, no_two, true)[1]));
+  EXPECT_THROW(class_dice(logits, at::zeros({3, 2, 2, 2}), true), std::invalid_argument);
+}
+
+TEST(ClassDiceTest, SigmoidScoresEveryChannelOnItsOwn) {
+  at::Tensor logits = at::full({3, 2, 2, 2}, -1.0);
+  at::Tensor label = at::zeros({3, 2, 2, 2});
+  label[0].view({-1}).narrow(0, 0, 4).fill_(1);
+  logits[0].view({-1}).narrow(0, 2, 4).fill_(1);  // overlap 2 of 4 and 4
+  label[1].fill_(1);
+  logits[1].fill_(1);  // perfect
+  const std::vector<double> d = class_dice(logits, label, false);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_DOUBLE_EQ(d[0], 0.5);
+  EXPECT_DOUBLE_EQ(d[1], 1.0);
+  EXPECT_TRUE(std::isnan(d[2]));
+  EXPECT_DOUBLE_EQ(dice_score(logits, label), 0.75) << "dice_score is their mean";
+}
+
 }  // namespace
 }  // namespace volshard

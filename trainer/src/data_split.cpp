@@ -13,6 +13,7 @@
 #include "resume.h"
 #include "volshard/core/error.h"
 #include "volshard/datasets/nifti_header.h"
+#include "volshard/transforms/transforms.h"
 
 namespace volshard {
 
@@ -24,8 +25,15 @@ std::array<int64_t, 3> spatial_shape(const NiftiHeader& h) {
   return s;
 }
 
-// Image and label headers agree; a training image holds the crop.
-void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training) {
+int64_t channels_of(const NiftiHeader& h) {
+  int64_t c = 1;
+  for (size_t a = 3; a < h.shape.size(); ++a) c *= h.shape[a];
+  return c;
+}
+
+// Image and label headers agree; spacings are usable; a training image holds
+// the crop, as the prefix resamples it. Returns the image's channels.
+int64_t check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training) {
   NiftiHeader hi, hl;
   try {
     hi = read_nifti_header(p.image);
@@ -33,17 +41,36 @@ void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training) {
   } catch (const std::exception& e) {
     throw std::invalid_argument(std::string("train: unreadable data: ") + e.what());
   }
-  const auto si = spatial_shape(hi), sl = spatial_shape(hl);
+  auto si = spatial_shape(hi);
+  const auto sl = spatial_shape(hl);
   if (si != sl)
     throw std::invalid_argument("train: image " + p.image + " is " + shape_text(si) +
                                 " but label " + p.label + " is " + shape_text(sl));
-  if (training && !o.feed.allow_smaller) {
+  if (channels_of(hl) != 1)
+    throw std::invalid_argument("train: label " + p.label + " has " +
+                                std::to_string(channels_of(hl)) +
+                                " channels: a label is one map of class indices");
+  const PrefixOptions& prefix = o.feed.prefix;
+  if (!prefix.pixdim.empty()) {
+    for (int a = 1; a <= 3; ++a) {
+      if (!(hi.raw_pixdim[a] > 0) && hi.sform_code == 0)  // the affine is built from it
+        throw std::invalid_argument("train: " + p.image + ": pixdim[" + std::to_string(a) +
+                                    "]=" + number_text(hi.raw_pixdim[a], 6) +
+                                    " (voxel spacing) must be > 0 to resample it (--pixdim)");
+    }
+    const Grid g =
+        spacing_grid(si, hi.affine, {prefix.pixdim[0], prefix.pixdim[1], prefix.pixdim[2]});
+    si = g.shape;  // orientation only permutes it; the crop is cubic
+  }
+  if (training && !o.feed.allow_smaller && !prefix.crop_foreground) {
     for (int64_t side : si)
       if (side < o.feed.crop)
         throw std::invalid_argument("train: --crop=" + std::to_string(o.feed.crop) +
                                     " is larger than " + p.image + " (" + shape_text(si) +
+                                    (prefix.pixdim.empty() ? "" : " after --pixdim") +
                                     "); use a smaller crop or --allow-smaller");
   }
+  return channels_of(hi);
 }
 
 // A fresh run would truncate metrics.jsonl and replace checkpoint.pt: only
@@ -59,26 +86,39 @@ void check_out_folder(const TrainOptions& o) {
   }
 }
 
+bool datalist_has_validation(const std::string& path) {
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  return j.is_object() && j.contains("validation");
+}
+
 }  // namespace
 
 DataSplit list_data(const TrainOptions& o) {
   DataSplit d;
+  std::vector<ImageLabelPair> all;
+  std::string source;
   if (!o.datalist.empty()) {
-    d.train = pairs_from_datalist(o.datalist, "training");
+    all = pairs_from_datalist(o.datalist, "training");
     std::ifstream in(o.datalist);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (o.val_every > 0 && j.is_object() && j.contains("validation"))
-      d.val = pairs_from_datalist(o.datalist, "validation");
-    return d;
+    if (j.is_object() && j.contains("validation")) {
+      if (o.val_every > 0) d.val = pairs_from_datalist(o.datalist, "validation");
+      d.train = std::move(all);
+      return d;
+    }
+    source = o.datalist + " (\"training\")";  // a Decathlon dataset.json: hold out its tail
+  } else {
+    all = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
+    source = o.data_dir;
   }
-  auto all = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
   const auto n = static_cast<int64_t>(all.size());
   int64_t n_val = 0;
   if (o.val_fraction > 0 && o.val_every > 0)  // nothing held out for a validation never run
     n_val = std::max<int64_t>(1, std::llround(static_cast<double>(n) * o.val_fraction));
   if (n - n_val < 1)
     throw std::invalid_argument(
-        "train: " + o.data_dir + " has " + std::to_string(n) +
+        "train: " + source + " has " + std::to_string(n) +
         " pairs: too few to hold out --val-fraction=" + std::to_string(o.val_fraction));
   d.val.assign(all.end() - n_val, all.end());
   all.resize(static_cast<size_t>(n - n_val));
@@ -89,22 +129,48 @@ DataSplit list_data(const TrainOptions& o) {
 std::string validation_text(const TrainOptions& o, const DataSplit& d, int64_t world_size) {
   const std::string what = std::to_string(d.train.size()) + " training volume(s); validation: ";
   if (o.val_every == 0) return what + "none (--val-every 0)";
-  if (d.val.empty()) {
-    if (!o.datalist.empty()) return what + "none (" + o.datalist + " has no \"validation\" list)";
-    return what + "none (--val-fraction 0)";
-  }
   const auto n = static_cast<int64_t>(d.val.size());
-  std::string source = o.datalist.empty()
-                           ? "the last " + std::to_string(n) + " pair(s) of " + o.data_dir +
+  const bool listed = !o.datalist.empty() && datalist_has_validation(o.datalist);
+  if (d.val.empty())
+    return what + (listed ? "none (the \"validation\" list of " + o.datalist + " is empty)"
+                          : std::string("none (--val-fraction 0)"));
+  const std::string from = o.datalist.empty() ? o.data_dir : o.datalist;
+  std::string source = listed
+                           ? "the \"validation\" list of " + o.datalist
+                           : "the last " + std::to_string(n) + " pair(s) of " + from +
                                  " (--val-fraction " + number_text(o.val_fraction, 3) + "), " +
-                                 d.val.front().image + (n > 1 ? " .. " + d.val.back().image : "")
-                           : "the \"validation\" list of " + o.datalist;
+                                 d.val.front().image + (n > 1 ? " .. " + d.val.back().image : "");
   std::string out = what + std::to_string(n) + " volume(s), " + source + ", every " +
                     std::to_string(o.val_every) + " epoch(s)";
   if (n < world_size)
     out += " on " + std::to_string(n) + " of " + std::to_string(world_size) +
            " ranks (one volume each; the others wait)";
   return out;
+}
+
+int64_t image_channels(const DataSplit& d) {
+  int64_t channels = -1;
+  std::string first;
+  for (const auto* list : {&d.train, &d.val}) {
+    for (const auto& p : *list) {
+      NiftiHeader h;
+      try {
+        h = read_nifti_header(p.image);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(std::string("train: unreadable data: ") + e.what());
+      }
+      const int64_t c = channels_of(h);
+      if (channels < 0) {
+        channels = c;
+        first = p.image;
+      } else if (c != channels) {
+        throw std::invalid_argument("train: " + p.image + " has " + std::to_string(c) +
+                                    " channel(s) but " + first + " has " +
+                                    std::to_string(channels) + ": every image needs the same");
+      }
+    }
+  }
+  return channels < 0 ? 1 : channels;
 }
 
 int64_t training_set_size(const TrainOptions& o) {
@@ -124,8 +190,25 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     throw std::invalid_argument(e.what());
   }
   if (d.train.empty()) throw std::invalid_argument("train: no training pairs");
-  for (const auto& p : d.train) check_pair(o, p, true);
-  for (const auto& p : d.val) check_pair(o, p, false);
+  int64_t channels = -1;
+  std::string first;
+  auto check = [&](const ImageLabelPair& p, bool training) {
+    const int64_t c = check_pair(o, p, training);
+    if (channels < 0) {
+      channels = c;
+      first = p.image;
+    } else if (c != channels) {
+      throw std::invalid_argument("train: " + p.image + " has " + std::to_string(c) +
+                                  " channel(s) but " + first + " has " + std::to_string(channels) +
+                                  ": every image needs the same");
+    }
+  };
+  for (const auto& p : d.train) check(p, true);
+  for (const auto& p : d.val) check(p, false);
+  if (o.model.in_channels > 0 && channels != o.model.in_channels)
+    throw std::invalid_argument("train: --in-channels=" + std::to_string(o.model.in_channels) +
+                                " but " + first + " has " + std::to_string(channels) +
+                                " channel(s) (--in-channels 0 takes them from the data)");
   if (!o.resume.empty()) {
     const std::string path = resume_checkpoint_path(o);
     if (!std::filesystem::exists(path))

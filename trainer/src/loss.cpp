@@ -120,4 +120,42 @@ double dice_score(const at::Tensor& logits_in, const at::Tensor& label_in, bool 
                       : sum / static_cast<double>(counted);
 }
 
+std::vector<double> class_dice(const at::Tensor& logits_in, const at::Tensor& label_in,
+                               bool softmax) {
+  const at::Tensor logits = logits_in.dim() == 5 ? logits_in.select(0, 0) : logits_in;
+  const at::Tensor label = label_in.dim() == 5 ? label_in.select(0, 0) : label_in;
+  const int64_t channels = logits.size(0);
+  const bool spatial_agree =
+      logits.dim() == label.dim() && logits.sizes().slice(1) == label.sizes().slice(1);
+  if (!spatial_agree || (softmax ? label.size(0) != 1 : label.size(0) != channels)) {
+    std::ostringstream s;
+    s << "class_dice: prediction shape " << logits.sizes() << " and label shape " << label.sizes()
+      << (softmax ? " (softmax: the label holds one channel of class indices)" : " differ");
+    throw std::invalid_argument(s.str());
+  }
+  at::Tensor pred, truth;
+  int64_t first = 0;
+  if (softmax) {
+    const at::Tensor classes = label.select(0, 0).round().to(at::kLong).clamp(0, channels - 1);
+    pred = at::one_hot(logits.argmax(0), channels).movedim(-1, 0);
+    truth = at::one_hot(classes, channels).movedim(-1, 0);
+    first = 1;  // without background
+  } else {
+    pred = logits > 0;  // sigmoid(x) > 0.5  <=>  x > 0
+    truth = label > 0.5;
+  }
+  std::vector<double> out;
+  for (int64_t c = first; c < channels; ++c) {
+    const at::Tensor p = pred[c].to(at::kDouble), g = truth[c].to(at::kDouble);
+    const double gs = g.sum().item<double>();
+    if (gs == 0) {  // MONAI ignore_empty: NaN, skipped by the means
+      out.push_back(std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
+    const double inter = (p * g).sum().item<double>();
+    out.push_back(2.0 * inter / (p.sum().item<double>() + gs));
+  }
+  return out;
+}
+
 }  // namespace volshard

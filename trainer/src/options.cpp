@@ -41,6 +41,32 @@ const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind) {
   return kNames;
 }
 
+const std::vector<std::pair<std::string, Activation>>& enum_names(Activation) {
+  static const std::vector<std::pair<std::string, Activation>> kNames{
+      {"sigmoid", Activation::kSigmoid}, {"softmax", Activation::kSoftmax}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind) {
+  static const std::vector<std::pair<std::string, IntensityKind>> kNames{
+      {"none", IntensityKind::kNone},
+      {"scale", IntensityKind::kScale},
+      {"range", IntensityKind::kRange},
+      {"normalize", IntensityKind::kNormalize}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap) {
+  static const std::vector<std::pair<std::string, LabelMap>> kNames{
+      {"classes", LabelMap::kClasses},
+      {"brats", LabelMap::kBrats},
+      {"decathlon_brats", LabelMap::kDecathlonBrats}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind) {
+  static const std::vector<std::pair<std::string, CropKind>> kNames{
+      {"pos_neg", CropKind::kPosNeg}, {"spatial", CropKind::kSpatial}};
+  return kNames;
+}
+
 std::string Field::flag() const {
   std::string f = std::string("--") + key;
   for (char& c : f)
@@ -114,9 +140,46 @@ void TrainOptions::validate() const {
     bad("train: --backend=nccl: this build has no NCCL (LibTorch without CUDA); use --backend "
         "gloo");
 #endif
-  model.validate();
-  model.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
-  if (roi > 0) model.check_spatial_size({roi, roi, roi}, "train: --roi");
+  try {
+    feed.validate();
+  } catch (const std::invalid_argument& e) {
+    bad(std::string("train: ") + e.what());
+  }
+  UNetOptions net = model;
+  if (net.in_channels == 0) net.in_channels = 1;  // from the data, known later
+  net.validate();
+  if (feed.prefix.labels != LabelMap::kClasses && activation != Activation::kSigmoid)
+    bad("train: --labels=" + enum_name(feed.prefix.labels) +
+        " gives overlapping region channels: use --activation sigmoid");
+  if (feed.prefix.labels != LabelMap::kClasses && model.out_channels != 3)
+    bad("train: --labels=" + enum_name(feed.prefix.labels) +
+        " gives 3 channels (TC, WT, ET): "
+        "--out-channels=" +
+        std::to_string(model.out_channels) + " must be 3");
+  if (activation == Activation::kSoftmax && model.out_channels < 2)
+    bad("train: --activation softmax needs --out-channels >= 2 (background and classes)");
+  net.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
+  if (roi > 0) net.check_spatial_size({roi, roi, roi}, "train: --roi");
+}
+
+FeedOptions TrainOptions::resolved_feed() const {
+  FeedOptions f = feed;
+  switch (f.prefix.labels) {
+    case LabelMap::kClasses:
+      if (activation == Activation::kSoftmax) {
+        f.prefix.num_classes = model.out_channels;
+      } else if (model.out_channels == 1) {
+        f.prefix.num_classes = 2;  // one sigmoid channel: 0/1
+      }
+      break;
+    case LabelMap::kBrats:
+      f.prefix.num_classes = 5;  // 0, 1, 2, 4 (3 unused in the challenge's labels)
+      break;
+    case LabelMap::kDecathlonBrats:
+      f.prefix.num_classes = 4;
+      break;
+  }
+  return f;
 }
 
 std::string TrainOptions::to_json() const {
@@ -142,6 +205,7 @@ void PredictOptions::validate() const {
   if (!(overlap >= 0 && overlap < 1))
     throw std::invalid_argument("predict: --overlap must be in [0, 1)");
   model.validate();
+  prefix.validate();
   if (roi > 0) model.check_spatial_size({roi, roi, roi}, "predict: --roi");
 }
 

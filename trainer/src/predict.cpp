@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/checkpoint.h"
 #include "volshard/trainer/inference.h"
@@ -23,7 +24,14 @@ void predict(const PredictOptions& o) {
   if (volume.data.size(0) != o.model.in_channels)
     throw std::runtime_error(o.image_path + ": has " + std::to_string(volume.data.size(0)) +
                              " channel(s), the model takes " + std::to_string(o.model.in_channels));
-  const at::Tensor image = scale_intensity(volume.data).unsqueeze(0);
+  // The image as validation prepared it (orientation, spacing, intensity,
+  // foreground crop), and the prediction mapped back onto the file's grid
+  // (MONAI's Invertd: logits resampled trilinearly, then argmax or threshold).
+  PairOptions prepare;
+  prepare.prefix = o.prefix;
+  prepare.label_indices = false;
+  PrefixTrace trace;
+  const at::Tensor image = prepare_image(volume, prepare, &trace).data.unsqueeze(0);
   torch::NoGradGuard no_grad;
   const Predictor forward = [&](const at::Tensor& x) { return net.forward(x); };
   at::Tensor logits;
@@ -31,19 +39,22 @@ void predict(const PredictOptions& o) {
     SlidingWindowOptions sw;
     sw.roi = {o.roi, o.roi, o.roi};
     sw.overlap = o.overlap;
+    sw.sw_batch_size = o.sw_batch_size;
     logits = sliding_window_inference(image, sw, forward);
   } else {
     logits = whole_volume_inference(image, o.model.size_multiple(), forward);
   }
   logits = logits.squeeze(0);  // C x X x Y x Z
+  const bool softmax = o.activation == Activation::kSoftmax;
   at::Tensor out;
-  const bool multi = logits.size(0) > 1;
-  if (o.output == PredictOutput::kLogits)
-    out = logits;
-  else if (o.output == PredictOutput::kProb)
-    out = multi ? at::softmax(logits, 0) : at::sigmoid(logits);
-  else
-    out = multi ? logits.argmax(0, true).to(at::kByte) : (logits > 0).to(at::kByte);
+  if (o.output == PredictOutput::kProb) {  // zero probability where the crop cut
+    out = invert_prefix(softmax ? at::softmax(logits, 0) : at::sigmoid(logits), trace,
+                        Interpolation::kBilinear);
+  } else {  // MONAI inverts the logits, then takes argmax or thresholds them
+    out = invert_prefix(logits, trace, Interpolation::kBilinear);
+    if (o.output == PredictOutput::kLabel)
+      out = softmax ? out.argmax(0, true).to(at::kByte) : (out > 0).to(at::kByte);
+  }
   write_volume(o.out_path, out.contiguous(), volume.affine);
 }
 

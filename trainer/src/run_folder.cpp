@@ -112,9 +112,18 @@ void RunFolder::write_step(const MetricsLine& line) {
   metrics_.write(metrics_json("step", line).dump() + "\n");
 }
 
-void RunFolder::write_epoch(const MetricsLine& line, double val_dice, double seconds) {
+void RunFolder::write_epoch(const MetricsLine& line, double val_dice,
+                            const std::vector<double>& per_class,
+                            const std::vector<std::string>& class_names, double seconds) {
   json j = metrics_json("epoch", line);
-  j["val_dice"] = std::isnan(val_dice) ? json(nullptr) : json(val_dice);
+  auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
+  j["val_dice"] = number(val_dice);
+  if (per_class.size() > 1 && !std::isnan(val_dice)) {
+    json list = json::array();
+    for (double d : per_class) list.push_back(number(d));
+    j["val_dice_per_class"] = list;
+    j["val_classes"] = class_names;
+  }
   j["seconds"] = seconds;
   metrics_.write(j.dump() + "\n");
 }
@@ -132,6 +141,8 @@ Canvas draw_curves(const std::string& metrics_jsonl) {
     double step, value;
   };
   std::vector<Point> step_loss, epoch_loss, dice;
+  std::vector<std::vector<Point>> class_dice;  // per class, when metrics hold more than one
+  std::vector<std::string> class_names;
   std::vector<double> epoch_ends;
   std::istringstream in(metrics_jsonl);
   std::string line;
@@ -145,6 +156,14 @@ Canvas draw_curves(const std::string& metrics_jsonl) {
     epoch_loss.push_back({step, j.value("loss", 0.0)});
     if (j.contains("val_dice") && j["val_dice"].is_number())
       dice.push_back({step, j["val_dice"].get<double>()});
+    if (j.contains("val_dice_per_class") && j["val_dice_per_class"].is_array()) {
+      const json& list = j["val_dice_per_class"];
+      if (class_dice.size() < list.size()) class_dice.resize(list.size());
+      for (size_t c = 0; c < list.size(); ++c)
+        if (list[c].is_number()) class_dice[c].push_back({step, list[c].get<double>()});
+      if (j.contains("val_classes") && j["val_classes"].is_array())
+        class_names = j["val_classes"].get<std::vector<std::string>>();
+    }
   }
   const int w = 760, h = 420, left = 60, right = 20, top = 44, bottom = 62;
   const Rgb black{0, 0, 0}, grey{225, 225, 225}, step_colour{150, 180, 235},
@@ -185,11 +204,20 @@ Canvas draw_curves(const std::string& metrics_jsonl) {
   };
   plot(step_loss, step_colour, 0, 1);
   plot(epoch_loss, loss_colour, 3, 2);
+  // Classes in lighter, distinct hues under the mean; named in a second title line.
+  const Rgb class_colours[] = {{230, 120, 0}, {170, 0, 170}, {0, 170, 170},
+                               {200, 40, 40}, {120, 120, 0}, {90, 90, 90}};
+  for (size_t c = 0; c < class_dice.size(); ++c) plot(class_dice[c], class_colours[c % 6], 2, 1);
   plot(dice, dice_colour, 3, 2);
   int x = left;
-  x += img.text(x, 10, "Dice loss per step", step_colour, 2) + 16;
-  x += img.text(x, 10, "per epoch", loss_colour, 2) + 16;
-  img.text(x, 10, "validation Dice", dice_colour, 2);
+  x += img.text(x, 6, "Dice loss per step", step_colour, 2) + 16;
+  x += img.text(x, 6, "per epoch", loss_colour, 2) + 16;
+  img.text(x, 6, "validation Dice", dice_colour, 2);
+  x = left;
+  for (size_t c = 0; c < class_dice.size(); ++c)
+    x += img.text(x, 26, c < class_names.size() ? class_names[c] : "class " + std::to_string(c + 1),
+                  class_colours[c % 6]) +
+         12;
   const std::string axis = "step (grey lines: epoch ends; " + std::to_string(epoch_ends.size()) +
                            " epoch" + (epoch_ends.size() == 1 ? "" : "s") + ")";
   img.text(w / 2 - Canvas::text_width(axis) / 2, h - 22, axis, black);

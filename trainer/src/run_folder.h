@@ -48,8 +48,11 @@ class RunFolder {
   void trace(int64_t epoch, int64_t step, int64_t rank, const std::vector<SampleMeta>& meta);
   /// Rank 0 only, like the three below.
   void write_step(const MetricsLine& line);
-  /// `val_dice` NaN is written as null.
-  void write_epoch(const MetricsLine& line, double val_dice, double seconds);
+  /// `val_dice` NaN is written as null; per_class (when more than one class)
+  /// as "val_dice_per_class", a list with null for NaN, and the classes'
+  /// names as "val_classes".
+  void write_epoch(const MetricsLine& line, double val_dice, const std::vector<double>& per_class,
+                   const std::vector<std::string>& class_names, double seconds);
   /// model.pt: the state_dict, as torch.save writes it.
   void save_model(const NamedTensors& state) const;
   /// curves.png (see the free draw_curves) from metrics.jsonl.

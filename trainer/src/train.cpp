@@ -38,6 +38,27 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+DiceLossOptions training_loss(Activation activation) {
+  DiceLossOptions dl;
+  if (activation == Activation::kSoftmax) {
+    dl.to_onehot_y = true;  // MONAI's spleen: DiceLoss(to_onehot_y=True, softmax=True)
+    dl.softmax = true;
+  } else {
+    dl.sigmoid = true;
+  }
+  return dl;
+}
+
+// The classes validation scores, as metrics.jsonl and curves.png name them.
+std::vector<std::string> class_names(const TrainOptions& o) {
+  if (o.feed.prefix.labels != LabelMap::kClasses) return {"TC", "WT", "ET"};
+  std::vector<std::string> names;
+  const bool softmax = o.activation == Activation::kSoftmax;
+  for (int64_t c = softmax ? 1 : 0; c < o.model.out_channels; ++c)
+    names.push_back((softmax ? "class " : "channel ") + std::to_string(c));
+  return names;
+}
+
 UNet make_unet(const TrainOptions& o, Communicator& comm) {
   UNet net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
   if (!o.init_weights.empty()) net.load_state_dict(load_tensor_dict(o.init_weights));
@@ -49,7 +70,7 @@ UNet make_unet(const TrainOptions& o, Communicator& comm) {
 // `pairs` must outlive the cache: items past the cache rate are loaded on use.
 SampleCache make_cache(const TrainOptions& o, const std::vector<ImageLabelPair>& pairs,
                        int64_t threads, bool progress) {
-  const PairOptions prefix = feed_prefix();
+  const PairOptions prefix = feed_prefix(o.resolved_feed());
   CacheOptions c;
   c.cache_rate = o.cache_rate;
   c.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
@@ -112,7 +133,7 @@ struct EpochTotals {
 // What a rank trains with, built in the order of its collectives (the
 // broadcast in start_state, the trace barrier in RunFolder) and files.
 struct Engine {
-  Engine(const TrainOptions& options, Communicator& comm, int64_t threads);
+  Engine(const TrainOptions& options, DataSplit split, Communicator& comm, int64_t threads);
 
   // Samples the epoch (continuing the checkpoint's mid-way); returns the
   // positions all ranks had consumed before it started here.
@@ -144,14 +165,14 @@ struct Engine {
   const Clock::time_point t_start;
 };
 
-Engine::Engine(const TrainOptions& options, Communicator& c, int64_t threads)
+Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, int64_t threads)
     : o(options),
       comm(c),
       rank(c.rank()),
       world(c.world_size()),
       lead(rank == 0),
       tty(lead && ::isatty(STDERR_FILENO)),
-      data(list_data(o)),
+      data(std::move(split)),
       n_train(static_cast<int64_t>(data.train.size())),
       net(make_unet(o, c)),
       opt(make_optimizer(o, net.parameters())),
@@ -159,7 +180,7 @@ Engine::Engine(const TrainOptions& options, Communicator& c, int64_t threads)
       resumed_steps(position.global_step),
       reducer(net.parameters(), c),
       cache(make_cache(o, data.train, threads, lead)),
-      loader(cache.source(), feed_augmentation(o.feed), loader_options(o)),
+      loader(cache.source(), feed_augmentation(o.resolved_feed()), loader_options(o)),
       run(o, position, c),
       sampler(sampler_options(o, n_train, c)),
       steps_per_epoch((ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) +
@@ -189,9 +210,7 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   set_lr(*opt, s.lr, o.optimizer);
   opt->zero_grad();
   const at::Tensor logits = net.forward(batch->image);
-  DiceLossOptions dl;
-  dl.sigmoid = true;
-  const at::Tensor loss = dice_loss(logits, batch->label, dl);
+  const at::Tensor loss = dice_loss(logits, batch->label, training_loss(o.activation));
   reducer.prepare();
   loss.backward();
   reducer.finish();
@@ -241,8 +260,10 @@ void Engine::log_step(int64_t epoch, const StepStats& s) {
 
 void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& summary) {
   double val_dice = NAN;
+  ValidationScores scores;
   if (o.val_every > 0 && (epoch + 1) % o.val_every == 0 && !data.val.empty()) {
-    val_dice = validation_dice(net, data.val, o, comm);
+    scores = validation_scores(net, data.val, o, comm);
+    val_dice = scores.mean;
     summary.last_val_dice = std::isnan(val_dice) ? -1 : val_dice;
   }
   summary.epochs_done = epoch + 1;
@@ -257,7 +278,7 @@ void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& s
   line.lr = scheduled_lr(o, position.global_step - 1, total_steps);
   line.samples_per_s = static_cast<double>(totals.samples) / std::max(totals.seconds, 1e-12);
   line.data_wait = totals.wait_seconds / std::max(totals.seconds, 1e-12);
-  run.write_epoch(line, val_dice, seconds_since(totals.start));
+  run.write_epoch(line, val_dice, scores.per_class, class_names(o), seconds_since(totals.start));
   print_epoch_line(epoch, o.epochs, line.loss, val_dice);
   save(epoch, 0, true);
   run.save_model(net.state_dict());
@@ -279,9 +300,12 @@ void Engine::save(int64_t epoch, int64_t consumed, bool end_of_epoch) {
 
 }  // namespace
 
-TrainSummary train(const TrainOptions& o, Communicator& comm,
+TrainSummary train(const TrainOptions& options, Communicator& comm,
                    const std::function<bool()>& stop_requested) {
-  o.validate();
+  options.validate();
+  DataSplit data = list_data(options);
+  TrainOptions o = options;  // the network's input channels from the data, saved so
+  if (o.model.in_channels == 0) o.model.in_channels = image_channels(data);
   const int64_t threads = set_up_machine(o);
   if (comm.rank() == 0) {
     create_run_folder(o.out_dir);
@@ -290,7 +314,7 @@ TrainSummary train(const TrainOptions& o, Communicator& comm,
               << " intra-op thread(s) per rank, BLAS: " << loaded_blas() << "\n";
   }
   comm.barrier();
-  Engine e(o, comm, threads);
+  Engine e(o, std::move(data), comm, threads);
   if (comm.rank() == 0)
     std::cerr << "volshard train: " << validation_text(o, e.data, comm.world_size()) << "\n";
   TrainSummary summary;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "volshard/core/progress.h"
+#include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/trainer/inference.h"
@@ -16,10 +17,14 @@ namespace volshard {
 // vector indexed by dataset index (every other rank adds exact zeros), and the
 // mean is taken in index order, so the result equals a single process's bit
 // for bit.
-double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const TrainOptions& o,
-                       Communicator& comm) {
+ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>& val,
+                                   const TrainOptions& o, Communicator& comm) {
   const auto n = static_cast<int64_t>(val.size());
-  if (n == 0) return NAN;
+  ValidationScores out;
+  const bool softmax = o.activation == Activation::kSoftmax;
+  const int64_t classes = o.model.out_channels - (softmax ? 1 : 0);
+  out.per_class.assign(static_cast<size_t>(classes), NAN);
+  if (n == 0) return out;
   // MONAI's uneven split needs a volume per rank; with fewer volumes than
   // ranks, the first n ranks take one each (what the split would give them).
   std::vector<int64_t> indices;
@@ -34,7 +39,8 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
   } else if (comm.rank() < n) {
     indices = {comm.rank()};
   }
-  at::Tensor scores = at::zeros({2, n}, at::kDouble);  // row 0: Dice, row 1: counted
+  // Row 2c: class c's Dice per volume; row 2c + 1: 1 where it was scored.
+  at::Tensor scores = at::zeros({2 * classes, n}, at::kDouble);
   const bool was_training = net.is_training();
   net.train(false);
   {
@@ -43,21 +49,21 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
     const int64_t roi = o.roi > 0 ? o.roi : o.feed.crop;
     sw.roi = {roi, roi, roi};
     sw.overlap = o.overlap;
+    sw.sw_batch_size = o.sw_batch_size;
+    const PairOptions prefix = whole_volume_prefix(o.resolved_feed());
     // Rank 0 reports its share; the ranks' shares differ by at most one volume.
     Progress progress("validation (rank 0's share)", static_cast<int64_t>(indices.size()),
                       "volumes", comm.rank() == 0 ? ProgressStyle::kAuto : ProgressStyle::kOff);
     int64_t done = 0;
     for (const int64_t i : indices) {
-      PairOptions po;
-      po.label_indices = false;
-      po.image_layout = VolumeLayout::kContiguous;
-      const Sample s = load_pair(val[static_cast<size_t>(i)], i, po);
+      const Sample s = load_pair(val[static_cast<size_t>(i)], i, prefix);
       const at::Tensor logits = sliding_window_inference(
           s.image.unsqueeze(0), sw, [&](const at::Tensor& x) { return net.forward(x); });
-      const double d = dice_score(logits, s.label.unsqueeze(0));
-      if (!std::isnan(d)) {
-        scores[0][i] = d;
-        scores[1][i] = 1.0;
+      const std::vector<double> d = class_dice(logits, s.label.to(at::kFloat), softmax);
+      for (int64_t c = 0; c < classes; ++c) {
+        if (std::isnan(d[static_cast<size_t>(c)])) continue;
+        scores[2 * c][i] = d[static_cast<size_t>(c)];
+        scores[2 * c + 1][i] = 1.0;
       }
       progress.update(++done);
     }
@@ -65,16 +71,31 @@ double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const 
   }
   net.train(was_training);
   comm.allreduce_sum(scores);  // ranks with fewer volumes still take part
+  // Sums in index order (volume, then class): the same on any world size.
+  const auto* v = scores.data_ptr<double>();
   double sum = 0;
   int64_t counted = 0;
-  const auto* v = scores.data_ptr<double>();
+  std::vector<double> class_sum(static_cast<size_t>(classes), 0.0);
+  std::vector<int64_t> class_count(static_cast<size_t>(classes), 0);
   for (int64_t i = 0; i < n; ++i) {
-    if (v[n + i] > 0) {
-      sum += v[i];
+    for (int64_t c = 0; c < classes; ++c) {
+      if (v[(2 * c + 1) * n + i] == 0) continue;
+      const double d = v[2 * c * n + i];
+      sum += d;
       ++counted;
+      class_sum[static_cast<size_t>(c)] += d;
+      ++class_count[static_cast<size_t>(c)];
     }
   }
-  return counted == 0 ? NAN : sum / static_cast<double>(counted);
+  if (counted > 0) out.mean = sum / static_cast<double>(counted);
+  for (size_t c = 0; c < class_sum.size(); ++c)
+    if (class_count[c] > 0) out.per_class[c] = class_sum[c] / static_cast<double>(class_count[c]);
+  return out;
+}
+
+double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const TrainOptions& o,
+                       Communicator& comm) {
+  return validation_scores(net, val, o, comm).mean;
 }
 
 }  // namespace volshard

@@ -32,10 +32,17 @@ std::string validation_text(const TrainOptions& options, const DataSplit& split,
 /// Checks what can be checked before any worker starts, for `world_size`
 /// ranks: a fresh run (no --resume) into a folder holding a run (refused
 /// without --overwrite), values, the data (pairs exist, headers readable, image and label
-/// shapes agree), the crop against the volumes (unless allow_smaller), the
-/// crop and ROI against the UNet's stride product. Throws std::invalid_argument with one message
-/// naming the file or value.
+/// shapes agree, the same channel count in every image and the network's
+/// --in-channels, label maps of one channel, voxel spacings > 0 when the
+/// prefix resamples), the crop against the volumes as the prefix resamples them (unless
+/// allow_smaller or CropForeground), the crop and ROI against the UNet's stride product. Throws
+/// std::invalid_argument with one message naming the file or value.
 void check_training_config(const TrainOptions& options, int64_t world_size);
+
+/// The images' channel count (a 4D image's fourth dimension; 1 for 3D),
+/// read from the headers. Throws std::invalid_argument naming the first
+/// image whose count differs from the first's.
+int64_t image_channels(const DataSplit& split);
 
 /// Training volumes the options select (after the validation hold-out).
 int64_t training_set_size(const TrainOptions& options);

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <vector>
 
 namespace volshard {
 
@@ -42,5 +43,13 @@ at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target,
 /// not empty; NaN when every channel's label is empty (callers skip NaN, as
 /// MONAI's reduction does).
 double dice_score(const at::Tensor& logits, const at::Tensor& label, bool softmax = false);
+
+/// MONAI's DiceMetric(ignore_empty=True) per class for one volume (1 x C x
+/// spatial or C x spatial logits). softmax false: channel c of logits > 0
+/// (sigmoid > 0.5) against label channel c > 0.5, for every channel.
+/// softmax true: argmax one-hot against the one-hot of the label's class
+/// indices (one channel), classes 1..C-1 (include_background=False, as MONAI's
+/// spleen tutorial). NaN for a class whose label is empty.
+std::vector<double> class_dice(const at::Tensor& logits, const at::Tensor& label, bool softmax);
 
 }  // namespace volshard

@@ -18,6 +18,11 @@ namespace volshard {
 enum class Optimizer { kAdam, kSgd };
 enum class LrSchedule { kConstant, kCosine, kPoly };  ///< per step; poly has power 0.9
 enum class PredictOutput { kLogits, kProb, kLabel };
+/// How logits become predictions, and which Dice the loss and metric take.
+enum class Activation {
+  kSigmoid,  ///< each output channel on its own (binary, BraTS regions): DiceLoss(sigmoid)
+  kSoftmax,  ///< one class per voxel: DiceLoss(to_onehot_y, softmax), Dice without background
+};
 
 /// The names of an enum's values, as the JSON and the flags spell them.
 const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer);
@@ -25,6 +30,10 @@ const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule);
 const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutput);
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend);
 const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind);
+const std::vector<std::pair<std::string, Activation>>& enum_names(Activation);
+const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind);
+const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap);
+const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind);
 
 /// The name of `value` in enum_names.
 template <class E>
@@ -60,9 +69,9 @@ struct Field {
 /// The network's fields, shared by train and predict.
 template <class Self, class Visit>
 void for_each_model_field(Self& m, Visit&& visit) {
-  visit(Field("in_channels", "input channels of the UNet (image channels)").at_least(1),
+  visit(Field("in_channels", "input channels of the UNet (0: the images' channels)").at_least(0),
         m.in_channels);
-  visit(Field("out_channels", "output channels of the UNet (1: binary, sigmoid)").at_least(1),
+  visit(Field("out_channels", "output channels of the UNet (classes with softmax)").at_least(1),
         m.out_channels);
   visit(Field("channels", "feature channels per level, comma-separated"), m.channels);
   visit(Field("strides", "down-sampling stride per level, comma-separated (one fewer)"), m.strides);
@@ -70,6 +79,32 @@ void for_each_model_field(Self& m, Visit&& visit) {
         m.num_res_units);
   visit(Field("norm", "normalisation (batch: SyncBatchNorm over ranks)"), m.norm);
   visit(Field("dropout", "dropout probability").at_least(0).below(1), m.dropout);
+}
+
+/// The deterministic prefix's fields, shared by train, predict and prepare.
+template <class Self, class Visit>
+void for_each_prefix_field(Self& p, Visit&& visit) {
+  using F = Field;
+  visit(F("orientation", "Orientation: axis codes such as RAS (empty: as stored)"), p.orientation);
+  visit(F("pixdim", "Spacing: voxel size in mm, x,y,z (empty: as stored)"), p.pixdim);
+  visit(F("intensity",
+          "intensity transform (scale: to [0, 1]; range: --a-min.. window; "
+          "normalize: z-score, on each crop in training)"),
+        p.intensity);
+  visit(F("a_min", "range: input window low, e.g. -57 HU"), p.range.a_min);
+  visit(F("a_max", "range: input window high, e.g. 164 HU"), p.range.a_max);
+  visit(F("b_min", "range: output low"), p.range.b_min);
+  visit(F("b_max", "range: output high"), p.range.b_max);
+  visit(F("clip", "range: clamp the output to [b_min, b_max]"), p.range.clip);
+  visit(F("nonzero", "normalize: statistics over non-zero voxels only"), p.normalize.nonzero);
+  visit(F("channel_wise", "normalize: each channel on its own"), p.normalize.channel_wise);
+  visit(F("crop_foreground", "CropForeground: cut the volume to image > 0 (after intensity)"),
+        p.crop_foreground);
+  visit(F("foreground_margin", "CropForeground margin, voxels").at_least(0), p.foreground_margin);
+  visit(F("labels",
+          "label mapping (classes: indices as stored; brats: labels 1/2/4, "
+          "decathlon_brats: Task01's 1/2/3, as TC, WT, ET channels)"),
+        p.labels);
 }
 
 struct TrainOptions {
@@ -93,11 +128,13 @@ struct TrainOptions {
   double weight_decay = 0.0;
   LrSchedule lr_schedule = LrSchedule::kConstant;
   uint64_t seed = 0;
-  UNetOptions model;
+  UNetOptions model{/*in_channels=*/0};  ///< in_channels 0: the images' channels
+  Activation activation = Activation::kSigmoid;
   // Validation
   int64_t val_every = 1;  ///< epochs; 0: never
   int64_t roi = 0;        ///< sliding-window size for validation; 0: the crop size
   double overlap = 0.25;
+  int64_t sw_batch_size = 1;
   // Checkpoints and faults
   int64_t checkpoint_every = 0;  ///< also every k steps (mid-epoch); 0: at epoch ends only
   std::string resume;            ///< RUN folder (or checkpoint file) to continue from
@@ -116,6 +153,10 @@ struct TrainOptions {
   void validate() const;
   /// Every field of the table that is saved (RUN/config.json).
   std::string to_json() const;
+  /// The feed with what the network implies: labels checked against its
+  /// classes (softmax: out_channels; one sigmoid channel: 0/1; BraTS: the
+  /// scheme's labels).
+  FeedOptions resolved_feed() const;
 
   /// The table: visit(Field, member) for every option, in help order.
   template <class Self, class Visit>
@@ -141,10 +182,21 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.out_dir);
   visit(F("epochs", "passes over the training set").at_least(1).at_most(1000000), o.epochs);
   visit(F("batch_size", "volumes per rank and step").at_least(1), o.batch_size);
-  visit(F("crop", "RandCropByPosNegLabel edge, voxels (cubic)").at_least(1), o.feed.crop);
+  for_each_prefix_field(o.feed.prefix, visit);
+  visit(F("crop_kind", "random crop (pos_neg: RandCropByPosNegLabel; spatial: RandSpatialCrop)"),
+        o.feed.crop_kind);
+  visit(F("crop", "crop edge, voxels (cubic)").at_least(1), o.feed.crop);
   visit(F("num_samples", "crops per volume").at_least(1), o.feed.num_samples);
   visit(F("allow_smaller", "crops larger than a volume shrink to it"), o.feed.allow_smaller);
-  visit(F("rot90_prob", "RandRotate90 probability").at_least(0).at_most(1), o.feed.rot90_prob);
+  visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1),
+        o.feed.rot90_prob);
+  visit(
+      F("flip_prob", "RandFlip probability, each axis on its own (0: none)").at_least(0).at_most(1),
+      o.feed.flip_prob);
+  visit(F("rand_scale", "RandScaleIntensity factor range +-v (0: none)").at_least(0).below(1),
+        o.feed.rand_scale);
+  visit(F("rand_shift", "RandShiftIntensity offset range +-v (0: none)").at_least(0),
+        o.feed.rand_shift);
   visit(F("optimizer", "optimizer"), o.optimizer);
   visit(F("lr", "learning rate").above(0).at_most(10), o.lr);
   visit(F("momentum", "sgd momentum").at_least(0).below(1), o.momentum);
@@ -152,9 +204,14 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("lr_schedule", "learning-rate schedule, per step (poly: power 0.9)"), o.lr_schedule);
   visit(F("seed", "base seed of the sampler, augmentation and weights"), o.seed);
   for_each_model_field(o.model, visit);
+  visit(F("activation",
+          "sigmoid: labels as channels (binary, BraTS); softmax: class indices, "
+          "one-hot Dice without background"),
+        o.activation);
   visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
   visit(F("roi", "validation sliding-window edge, voxels (0: --crop)").at_least(0), o.roi);
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
+  visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1), o.sw_batch_size);
   visit(F("checkpoint_every", "also checkpoint every this many steps (0: epoch ends only)")
             .at_least(0),
         o.checkpoint_every);
@@ -178,7 +235,12 @@ struct PredictOptions {
   PredictOutput output = PredictOutput::kLabel;
   int64_t roi = 0;  ///< 0: whole volume; else sliding window of this size
   double overlap = 0.25;
+  int64_t sw_batch_size = 1;
   UNetOptions model;
+  Activation activation = Activation::kSigmoid;
+  /// The training run's prefix: the image is prepared as validation prepares
+  /// it, and the prediction mapped back onto the image's own grid.
+  PrefixOptions prefix;
   /// Throws std::invalid_argument naming the field.
   void validate() const;
 };

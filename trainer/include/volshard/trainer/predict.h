@@ -5,9 +5,12 @@
 
 namespace volshard {
 
-/// Reads the image, scales its intensity as in training, runs the UNet and
-/// writes a float32 (logits, prob) or uint8 (label) NIfTI with the input's
-/// affine. Throws std::runtime_error naming the file.
+/// Reads the image, prepares it as training's validation did (options.prefix:
+/// orientation, spacing, intensity, foreground crop), runs the UNet, maps the
+/// result back onto the image's own grid (crop padded, spacing and orientation
+/// inverted, as MONAI's Invertd) and writes a float32 (logits, prob) or uint8
+/// (label: argmax with softmax, logits > 0 per channel with sigmoid) NIfTI
+/// with the input's shape and affine. Throws std::runtime_error naming the file.
 void predict(const PredictOptions& options);
 
 }  // namespace volshard

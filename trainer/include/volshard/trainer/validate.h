@@ -1,6 +1,7 @@
 #pragma once
 // Validation during training: Dice over the held-out volumes, split over ranks.
 
+#include <limits>
 #include <vector>
 
 #include "volshard/datasets/datalist.h"
@@ -10,11 +11,25 @@
 
 namespace volshard {
 
-/// Mean validation Dice (MONAI's DiceMetric on sigmoid > 0.5, empty labels
-/// skipped) over `val`, sliding-window inference with options.roi (or crop)
-/// and options.overlap. Each rank scores its part of an uneven, unshuffled
-/// split; the result equals a single process's exactly, for any world size.
-/// Every rank must call it (one all-reduce). NaN when nothing was scored.
+struct ValidationScores {
+  /// MONAI's DiceMetric(reduction "mean"): the mean over every (volume,
+  /// class) whose label is not empty; NaN when there is none.
+  double mean = std::numeric_limits<double>::quiet_NaN();
+  /// Per class (MONAI's "mean_batch"): sigmoid, every output channel;
+  /// softmax, classes 1..C-1. NaN for a class empty in every volume.
+  std::vector<double> per_class;
+};
+
+/// Validation Dice (class_dice with options.activation) over `val`, each
+/// volume through the run's whole-volume prefix (whole_volume_prefix) and
+/// sliding-window inference with options.roi (or crop), overlap and
+/// sw_batch_size. Each rank scores its part of an uneven, unshuffled split;
+/// the result equals a single process's exactly, for any world size. Every
+/// rank must call it (one all-reduce).
+ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>& val,
+                                   const TrainOptions& options, Communicator& comm);
+
+/// validation_scores(...).mean.
 double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val,
                        const TrainOptions& options, Communicator& comm);
 
