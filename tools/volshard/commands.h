@@ -17,14 +17,17 @@ Run add_preview_command(CLI::App& app);
 Run add_train_command(CLI::App& app, const std::vector<std::string>& argv);
 Run add_repro_command(CLI::App& app);
 Run add_predict_command(CLI::App& app);
+Run add_prepare_command(CLI::App& app);
 
 /// The flags of every TrainOptions field (the table in options.h), with
 /// `--config FILE.json` (keys as in RUN/config.json) giving their defaults:
 /// flags on the command line override the file; an unknown key is an error.
 void add_train_flags(CLI::App* cmd, TrainOptions& options);
-/// The network's flags (--channels, --strides, ...), and `--config` taking
-/// only those keys from a RUN/config.json (its other keys are ignored).
-void add_model_flags(CLI::App* cmd, UNetOptions& model);
+/// predict's network, activation and prefix flags, and --config (a run's config.json; other keys
+/// ignored).
+void add_predict_flags(CLI::App* cmd, PredictOptions& options);
+/// The deterministic prefix's flags, and --config (other keys ignored).
+void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix);
 
 /// An option taking an enum's names (enum_names in options.h), any case.
 template <class T>

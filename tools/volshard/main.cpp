@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
       {"train", cli::add_train_command(app, std::vector<std::string>(argv, argv + argc))},
       {"repro", cli::add_repro_command(app)},
       {"predict", cli::add_predict_command(app)},
+      {"prepare", cli::add_prepare_command(app)},
   };
   return cli::parse_and_run(app, commands, argc, argv);
 }

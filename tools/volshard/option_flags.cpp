@@ -102,6 +102,13 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
       return v.is_string() ? v.get<std::string>() : v.dump();
     };
     std::vector<std::string> inputs;
+    if (it->is_array() && it->empty()) {  // "pixdim": [] is "none", each list's default
+      option->clear();
+      if (!option->get_default_str().empty() && option->get_default_str() != "[]")
+        throw std::invalid_argument("--config " + path + ": key '" + it.key() +
+                                    "' must not be an empty list");
+      continue;
+    }
     if (it->is_array()) {
       for (const auto& v : *it) inputs.push_back(text(v));
     } else {
@@ -138,12 +145,29 @@ void add_train_flags(CLI::App* cmd, TrainOptions& options) {
              "JSON of these options (keys as in RUN/config.json); flags override it");
 }
 
-void add_model_flags(CLI::App* cmd, UNetOptions& model) {
-  for_each_model_field(model, AddFlag{cmd});
+void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
   std::set<std::string> keys;
-  for_each_model_field(model, CollectKeys{&keys});
+  const auto table = [&o](auto&& visit) {
+    for_each_model_field(o.model, visit);
+    visit(Field("activation", "sigmoid: channels on their own; softmax: argmax over classes"),
+          o.activation);
+    visit(Field("sw_batch_size", "sliding windows per forward pass").at_least(1), o.sw_batch_size);
+    for_each_prefix_field(o.prefix, visit);
+  };
+  table(AddFlag{cmd});
+  table(CollectKeys{&keys});
   add_config(cmd, std::move(keys), true,
-             "RUN/config.json: the network's keys (channels, strides, ...); flags override it");
+             "RUN/config.json: the network's and the prefix's keys (channels, pixdim, ...); flags "
+             "override it");
+}
+
+void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix) {
+  for_each_prefix_field(prefix, AddFlag{cmd});
+  std::set<std::string> keys;
+  for_each_prefix_field(prefix, CollectKeys{&keys});
+  add_config(cmd, std::move(keys), true,
+             "a training config (configs/spleen.json, RUN/config.json): its prefix keys "
+             "(orientation, pixdim, intensity, ...); flags override it");
 }
 
 }  // namespace volshard::cli

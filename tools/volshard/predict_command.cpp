@@ -24,7 +24,7 @@ Run add_predict_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--overlap", o->overlap, "sliding-window overlap fraction")
       ->capture_default_str();
-  add_model_flags(cmd, o->model);
+  add_predict_flags(cmd, *o);
   return [o] {
     predict(*o);
     std::cout << "wrote " << o->out_path << "\n";

@@ -16,6 +16,8 @@ const std::vector<Verb>& verbs() {
       {"repro", "check reproducibility on your configuration at small scale (verdict table)", true},
       {"predict", "segment a volume with a trained UNet; writes NIfTI with the input's affine",
        true},
+      {"prepare", "write a configuration's deterministic prefix of an image (and label) as NIfTI",
+       true},
   };
   return table;
 }

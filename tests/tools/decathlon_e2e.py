@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the CT and MRI pipelines on Decathlon-style folders:
+`volshard synth --kind ct|mri`, `volshard train --config configs/{spleen,brats}.json
+--datalist DIR/dataset.json`, `volshard predict` back onto the input's grid,
+`volshard prepare`, and bad input refused before training. The real binaries;
+outputs read back with nibabel.
+
+  decathlon_e2e.py --binary build/bin/volshard --configs configs [-k pattern]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import nibabel as nib
+    import numpy as np
+except ImportError:
+    print("SKIP: nibabel/numpy are not importable")
+    sys.exit(77)
+
+BINARY = None
+CONFIGS = None
+
+# A tiny UNet and crops: seconds per run on 2 cores.
+TINY = ["--channels", "4,8,16", "--strides", "2,2", "--res-units", "1", "--crop", "12",
+        "--num-samples", "2", "--batch-size", "1", "--workers", "1", "--threads", "1",
+        "--sw-batch-size", "2"]
+
+
+def run(*args, timeout=900):
+    env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def epochs(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [m for m in map(json.loads, f) if m["type"] == "epoch"]
+
+
+class DecathlonTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="volshard_decathlon_")
+        cls.ct = os.path.join(cls.root, "Task09_Spleen")
+        cls.mri = os.path.join(cls.root, "Task01_BrainTumour")
+        for kind, out, count, size in (("ct", cls.ct, 5, 64), ("mri", cls.mri, 4, 32)):
+            p = run("synth", "--kind", kind, "--out", out, "--count", count, "--size", size, "--seed", 3)
+            assert p.returncode == 0, p.stderr
+        with open(os.path.join(cls.ct, "dataset.json")) as f:
+            cls.ct_list = json.load(f)["training"]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def out(self, name):
+        return os.path.join(self.root, name)
+
+    def ct_file(self, i, key):
+        return os.path.normpath(os.path.join(self.ct, self.ct_list[i][key]))
+
+    def test_spleen_config_trains_on_the_decathlon_folder_and_predicts_onto_the_input_grid(self):
+        run_dir = self.out("spleen_run")
+        p = run("train", "--config", os.path.join(CONFIGS, "spleen.json"),
+                "--datalist", os.path.join(self.ct, "dataset.json"), "--out", run_dir, "--epochs", 2,
+                "--val-every", 1, "--val-fraction", 0.4, "--roi", 32, "--lr", 1e-3,
+                "--nproc-per-node", 2, *TINY)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("3 training volume(s); validation: 2 volume(s), the last 2 pair(s)", p.stderr)
+        lines = epochs(run_dir)
+        self.assertEqual(len(lines), 2)
+        self.assertTrue(all(isinstance(m["val_dice"], float) for m in lines), lines)
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual((config["orientation"], config["pixdim"], config["activation"], config["in_channels"]),
+                         ("RAS", [1.5, 1.5, 2.0], "softmax", 1))
+        # The prediction is on the image's own (LPS, anisotropic) grid.
+        image = self.ct_file(4, "image")
+        pred = self.out("spleen_pred.nii.gz")
+        p = run("predict", "--model", os.path.join(run_dir, "model.pt"), "--config",
+                os.path.join(run_dir, "config.json"), "--image", image, "--out", pred, "--roi", 32)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        src, out = nib.load(image), nib.load(pred)
+        self.assertEqual(out.shape[:3], src.shape[:3])
+        np.testing.assert_allclose(out.affine, src.affine, atol=1e-4)
+        self.assertTrue(set(np.unique(np.asanyarray(out.dataobj))) <= {0, 1})
+
+    def test_prepare_writes_the_prefix_in_ras_at_the_configured_spacing(self):
+        out = self.out("prepared")
+        p = run("prepare", "--config", os.path.join(CONFIGS, "spleen.json"), "--image", self.ct_file(0, "image"),
+                "--label", self.ct_file(0, "label"), "--out", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        image, label = nib.load(os.path.join(out, "image.nii.gz")), nib.load(os.path.join(out, "label.nii.gz"))
+        src = nib.load(self.ct_file(0, "image"))
+        self.assertEqual(nib.aff2axcodes(src.affine)[:2], ("L", "P"))
+        self.assertEqual(nib.aff2axcodes(image.affine), ("R", "A", "S"))
+        np.testing.assert_allclose(image.header.get_zooms()[:3], (1.5, 1.5, 2.0), atol=1e-5)
+        np.testing.assert_allclose(label.affine, image.affine)
+        data = np.asanyarray(image.dataobj)
+        self.assertGreaterEqual(data.min(), 0.0)
+        self.assertLessEqual(data.max(), 1.0)  # the -57..164 HU window, clipped
+        self.assertTrue(set(np.unique(np.asanyarray(label.dataobj))) <= {0, 1})
+        self.assertGreater(np.asanyarray(label.dataobj).sum(), 0)
+        # CropForeground: the air around the body is gone, and the world positions kept.
+        src_extent = np.abs(src.affine[:3, :3] @ (np.array(src.shape[:3]) - 1)).max()
+        self.assertLess(np.abs(image.affine[:3, :3] @ (np.array(image.shape[:3]) - 1)).max(), src_extent + 1)
+
+    def test_brats_config_trains_three_region_channels_and_scores_each(self):
+        run_dir = self.out("brats_run")
+        p = run("train", "--config", os.path.join(CONFIGS, "brats.json"),
+                "--datalist", os.path.join(self.mri, "dataset.json"), "--out", run_dir, "--epochs", 1,
+                "--val-fraction", 0.25, "--roi", 16, "--nproc-per-node", 1, *TINY)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        (line,) = epochs(run_dir)
+        self.assertEqual(line["val_classes"], ["TC", "WT", "ET"])
+        self.assertEqual(len(line["val_dice_per_class"]), 3)
+        self.assertTrue(os.path.getsize(os.path.join(run_dir, "curves.png")) > 0)
+        with open(os.path.join(run_dir, "config.json")) as f:
+            self.assertEqual(json.load(f)["in_channels"], 4)
+
+    def write_list(self, name, pairs):
+        path = self.out(name)
+        with open(path, "w") as f:
+            json.dump({"training": [{"image": i, "label": l} for i, l in pairs]}, f)
+        return path
+
+    def train_fails(self, datalist, *extra):
+        p = run("train", "--config", os.path.join(CONFIGS, "spleen.json"), "--datalist", datalist,
+                "--out", self.out("bad_run"), "--overwrite", "--epochs", 1, "--val-every", 0,
+                "--nproc-per-node", 1, *TINY, *extra)
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.out("bad_run"), "checkpoint.pt")))
+        return p.stderr
+
+    def test_bad_input_is_refused_before_training_naming_file_and_field(self):
+        pairs = [(self.ct_file(i, "image"), self.ct_file(i, "label")) for i in range(3)]
+        # A file the dataset.json lists is missing.
+        missing = self.write_list("missing.json", pairs + [(self.out("nowhere.nii.gz"), pairs[0][1])])
+        self.assertIn(self.out("nowhere.nii.gz"), self.train_fails(missing))
+        # Images with different channel counts.
+        src = nib.load(pairs[0][0])
+        two = self.out("two_channels.nii.gz")
+        data = np.asanyarray(src.dataobj)
+        nib.save(nib.Nifti1Image(np.stack([data, data], -1), src.affine), two)
+        err = self.train_fails(self.write_list("channels.json", pairs + [(two, pairs[0][1])]), "--in-channels", 0)
+        self.assertIn(two, err)
+        self.assertIn("channel", err)
+        # A label value outside the classes (softmax, out_channels 2: 0 and 1).
+        lab = nib.load(pairs[1][1])
+        bad = np.asanyarray(lab.dataobj).copy()
+        bad.flat[7] = 3
+        bad_label = self.out("label_with_3.nii.gz")
+        nib.save(nib.Nifti1Image(bad, lab.affine, lab.header), bad_label)
+        err = self.train_fails(self.write_list("values.json", [pairs[0], (pairs[1][0], bad_label)]))
+        self.assertIn(bad_label, err)
+        self.assertIn("label value 3", err)
+        # A voxel spacing of 0 where the affine is built from it (no sform).
+        img = nib.Nifti1Image(data.astype(np.int16), None)
+        img.header.set_sform(None, code=0)
+        img.header.set_qform(np.diag([0.8, 0.8, 5.0, 1.0]), code=1)
+        img.header["pixdim"][2] = 0
+        zero = self.out("zero_spacing.nii")
+        nib.save(img, zero)
+        with open(zero, "rb") as f:  # nibabel fixes pixdim on save: zero it by hand
+            raw = bytearray(f.read())
+        raw[76 + 4 * 2:76 + 4 * 3] = np.float32(0).tobytes()  # pixdim[2]; pixdim starts at byte 76
+        with open(zero, "wb") as f:
+            f.write(bytes(raw))
+        err = self.train_fails(self.write_list("spacing.json", [pairs[0], (zero, pairs[0][1])]))
+        self.assertIn(zero, err)
+        self.assertIn("pixdim[2]", err)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--configs", required=True)
+    args, rest = parser.parse_known_args()
+    BINARY, CONFIGS = os.path.abspath(args.binary), os.path.abspath(args.configs)
+    unittest.main(argv=[sys.argv[0]] + rest)

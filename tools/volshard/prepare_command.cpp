@@ -1,0 +1,53 @@
+// volshard prepare: what a configuration's deterministic prefix makes of an
+// image (and its label), as NIfTI with its affine, to open in a viewer or to
+// compare with MONAI's output for the same files.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "verbs.h"
+#include "volshard/datasets/feed.h"
+#include "volshard/datasets/load_pair.h"
+#include "volshard/datasets/volume.h"
+
+namespace volshard::cli {
+
+Run add_prepare_command(CLI::App& app) {
+  struct State {
+    FeedOptions feed;
+    std::string image, label, out;
+  };
+  auto s = std::make_shared<State>();
+  auto* cmd = app.add_subcommand("prepare", verb_summary("prepare"));
+  cmd->footer(
+      "\nWrites OUT/image.nii.gz (and OUT/label.nii.gz) after orientation, spacing, intensity\n"
+      "and foreground crop, as validation prepares a volume.\n\nExample:\n"
+      "  volshard prepare --config configs/spleen.json --image imagesTr/spleen_2.nii.gz \\\n"
+      "    --label labelsTr/spleen_2.nii.gz --out prepared");
+  cmd->add_option("--image", s->image, "NIfTI image")->required();
+  cmd->add_option("--label", s->label, "its label map (optional)");
+  cmd->add_option("--out", s->out, "folder to write image.nii.gz (and label.nii.gz) into")
+      ->required();
+  add_prefix_flags(cmd, s->feed.prefix);
+  return [s] {
+    s->feed.prefix.validate();
+    const PairOptions options = whole_volume_prefix(s->feed);
+    std::filesystem::create_directories(s->out);
+    const std::filesystem::path out(s->out);
+    if (s->label.empty()) {
+      const SpatialImage v = prepare_image(read_volume_as_float(s->image), options);
+      write_volume((out / "image.nii.gz").string(), v.data, v.affine);
+    } else {
+      const Sample v = load_pair({s->image, s->label}, 0, options);
+      write_volume((out / "image.nii.gz").string(), v.image.contiguous(), v.meta.affine);
+      write_volume((out / "label.nii.gz").string(), v.label.contiguous(), v.meta.affine);
+    }
+    std::cout << "wrote " << (out / "image.nii.gz").string()
+              << (s->label.empty() ? "" : " and " + (out / "label.nii.gz").string()) << "\n";
+    return 0;
+  };
+}
+
+}  // namespace volshard::cli
