@@ -99,7 +99,7 @@ class LoaderCore {
       : pairs_(std::move(pairs)) {
     feed.validate();
     lo.validate();
-    const PairOptions prefix = feed_prefix();
+    const PairOptions prefix = feed_prefix(feed);
     CacheOptions c = co;
     if (!c.cache_dir.empty()) {
       c.config_key = prefix.config_key();
@@ -231,9 +231,10 @@ PYBIND11_MODULE(_volshard, m) {
       py::arg("nifti_version") = 1, py::arg("spacing_mm") = std::vector<double>{},
       py::arg("descrip") = "", "Writes X x Y x Z or C x X x Y x Z data atomically.");
 
-  m.def("tune_allocator_for_volumes", &tune_allocator_for_volumes,
-        "glibc malloc settings that keep multi-MB batch buffers mapped (see loader.h); call once at "
-        "start-up, before a Loader starts its threads. False where mallopt is unavailable.");
+  m.def(
+      "tune_allocator_for_volumes", &tune_allocator_for_volumes,
+      "glibc malloc settings that keep multi-MB batch buffers mapped (see loader.h); call once at "
+      "start-up, before a Loader starts its threads. False where mallopt is unavailable.");
 
   m.def(
       "pairs_from_folder",
@@ -249,12 +250,72 @@ PYBIND11_MODULE(_volshard, m) {
       py::arg("path"), py::arg("section") = "training");
 
   // The options structs, filled by name from Python (volshard/loader.py).
+  // Enum values by the names configs/*.json use.
+  py::enum_<IntensityKind>(m, "_IntensityKind")
+      .value("none", IntensityKind::kNone)
+      .value("scale", IntensityKind::kScale)
+      .value("range", IntensityKind::kRange)
+      .value("normalize", IntensityKind::kNormalize);
+  py::enum_<LabelMap>(m, "_LabelMap")
+      .value("classes", LabelMap::kClasses)
+      .value("brats", LabelMap::kBrats)
+      .value("decathlon_brats", LabelMap::kDecathlonBrats);
+  py::enum_<CropKind>(m, "_CropKind")
+      .value("pos_neg", CropKind::kPosNeg)
+      .value("spatial", CropKind::kSpatial);
   py::class_<FeedOptions>(m, "_FeedOptions")
       .def(py::init<>())
       .def_readwrite("crop", &FeedOptions::crop)
       .def_readwrite("num_samples", &FeedOptions::num_samples)
       .def_readwrite("allow_smaller", &FeedOptions::allow_smaller)
-      .def_readwrite("rot90_prob", &FeedOptions::rot90_prob);
+      .def_readwrite("rot90_prob", &FeedOptions::rot90_prob)
+      .def_readwrite("crop_kind", &FeedOptions::crop_kind)
+      .def_readwrite("flip_prob", &FeedOptions::flip_prob)
+      .def_readwrite("rand_scale", &FeedOptions::rand_scale)
+      .def_readwrite("rand_shift", &FeedOptions::rand_shift)
+      // The prefix's fields, flat, as in configs/*.json.
+      .def_property(
+          "orientation", [](const FeedOptions& f) { return f.prefix.orientation; },
+          [](FeedOptions& f, const std::string& v) { f.prefix.orientation = v; })
+      .def_property(
+          "pixdim", [](const FeedOptions& f) { return f.prefix.pixdim; },
+          [](FeedOptions& f, const std::vector<double>& v) { f.prefix.pixdim = v; })
+      .def_property(
+          "intensity", [](const FeedOptions& f) { return f.prefix.intensity; },
+          [](FeedOptions& f, IntensityKind v) { f.prefix.intensity = v; })
+      .def_property(
+          "a_min", [](const FeedOptions& f) { return f.prefix.range.a_min; },
+          [](FeedOptions& f, double v) { f.prefix.range.a_min = v; })
+      .def_property(
+          "a_max", [](const FeedOptions& f) { return f.prefix.range.a_max; },
+          [](FeedOptions& f, double v) { f.prefix.range.a_max = v; })
+      .def_property(
+          "b_min", [](const FeedOptions& f) { return f.prefix.range.b_min; },
+          [](FeedOptions& f, double v) { f.prefix.range.b_min = v; })
+      .def_property(
+          "b_max", [](const FeedOptions& f) { return f.prefix.range.b_max; },
+          [](FeedOptions& f, double v) { f.prefix.range.b_max = v; })
+      .def_property(
+          "clip", [](const FeedOptions& f) { return f.prefix.range.clip; },
+          [](FeedOptions& f, bool v) { f.prefix.range.clip = v; })
+      .def_property(
+          "nonzero", [](const FeedOptions& f) { return f.prefix.normalize.nonzero; },
+          [](FeedOptions& f, bool v) { f.prefix.normalize.nonzero = v; })
+      .def_property(
+          "channel_wise", [](const FeedOptions& f) { return f.prefix.normalize.channel_wise; },
+          [](FeedOptions& f, bool v) { f.prefix.normalize.channel_wise = v; })
+      .def_property(
+          "crop_foreground", [](const FeedOptions& f) { return f.prefix.crop_foreground; },
+          [](FeedOptions& f, bool v) { f.prefix.crop_foreground = v; })
+      .def_property(
+          "foreground_margin", [](const FeedOptions& f) { return f.prefix.foreground_margin; },
+          [](FeedOptions& f, int64_t v) { f.prefix.foreground_margin = v; })
+      .def_property(
+          "labels", [](const FeedOptions& f) { return f.prefix.labels; },
+          [](FeedOptions& f, LabelMap v) { f.prefix.labels = v; })
+      .def_property(
+          "num_classes", [](const FeedOptions& f) { return f.prefix.num_classes; },
+          [](FeedOptions& f, int64_t v) { f.prefix.num_classes = v; });
   py::class_<LoaderOptions>(m, "_LoaderOptions")
       .def(py::init<>())
       .def_readwrite("batch_size", &LoaderOptions::batch_size)

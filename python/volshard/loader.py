@@ -26,6 +26,61 @@ def _pairs(data):
     return pairs
 
 
+# The pipeline keys a Loader takes (configs/*.json and RUN/config.json name
+# them the same way); a config file's other keys (network, optimiser) are ignored.
+_PIPELINE_KEYS = {
+    "orientation": str, "pixdim": lambda v: [float(x) for x in v], "intensity": "_IntensityKind",
+    "a_min": float, "a_max": float, "b_min": float, "b_max": float, "clip": bool,
+    "nonzero": bool, "channel_wise": bool, "crop_foreground": bool, "foreground_margin": int,
+    "labels": "_LabelMap", "num_classes": int, "crop_kind": "_CropKind", "crop": None,
+    "num_samples": int, "rot90_prob": float, "flip_prob": float, "rand_scale": float,
+    "rand_shift": float, "allow_smaller": bool,
+}
+
+
+def _pipeline(pipeline):
+    """A dict of pipeline keys, or the path of a JSON config (other keys ignored)."""
+    if pipeline is None:
+        return {}
+    if isinstance(pipeline, (str, os.PathLike)):
+        import json
+        path = os.fspath(pipeline)
+        try:
+            with open(path) as f:
+                config = json.load(f)
+        except OSError as e:
+            raise FileNotFoundError(f"Loader: pipeline={path}: {e.strerror}") from None
+        except ValueError as e:
+            raise ValueError(f"Loader: pipeline={path}: not valid JSON ({e})") from None
+        return {k: v for k, v in config.items() if k in _PIPELINE_KEYS}
+    unknown = sorted(set(pipeline) - set(_PIPELINE_KEYS))
+    if unknown:
+        raise ValueError(f"Loader: pipeline key(s) {unknown} unknown; known: {sorted(_PIPELINE_KEYS)}")
+    return dict(pipeline)
+
+
+def _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline):
+    """The defaults (MONAI's DDP tutorial), then the pipeline's keys, then the arguments given."""
+    feed = _volshard._FeedOptions()
+    settings = {"crop": 96, "num_samples": 4, "allow_smaller": False, "rot90_prob": 0.5}
+    settings.update(_pipeline(pipeline))
+    given = {"crop": crop, "num_samples": num_samples, "allow_smaller": allow_smaller, "rot90_prob": rot90_prob}
+    settings.update({k: v for k, v in given.items() if v is not None})
+    for key, value in settings.items():
+        convert = _PIPELINE_KEYS[key]
+        if key == "crop":
+            value = _edge(value)
+        elif isinstance(convert, str):
+            names = getattr(_volshard, convert).__members__
+            if value not in names:
+                raise ValueError(f"Loader: {key}={value!r} must be one of {sorted(names)}")
+            value = names[value]
+        else:
+            value = convert(value)
+        setattr(feed, key, value)
+    return feed
+
+
 def _edge(crop):
     if isinstance(crop, int):
         return crop
@@ -46,6 +101,15 @@ class Loader:
     label indices) and RandCropByPosNegLabel(crop, num_samples) +
     RandRotate90(rot90_prob) on ``workers`` C++ threads (0: in ``next``).
     Batches depend on (data, sampler, seed, epoch) only, not on ``workers``.
+
+    ``pipeline`` (a dict, or the path of a JSON config such as
+    configs/spleen.json, whose network and optimiser keys are ignored) sets
+    the CT/MRI steps: orientation, pixdim, intensity (scale, range,
+    normalize) with a_min/a_max/b_min/b_max/clip or nonzero/channel_wise,
+    crop_foreground, labels (classes, brats, decathlon_brats), num_classes,
+    crop_kind (pos_neg, spatial), flip_prob, rand_scale, rand_shift, and
+    crop, num_samples, rot90_prob, allow_smaller, which the arguments of the
+    same names override when given (defaults: 96, 4, 0.5, False).
     The GIL is released while C++ works; tensors come without a copy.
 
     ``state_dict()`` holds the sampler's state at the batches returned so far
@@ -54,10 +118,10 @@ class Loader:
 
     _core = None
 
-    def __init__(self, data, sampler=None, *, crop=96, num_samples=4, batch_size=2, workers=2,
-                 cache_rate=1.0, seed=None, rot90_prob=0.5, allow_smaller=False,
+    def __init__(self, data, sampler=None, *, crop=None, num_samples=None, batch_size=2, workers=2,
+                 cache_rate=1.0, seed=None, rot90_prob=None, allow_smaller=None,
                  drop_last_batch=False, prefetch_batches=2, pin_memory=None, cache_threads=2,
-                 max_cache_bytes=-1, cache_dir=""):
+                 max_cache_bytes=-1, cache_dir="", pipeline=None):
         pairs = _pairs(data)
         if sampler is None:
             sampler = DistributedSampler(len(pairs), seed=0 if seed is None else seed)
@@ -74,8 +138,7 @@ class Loader:
         self.drop_last_batch = drop_last_batch
         self._core = _volshard._LoaderCore(
             pairs,
-            _volshard_options(_volshard._FeedOptions, crop=_edge(crop), num_samples=num_samples,
-                              allow_smaller=allow_smaller, rot90_prob=rot90_prob),
+            _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline),
             _volshard_options(_volshard._LoaderOptions, batch_size=batch_size, drop_last_batch=drop_last_batch,
                               workers=workers, prefetch_batches=prefetch_batches, seed=self.seed,
                               pin_memory=pin_memory),

@@ -22,3 +22,17 @@ def synth_data(tmp_path_factory, volshard_bin):
     subprocess.run([volshard_bin, "synth", "--out", str(out), "--count", "6", "--size", "64", "--seed", "0"],
                    check=True, stdout=subprocess.DEVNULL)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def ct_data(tmp_path_factory, volshard_bin):
+    """A Decathlon-style CT folder (`volshard synth --kind ct`): 4 cases, 64 x 64 x 16 at ~0.8 x 0.8 x 5 mm."""
+    out = tmp_path_factory.mktemp("ct")
+    subprocess.run([volshard_bin, "synth", "--kind", "ct", "--out", str(out), "--count", "4", "--size", "64",
+                    "--seed", "0"], check=True, stdout=subprocess.DEVNULL)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def configs_dir():
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")

@@ -175,3 +175,37 @@ def test_a_crop_larger_than_the_volume_fails_in_next_naming_the_index(synth_data
     with pytest.raises((ValueError, RuntimeError), match="index"):
         list(loader)
     loader.close()
+
+
+def test_a_config_file_sets_the_spleen_pipeline(ct_data, configs_dir):
+    import os
+    data = os.path.join(ct_data, "dataset.json")
+    sampler = volshard.DistributedSampler(4, num_replicas=1, rank=0, seed=0)
+    loader = volshard.Loader(data, sampler, pipeline=os.path.join(configs_dir, "spleen.json"), crop=8,
+                             batch_size=2, workers=1)
+    batches = list(loader)
+    loader.close()
+    # The config's num_samples (4), the crop argument (8), the window clipped to [0, 1].
+    assert tuple(batches[0]["image"].shape) == (8, 1, 8, 8, 8)
+    for b in batches:
+        assert float(b["image"].min()) >= 0.0 and float(b["image"].max()) <= 1.0
+        assert set(b["label"].unique().tolist()) <= {0.0, 1.0}
+
+
+def test_a_pipeline_dict_gives_brats_region_channels_and_flips(ct_data):
+    import os
+    data = os.path.join(ct_data, "dataset.json")
+    sampler = volshard.DistributedSampler(4, num_replicas=1, rank=0, seed=0)
+    pipeline = {"labels": "decathlon_brats", "intensity": "normalize", "nonzero": True, "crop_kind": "spatial",
+                "crop": 8, "num_samples": 1, "flip_prob": 0.5, "rand_scale": 0.1, "rand_shift": 0.1,
+                "rot90_prob": 0.0}
+    loader = volshard.Loader(data, sampler, pipeline=pipeline, batch_size=2, workers=0)
+    (b, _) = list(loader)
+    loader.close()
+    assert tuple(b["label"].shape) == (2, 3, 8, 8, 8)  # TC, WT, ET from labels 0/1
+    with pytest.raises(ValueError, match="pipeline key"):
+        volshard.Loader(data, sampler, pipeline={"pixdims": [1, 1, 1]})
+    with pytest.raises(ValueError, match="intensity='zscore'"):
+        volshard.Loader(data, sampler, pipeline={"intensity": "zscore"})
+    with pytest.raises(FileNotFoundError, match="nowhere.json"):
+        volshard.Loader(data, sampler, pipeline="nowhere.json")
