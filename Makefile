@@ -53,6 +53,10 @@ bench: build
 	@echo
 	@$(BUILD)/bin/bench_pipeline --size 256 --crop 192
 	@echo
+	@$(BUILD)/bin/bench_pipeline --pipeline spleen --crop 96
+	@echo
+	@$(BUILD)/bin/bench_pipeline --pipeline brats --crop 64
+	@echo
 	@cmake --build $(BUILD) --target python
 	@PYTHONPATH=$(BUILD)/python /usr/bin/python3 bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
 

@@ -30,6 +30,7 @@
 #include "volshard/datasets/loader.h"
 #include "volshard/datasets/synthetic.h"
 #include "volshard/datasets/synthetic_dataset.h"
+#include "volshard/datasets/synthetic_decathlon.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/transforms/transforms.h"
@@ -60,11 +61,11 @@ double median_per_second(int runs, Run run) {
 
 // Volumes per second over `epochs` epochs, median of three runs.
 double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t workers,
-                          int epochs) {
+                          int epochs, const FeedOptions& feed = {}) {
   LoaderOptions o;
   o.batch_size = 2;
   o.workers = workers;
-  DataLoader loader(source, feed_augmentation(FeedOptions{}), o);
+  DataLoader loader(source, feed_augmentation(feed), o);
   DistributedSamplerOptions so;
   so.dataset_size = volumes;
   DistributedSampler sampler(so);
@@ -73,10 +74,105 @@ double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t w
     for (int e = 0; e < epochs; ++e) {
       sampler.set_epoch(e);
       loader.start_epoch(sampler.iterate().to_vector(), e);
-      while (auto b = loader.next()) seen += b->image.size(0) / 4;
+      while (auto b = loader.next()) seen += b->image.size(0) / feed.num_samples;
     }
     return static_cast<double>(seen);
   });
+}
+
+double loads_per_second(const SampleSource& load, int64_t volumes, int64_t workers, int epochs);
+
+// configs/spleen.json and configs/brats.json as FeedOptions (crop as given).
+FeedOptions pipeline_feed(const std::string& name, int64_t crop) {
+  FeedOptions f;
+  f.crop = crop;
+  f.rot90_prob = 0;
+  PrefixOptions& p = f.prefix;
+  p.orientation = "RAS";
+  if (name == "spleen") {
+    p.pixdim = {1.5, 1.5, 2.0};
+    p.intensity = IntensityKind::kRange;
+    p.range = {-57, 164, 0, 1, true};
+    p.crop_foreground = true;
+    p.num_classes = 2;
+  } else {
+    p.pixdim = {1, 1, 1};
+    p.intensity = IntensityKind::kNormalize;
+    p.normalize.nonzero = p.normalize.channel_wise = true;
+    p.labels = LabelMap::kDecathlonBrats;
+    p.num_classes = 4;
+    f.crop_kind = CropKind::kSpatial;
+    f.num_samples = 1;
+    f.flip_prob = 0.5;
+    f.rand_scale = f.rand_shift = 0.1;
+  }
+  return f;
+}
+
+// `--pipeline spleen|brats`: the CT or MRI pipeline on a synthetic Decathlon
+// folder next to the tutorial pipeline on 128^3 spheres, both cached, 2
+// threads, in the same run: the prefix's cost per volume (time, cache bytes)
+// and the loader's throughput.
+void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t volumes,
+                  int epochs, const std::filesystem::path& root) {
+  DecathlonSynthOptions d;
+  d.out_dir = (root / name).string();
+  d.kind = name == "spleen" ? SynthKind::kCt : SynthKind::kMri;
+  d.count = volumes;
+  d.size = size;
+  write_decathlon_dataset(d);
+  const auto pairs = pairs_from_datalist(d.out_dir + "/dataset.json");
+  SynthOptions synth;
+  synth.out_dir = (root / "tutorial").string();
+  synth.count = volumes;
+  synth.volume.num_seg_classes = 1;
+  write_synthetic_dataset(synth);
+  const auto tutorial_pairs = pairs_from_folder(synth.out_dir);
+  const FeedOptions feed = pipeline_feed(name, crop);
+  FeedOptions tutorial;
+  tutorial.crop = crop;
+  const auto shape = decathlon_shape(d.kind, size);
+  std::printf(
+      "%s pipeline (configs/%s.json, crop %lld^3 x %lld) on %lld synthetic %lld x %lld x %lld "
+      "%s volumes\nnext to the tutorial pipeline (crop %lld^3 x 4) on %lld 128^3 spheres; "
+      "cached, 2 threads, batch 2, %d epochs, median of 3\n",
+      name.c_str(), name.c_str(), static_cast<long long>(crop),
+      static_cast<long long>(feed.num_samples), static_cast<long long>(volumes),
+      static_cast<long long>(shape[0]), static_cast<long long>(shape[1]),
+      static_cast<long long>(shape[2]), name == "spleen" ? "int16 CT" : "4-channel MRI",
+      static_cast<long long>(crop), static_cast<long long>(volumes), epochs);
+  std::printf("%-9s | %12s %13s %14s | %12s %9s | %7s\n", "pipeline", "prefix ms/v", "file MB/v",
+              "cache MB/v", "volumes/s", "crops/s", "ratio");
+  std::printf("%s\n", std::string(92, '-').c_str());
+  double tutorial_rate = 0;
+  for (const bool ct : {false, true}) {
+    const auto& list = ct ? pairs : tutorial_pairs;
+    const FeedOptions& f = ct ? feed : tutorial;
+    const PairOptions prefix = feed_prefix(f);
+    const SampleSource load = [&](int64_t i) {
+      return load_pair(list[static_cast<size_t>(i)], i, prefix);
+    };
+    const double prefix_ms = 1000.0 / loads_per_second(load, volumes, 1, 1);
+    double file_mb = 0;
+    for (const auto& p : list)
+      file_mb += static_cast<double>(std::filesystem::file_size(p.image) +
+                                     std::filesystem::file_size(p.label));
+    file_mb /= static_cast<double>(volumes) * (1 << 20);
+    CacheOptions co;
+    co.threads = 2;
+    const SampleCache cache(load, volumes, co);
+    const double cache_mb = static_cast<double>(cache.cached_bytes()) / volumes / (1 << 20);
+    const double rate = volumes_per_second(cache.source(), volumes, 2, epochs, f);
+    if (!ct) tutorial_rate = rate;
+    std::printf("%-9s | %12.0f %13.1f %14.1f | %12.1f %9.1f | %7.2f\n",
+                ct ? name.c_str() : "tutorial", prefix_ms, file_mb, cache_mb, rate,
+                rate * static_cast<double>(f.num_samples), rate / tutorial_rate);
+    std::fflush(stdout);
+  }
+  std::printf(
+      "(prefix ms/v: one thread's load_pair per volume, read to cached sample; file MB/v: the "
+      ".nii.gz image + label;\ncache MB/v: the prepared prefix held per volume; ratio: volumes/s "
+      "over the tutorial's)\n");
 }
 
 // The ceiling of the files rows: volumes per second that `workers` threads
@@ -352,6 +448,8 @@ double python_baseline(const std::string& script, const std::string& dir, const 
 int main(int argc, char** argv) {
   std::string script = "bench/pipeline_baseline.py";
   LargeArgs large;
+  std::string pipeline;  // spleen | brats
+  int64_t pipeline_size = 0;
   for (int k = 1; k < argc; ++k) {
     const std::string a = argv[k];
     const auto value = [&]() -> std::string {
@@ -364,6 +462,13 @@ int main(int argc, char** argv) {
       large.crop = std::stoll(value());
     } else if (a == "--ct") {
       large.ct = true;
+    } else if (a == "--pipeline") {
+      pipeline = value();
+      if (pipeline != "spleen" && pipeline != "brats")
+        throw std::invalid_argument("bench_pipeline: --pipeline=" + pipeline +
+                                    " must be spleen or brats");
+    } else if (a == "--pipeline-size") {
+      pipeline_size = std::stoll(value());
     } else if (a == "--volumes") {
       large.volumes = std::stoll(value());
     } else if (a == "--epochs") {
@@ -387,6 +492,12 @@ int main(int argc, char** argv) {
   const int epochs = 2;
   const auto root = std::filesystem::temp_directory_path() /
                     ("volshard_bench_pipeline_" + std::to_string(::getpid()));
+  if (!pipeline.empty()) {
+    const int64_t size = pipeline_size > 0 ? pipeline_size : (pipeline == "spleen" ? 384 : 128);
+    run_pipeline(pipeline, size, large.crop, quick ? 4 : large.volumes, large.epochs, root);
+    std::filesystem::remove_all(root);
+    return 0;
+  }
   if (large.size > 0 || large.ct) {
     std::printf("malloc tuned: %s\n", tuned ? "yes" : "no");
     run_large(large, root);

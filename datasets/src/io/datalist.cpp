@@ -101,7 +101,7 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
   }
   const fs::path base = fs::path(datalist_path).parent_path();
   const auto resolve = [&](const std::string& p) {
-    return fs::path(p).is_absolute() ? p : (base / p).string();
+    return fs::path(p).is_absolute() ? p : (base / p).lexically_normal().string();
   };
   std::vector<ImageLabelPair> pairs;
   std::vector<std::string> missing;
