@@ -209,3 +209,20 @@ def test_a_pipeline_dict_gives_brats_region_channels_and_flips(ct_data):
         volshard.Loader(data, sampler, pipeline={"intensity": "zscore"})
     with pytest.raises(FileNotFoundError, match="nowhere.json"):
         volshard.Loader(data, sampler, pipeline="nowhere.json")
+
+
+def test_the_mri_pipelines_random_steps_do_not_depend_on_workers(ct_data):
+    import os
+    data = os.path.join(ct_data, "dataset.json")
+    pipeline = {"intensity": "normalize", "nonzero": True, "crop_kind": "spatial", "crop": 8, "num_samples": 2,
+                "flip_prob": 0.5, "rand_scale": 0.1, "rand_shift": 0.1, "rot90_prob": 0.0,
+                "orientation": "RAS", "pixdim": [1.5, 1.5, 2.0]}
+    runs = []
+    for workers in (0, 1, 2):
+        sampler = volshard.DistributedSampler(4, num_replicas=2, rank=1, seed=5)
+        loader = volshard.Loader(data, sampler, pipeline=pipeline, batch_size=1, workers=workers)
+        loader.set_epoch(3)
+        runs.append(list(loader))
+        loader.close()
+    same(runs[1], runs[0])
+    same(runs[2], runs[0])
