@@ -32,8 +32,8 @@ int64_t channels_of(const NiftiHeader& h) {
 }
 
 // Image and label headers agree; spacings are usable; a training image holds
-// the crop, as the prefix resamples it. Returns the image's channels.
-int64_t check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training) {
+// the crop, as the prefix resamples it.
+void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training) {
   NiftiHeader hi, hl;
   try {
     hi = read_nifti_header(p.image);
@@ -70,7 +70,6 @@ int64_t check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training
                                     (prefix.pixdim.empty() ? "" : " after --pixdim") +
                                     "); use a smaller crop or --allow-smaller");
   }
-  return channels_of(hi);
 }
 
 // A fresh run would truncate metrics.jsonl and replace checkpoint.pt: only
@@ -190,21 +189,10 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     throw std::invalid_argument(e.what());
   }
   if (d.train.empty()) throw std::invalid_argument("train: no training pairs");
-  int64_t channels = -1;
-  std::string first;
-  auto check = [&](const ImageLabelPair& p, bool training) {
-    const int64_t c = check_pair(o, p, training);
-    if (channels < 0) {
-      channels = c;
-      first = p.image;
-    } else if (c != channels) {
-      throw std::invalid_argument("train: " + p.image + " has " + std::to_string(c) +
-                                  " channel(s) but " + first + " has " + std::to_string(channels) +
-                                  ": every image needs the same");
-    }
-  };
-  for (const auto& p : d.train) check(p, true);
-  for (const auto& p : d.val) check(p, false);
+  for (const auto& p : d.train) check_pair(o, p, true);
+  for (const auto& p : d.val) check_pair(o, p, false);
+  const int64_t channels = image_channels(d);  // the same in every image, or refused
+  const std::string& first = d.train.front().image;
   if (o.model.in_channels > 0 && channels != o.model.in_channels)
     throw std::invalid_argument("train: --in-channels=" + std::to_string(o.model.in_channels) +
                                 " but " + first + " has " + std::to_string(channels) +
