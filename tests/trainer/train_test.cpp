@@ -203,5 +203,35 @@ TEST(CurvesTest, DrawsEveryStepsLossAndTicksOnBothAxes) {
   EXPECT_GE(runs, 5);
 }
 
+TEST(CurvesTest, DrawsEachClassesDiceWhenTheMetricsHaveClasses) {
+  auto metrics_with = [](bool classes) {
+    std::string m;
+    for (int epoch = 0; epoch < 4; ++epoch) {
+      m += "{\"type\":\"epoch\",\"epoch\":" + std::to_string(epoch) +
+           ",\"step\":" + std::to_string(10 * (epoch + 1)) + ",\"loss\":0.5,\"val_dice\":0.6";
+      if (classes)
+        m += ",\"val_dice_per_class\":[0.3,0.8,null],\"val_classes\":[\"TC\",\"WT\",\"ET\"]";
+      m += "}\n";
+    }
+    return m;
+  };
+  auto count = [](const Canvas& img, Rgb c) {
+    int n = 0;
+    for (int y = 0; y < img.height(); ++y)
+      for (int x = 0; x < img.width(); ++x) {
+        const Rgb p = img.at(x, y);
+        n += p.r == c.r && p.g == c.g && p.b == c.b;
+      }
+    return n;
+  };
+  const Canvas with = draw_curves(metrics_with(true)), without = draw_curves(metrics_with(false));
+  const Rgb first{230, 120, 0}, second{170, 0, 170}, third{0, 170, 170};
+  EXPECT_GT(count(with, first), 50) << "class TC's line and name";
+  EXPECT_GT(count(with, second), 50);
+  EXPECT_GT(count(with, third), 0) << "ET's name, though its Dice is null";
+  EXPECT_EQ(count(without, first), 0);
+  EXPECT_EQ(count(without, second), 0);
+}
+
 }  // namespace
 }  // namespace volshard
