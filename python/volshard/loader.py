@@ -140,7 +140,7 @@ class Loader:
             pairs,
             _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline),
             _volshard_options(_volshard._LoaderOptions, batch_size=batch_size, drop_last_batch=drop_last_batch,
-                              workers=workers, prefetch_batches=prefetch_batches, seed=self.seed,
+                              workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
                               pin_memory=pin_memory),
             _volshard_options(_volshard._CacheOptions, cache_rate=cache_rate, threads=cache_threads,
                               max_bytes=max_cache_bytes, cache_dir=os.fspath(cache_dir)))

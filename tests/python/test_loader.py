@@ -226,3 +226,14 @@ def test_the_mri_pipelines_random_steps_do_not_depend_on_workers(ct_data):
         loader.close()
     same(runs[1], runs[0])
     same(runs[2], runs[0])
+
+
+def test_a_negative_seed_wraps_as_the_samplers_does(synth_data):
+    # torch takes seed=-1 (manual_seed wraps it); the sampler does too, and the Loader takes the
+    # sampler's seed by default: it must not fail on it, and -1 means 2**64 - 1 for the streams.
+    a, _ = epoch_batches(synth_data, 0, seed=-1)
+    sampler = volshard.DistributedSampler(6, num_replicas=2, rank=0, seed=-1)
+    loader = volshard.Loader(synth_data, sampler, workers=0, seed=(1 << 64) - 1, **KW)
+    b = list(loader)
+    loader.close()
+    same(a, b)
