@@ -1,5 +1,9 @@
 #include "volshard/core/error.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <system_error>
 
@@ -15,6 +19,17 @@ void fail_errno(const std::string& path, const std::string& what, int err) {
   // module can raise FileNotFoundError/PermissionError; its what() is still
   // "path: what: strerror(err)".
   throw std::system_error(err, std::generic_category(), path + ": " + what);
+}
+
+std::string value_text(double v) {
+  char buf[32];
+  const bool plain = std::abs(v) >= 1e-4 && std::abs(v) < 1e16;
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    // NaN never reads back equal: "nan" at 17 digits.
+    if (std::strtod(buf, nullptr) == v && !(plain && std::strchr(buf, 'e') != nullptr)) break;
+  }
+  return buf;
 }
 
 namespace {

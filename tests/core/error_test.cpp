@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <system_error>
 
@@ -42,6 +44,18 @@ TEST(ErrorTest, ErrnoFailuresKeepTheErrnoForCallersThatMapIt) {
     EXPECT_EQ(e.code().value(), ENOENT);
     EXPECT_STREQ(e.what(), "c.nii: cannot open: No such file or directory");
   }
+}
+
+TEST(ValueTextTest, IsTheShortestTextThatReadsBackAsTheValue) {
+  EXPECT_EQ(value_text(1.5), "1.5");
+  EXPECT_EQ(value_text(0.1), "0.1");
+  EXPECT_EQ(value_text(200), "200");
+  EXPECT_EQ(value_text(-57), "-57");
+  EXPECT_EQ(value_text(1e-5), "1e-05");
+  EXPECT_EQ(value_text(std::nan("")), "nan");
+  // Values six significant digits cannot tell apart stay apart (cache keys name them).
+  EXPECT_EQ(value_text(1.5000001), "1.5000001");
+  EXPECT_EQ(std::strtod(value_text(0.1 + 0.2).c_str(), nullptr), 0.1 + 0.2);
 }
 
 }  // namespace

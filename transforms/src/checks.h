@@ -6,9 +6,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -21,20 +18,6 @@ inline std::array<int64_t, 3> spatial_shape(const at::Tensor& t) {
                                 " dims");
   }
   return {t.size(1), t.size(2), t.size(3)};
-}
-
-/// The shortest text that reads back as `v` ("1.5", "0.1", "200", "1e-05",
-/// "nan"), without an exponent where Python's repr has none, for messages that
-/// name a value.
-inline std::string number_text(double v) {
-  char buf[32];
-  const bool plain = std::abs(v) >= 1e-4 && std::abs(v) < 1e16;
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    // NaN never reads back equal: "nan" at 17 digits.
-    if (std::strtod(buf, nullptr) == v && !(plain && std::strchr(buf, 'e') != nullptr)) break;
-  }
-  return buf;
 }
 
 inline void check_probability(const char* what, double p) {

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "checks.h"
+#include "volshard/core/error.h"
 #include "volshard/core/log.h"
 
 namespace volshard {
@@ -183,8 +184,8 @@ at::Tensor normalize_intensity(const at::Tensor& image, const NormalizeIntensity
 
 void RandIntensityOptions::validate() const {
   if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo <= hi)) {
-    throw std::invalid_argument("RandIntensity: lo=" + detail::number_text(lo) + " and hi=" +
-                                detail::number_text(hi) + " must be finite with lo <= hi");
+    throw std::invalid_argument("RandIntensity: lo=" + value_text(lo) +
+                                " and hi=" + value_text(hi) + " must be finite with lo <= hi");
   }
   detail::check_probability("RandIntensity: prob", prob);
 }

@@ -15,7 +15,6 @@
 
 namespace volshard {
 
-using detail::number_text;
 using detail::spatial_shape;
 
 namespace {
@@ -61,7 +60,7 @@ void one_hot_pass(const T* l, float* out, int64_t n, int64_t num_classes,
   for (int64_t i = 0; i < n; ++i) {
     const auto v = static_cast<double>(l[i]);
     if (!(v >= 0.0 && v < classes && v == std::floor(v))) {  // NaN fails every comparison
-      throw std::invalid_argument("one_hot: label value " + number_text(v) + " at voxel " +
+      throw std::invalid_argument("one_hot: label value " + value_text(v) + " at voxel " +
                                   voxel_text(i, shape) + " is not an integer in [0, " +
                                   std::to_string(num_classes) + ")");
     }

@@ -42,7 +42,6 @@
 
 namespace volshard {
 
-using detail::number_text;
 using detail::spatial_shape;
 
 namespace {
@@ -57,7 +56,7 @@ std::string affine_text(const Affine& a) {
   std::string s = "[";
   for (size_t r = 0; r < 4; ++r) {
     s += r == 0 ? "[" : ", [";
-    for (size_t c = 0; c < 4; ++c) s += (c == 0 ? "" : ", ") + number_text(a[r][c]);
+    for (size_t c = 0; c < 4; ++c) s += (c == 0 ? "" : ", ") + value_text(a[r][c]);
     s += "]";
   }
   return s + "]";
@@ -144,7 +143,7 @@ Grid spacing_grid(const std::array<int64_t, 3>& shape, const Affine& affine,
   for (size_t a = 0; a < 3; ++a) {
     if (!(pixdim[a] > 0.0) || !std::isfinite(pixdim[a])) {
       throw std::invalid_argument("Spacing: pixdim[" + std::to_string(a) +
-                                  "]=" + number_text(pixdim[a]) + " must be finite and > 0 (mm)");
+                                  "]=" + value_text(pixdim[a]) + " must be finite and > 0 (mm)");
     }
     if (shape[a] < 1) {
       throw std::invalid_argument("Spacing: shape " + shape_text(shape, true) +

@@ -21,6 +21,11 @@ namespace volshard {
 /// path, so that the message is valid UTF-8 on one line.
 std::string printable(const std::string& text);
 
+/// The shortest text that reads back as `v` ("1.5", "0.1", "200", "-57",
+/// "1e-05", "nan"), without an exponent where Python's repr has none: for
+/// messages that name a value, and for keys that must tell two values apart.
+std::string value_text(double v);
+
 /// "96x96x96": sizes joined by 'x'; with `as_tuple`, "(96, 96, 96)" as Python
 /// (and so MONAI's messages) print a shape.
 std::string shape_text(const int64_t* sizes, size_t n, bool as_tuple = false);
