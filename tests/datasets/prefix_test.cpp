@@ -172,7 +172,7 @@ TEST(PrefixTest, BratsPrefixGivesThreeRegionChannelsAndDefersNormalisationToTheC
   EXPECT_TRUE(at::equal(cached.label, brats_channels(label, BratsLabels::kDecathlon)));
   EXPECT_TRUE(at::allclose(cached.image, image)) << "normalisation waits for the crop";
   EXPECT_EQ(cached.indices, nullptr) << "RandSpatialCrop needs no label scan";
-  const Sample whole = load_pair(pair, 0, whole_volume_prefix(feed));
+  const Sample whole = load_pair(pair, 0, whole_volume_prefix(feed.prefix));
   EXPECT_TRUE(at::allclose(whole.image, normalize_intensity(image, feed.prefix.normalize)));
   // The augmentation: two crops of 4^3, each normalised on its own.
   const auto crops = feed_augmentation(feed)(cached, 99);

@@ -16,7 +16,7 @@ namespace volshard::cli {
 
 Run add_prepare_command(CLI::App& app) {
   struct State {
-    FeedOptions feed;
+    PrefixOptions prefix;
     std::string image, label, out;
   };
   auto s = std::make_shared<State>();
@@ -30,10 +30,10 @@ Run add_prepare_command(CLI::App& app) {
   cmd->add_option("--label", s->label, "its label map (optional)");
   cmd->add_option("--out", s->out, "folder to write image.nii.gz (and label.nii.gz) into")
       ->required();
-  add_prefix_flags(cmd, s->feed.prefix);
+  add_prefix_flags(cmd, s->prefix);
   return [s] {
-    s->feed.prefix.validate();
-    const PairOptions options = whole_volume_prefix(s->feed);
+    s->prefix.validate();
+    const PairOptions options = whole_volume_prefix(s->prefix);
     std::filesystem::create_directories(s->out);
     const std::filesystem::path out(s->out);
     if (s->label.empty()) {

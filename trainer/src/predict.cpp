@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/checkpoint.h"
@@ -27,9 +28,7 @@ void predict(const PredictOptions& o) {
   // The image as validation prepared it (orientation, spacing, intensity,
   // foreground crop), and the prediction mapped back onto the file's grid
   // (MONAI's Invertd: logits resampled trilinearly, then argmax or threshold).
-  PairOptions prepare;
-  prepare.prefix = o.prefix;
-  prepare.label_indices = false;
+  const PairOptions prepare = whole_volume_prefix(o.prefix);
   PrefixTrace trace;
   const at::Tensor image = prepare_image(volume, prepare, &trace).data.unsqueeze(0);
   torch::NoGradGuard no_grad;

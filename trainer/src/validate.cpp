@@ -50,7 +50,7 @@ ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>&
     sw.roi = {roi, roi, roi};
     sw.overlap = o.overlap;
     sw.sw_batch_size = o.sw_batch_size;
-    const PairOptions prefix = whole_volume_prefix(o.resolved_feed());
+    const PairOptions prefix = whole_volume_prefix(o.resolved_feed().prefix);
     // Rank 0 reports its share; the ranks' shares differ by at most one volume.
     Progress progress("validation (rank 0's share)", static_cast<int64_t>(indices.size()),
                       "volumes", comm.rank() == 0 ? ProgressStyle::kAuto : ProgressStyle::kOff);

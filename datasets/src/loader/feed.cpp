@@ -1,22 +1,17 @@
 #include "volshard/datasets/feed.h"
 
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include "volshard/core/error.h"
 
 namespace volshard {
 namespace {
 
-std::string number(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
 void check_unit(double v, const char* flag) {
   if (!(v >= 0 && v <= 1))
-    throw std::invalid_argument(std::string(flag) + "=" + number(v) + " must be in [0, 1]");
+    throw std::invalid_argument(std::string(flag) + "=" + value_text(v) + " must be in [0, 1]");
 }
 
 }  // namespace
@@ -29,9 +24,9 @@ void FeedOptions::validate() const {
   check_unit(rot90_prob, "--rot90-prob");
   check_unit(flip_prob, "--flip-prob");
   if (!(rand_scale >= 0 && rand_scale < 1))
-    throw std::invalid_argument("--rand-scale=" + number(rand_scale) + " must be in [0, 1)");
+    throw std::invalid_argument("--rand-scale=" + value_text(rand_scale) + " must be in [0, 1)");
   if (!(rand_shift >= 0 && std::isfinite(rand_shift)))
-    throw std::invalid_argument("--rand-shift=" + number(rand_shift) + " must be >= 0");
+    throw std::invalid_argument("--rand-shift=" + value_text(rand_shift) + " must be >= 0");
 }
 
 Compose feed_augmentation(const FeedOptions& o) {
@@ -79,9 +74,9 @@ PairOptions feed_prefix(const FeedOptions& o) {
   return p;
 }
 
-PairOptions whole_volume_prefix(const FeedOptions& o) {
+PairOptions whole_volume_prefix(const PrefixOptions& prefix) {
   PairOptions p;
-  p.prefix = o.prefix;
+  p.prefix = prefix;
   p.label_indices = false;
   p.image_layout = VolumeLayout::kContiguous;
   return p;

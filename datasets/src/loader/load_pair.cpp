@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,12 +17,6 @@ std::array<int64_t, 3> spatial_of(const at::Tensor& t) { return {t.size(1), t.si
 
 std::string spatial_text(const at::Tensor& t) { return shape_text(spatial_of(t)); }
 
-std::string number(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
 // Every value an integer in [0, classes): the first one that is not is named.
 void check_label_values(const at::Tensor& label, int64_t classes, const std::string& file) {
   if (classes <= 0 || label.numel() == 0) return;
@@ -32,7 +25,7 @@ void check_label_values(const at::Tensor& label, int64_t classes, const std::str
     const at::Tensor bad = (flat != flat.round()).logical_or(flat < 0).logical_or(flat >= classes);
     if (bad.any().item<bool>()) {
       const int64_t at_voxel = bad.nonzero()[0][0].item<int64_t>();
-      fail_file(file, "label value " + number(flat[at_voxel].item<double>()) + " (voxel " +
+      fail_file(file, "label value " + value_text(flat[at_voxel].item<double>()) + " (voxel " +
                           std::to_string(at_voxel) + ") is not a class index in [0, " +
                           std::to_string(classes) + ")");
     }
@@ -44,26 +37,34 @@ void check_label_values(const at::Tensor& label, int64_t classes, const std::str
                         " is not a class index in [0, " + std::to_string(classes) + ")");
 }
 
-// Orientation and Spacing of one volume; `mode` for Spacing.
-SpatialImage regrid(SpatialImage v, const PrefixOptions& o, Interpolation mode,
-                    PrefixTrace* trace) {
-  if (trace) trace->stored = {spatial_of(v.data), v.affine};
+// Orientation and Spacing (trilinear) of a float32 image, each grid recorded in `t`.
+SpatialImage regrid(SpatialImage v, const PrefixOptions& o, PrefixTrace& t) {
+  t.stored = {spatial_of(v.data), v.affine};
   if (!o.orientation.empty() && axcodes(v.affine) != o.orientation) v = orient(v, o.orientation);
-  if (trace) trace->oriented = {spatial_of(v.data), v.affine};
+  t.oriented = {spatial_of(v.data), v.affine};
   if (!o.pixdim.empty()) {
     const Grid grid =
         spacing_grid(spatial_of(v.data), v.affine, {o.pixdim[0], o.pixdim[1], o.pixdim[2]});
-    if (grid.shape != spatial_of(v.data) || grid.affine != v.affine) {
-      const bool compact = v.data.scalar_type() == at::kByte;
-      if (v.data.scalar_type() != at::kFloat) v.data = v.data.to(at::kFloat);
-      v = resample(v, grid, mode);
-      if (compact) v.data = v.data.to(at::kByte);  // nearest: the same values
-    }
+    if (grid.shape != spatial_of(v.data) || grid.affine != v.affine)
+      v = resample(v, grid, Interpolation::kBilinear);
   }
-  if (trace) {
-    trace->spaced = {spatial_of(v.data), v.affine};
-    trace->box = {{0, 0, 0}, trace->spaced.shape};
+  t.spaced = {spatial_of(v.data), v.affine};
+  t.box = {{0, 0, 0}, t.spaced.shape};
+  return v;
+}
+
+// A label (on the image's stored grid) moved as `t` says the image was: the
+// same orientation, nearest resampling onto the spaced grid, CropForeground's
+// box (which the image's values chose). invert_prefix is the way back.
+SpatialImage follow_trace(SpatialImage v, const std::string& orientation, const PrefixTrace& t) {
+  if (t.oriented.affine != t.stored.affine) v = orient(v, orientation);
+  if (t.spaced.shape != t.oriented.shape || t.spaced.affine != t.oriented.affine) {
+    const at::ScalarType dtype = v.data.scalar_type();
+    v = resample({v.data.to(at::kFloat), v.affine}, t.spaced, Interpolation::kNearest);
+    v.data = v.data.to(dtype);  // nearest: the same values
   }
+  if (t.box.start != std::array<int64_t, 3>{} || t.box.end != t.spaced.shape)
+    v = crop_box(v, t.box);
   return v;
 }
 
@@ -112,14 +113,14 @@ void PrefixOptions::validate() const {
     for (double v : pixdim) ok = ok && std::isfinite(v) && v > 0;
     if (!ok) {
       std::string text;
-      for (double v : pixdim) text += (text.empty() ? "" : ",") + number(v);
+      for (double v : pixdim) text += (text.empty() ? "" : ",") + value_text(v);
       throw std::invalid_argument("--pixdim=" + text +
                                   " must be three spacings in mm, each > 0 (e.g. 1.5,1.5,2)");
     }
   }
   if (intensity == IntensityKind::kRange && !(range.a_min <= range.a_max))
-    throw std::invalid_argument("--a-min=" + number(range.a_min) +
-                                " must be <= --a-max=" + number(range.a_max));
+    throw std::invalid_argument("--a-min=" + value_text(range.a_min) +
+                                " must be <= --a-max=" + value_text(range.a_max));
   if (foreground_margin < 0)
     throw std::invalid_argument("--foreground-margin=" + std::to_string(foreground_margin) +
                                 " must be >= 0");
@@ -129,7 +130,8 @@ std::string PrefixOptions::key() const {
   std::string k;
   if (!orientation.empty()) k += "; orientation " + orientation;
   if (!pixdim.empty())
-    k += "; spacing " + number(pixdim[0]) + "," + number(pixdim[1]) + "," + number(pixdim[2]);
+    k += "; spacing " + value_text(pixdim[0]) + "," + value_text(pixdim[1]) + "," +
+         value_text(pixdim[2]);
   switch (intensity) {
     case IntensityKind::kNone:
       break;
@@ -137,8 +139,9 @@ std::string PrefixOptions::key() const {
       k += "; scale_intensity [0, 1]";
       break;
     case IntensityKind::kRange:
-      k += "; range [" + number(range.a_min) + ", " + number(range.a_max) + "] -> [" +
-           number(range.b_min) + ", " + number(range.b_max) + "]" + (range.clip ? " clip" : "");
+      k += "; range [" + value_text(range.a_min) + ", " + value_text(range.a_max) + "] -> [" +
+           value_text(range.b_min) + ", " + value_text(range.b_max) + "]" +
+           (range.clip ? " clip" : "");
       break;
     case IntensityKind::kNormalize:
       k += std::string("; normalize") + (normalize.nonzero ? " nonzero" : "") +
@@ -161,13 +164,15 @@ std::string PairOptions::config_key() const {
 }
 
 SpatialImage prepare_image(const Volume& image, const PairOptions& o, PrefixTrace* trace) {
-  SpatialImage v = regrid({image.data, image.affine}, o.prefix, Interpolation::kBilinear, trace);
-  if (v.data.scalar_type() != at::kFloat) v.data = v.data.to(at::kFloat);
+  PrefixTrace local;
+  PrefixTrace& t = trace ? *trace : local;
+  const at::Tensor data =
+      image.data.scalar_type() == at::kFloat ? image.data : image.data.to(at::kFloat);
+  SpatialImage v = regrid({data, image.affine}, o.prefix, t);
   apply_intensity(v.data, o);
   if (o.prefix.crop_foreground) {
-    const VoxelBox box = foreground_box(v.data, o.prefix.foreground_margin);
-    v = crop_box(v, box);
-    if (trace) trace->box = box;
+    t.box = foreground_box(v.data, o.prefix.foreground_margin);
+    v = crop_box(v, t.box);
   }
   return v;
 }
@@ -222,10 +227,7 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
   Sample s;
   PrefixTrace trace;
   const SpatialImage img = prepare_image(image, options, &trace);
-  // The label takes the image's grid changes (nearest for the resampling)
-  // and CropForeground's box, which the image's values chose.
-  SpatialImage lab = regrid({label.data, image.affine}, p, Interpolation::kNearest, nullptr);
-  if (p.crop_foreground) lab = crop_box(lab, trace.box);
+  SpatialImage lab = follow_trace({label.data, image.affine}, p.orientation, trace);
   s.image = img.data;
   s.meta.affine = img.affine;
   s.label = std::move(lab.data);

@@ -50,6 +50,6 @@ PairOptions feed_prefix(const FeedOptions& options = {});
 
 /// The prefix for validation and prediction: the whole volume, normalised,
 /// C order, no label indices.
-PairOptions whole_volume_prefix(const FeedOptions& options);
+PairOptions whole_volume_prefix(const PrefixOptions& prefix);
 
 }  // namespace volshard
