@@ -31,16 +31,41 @@ int64_t channels_of(const NiftiHeader& h) {
   return c;
 }
 
-// Image and label headers agree; spacings are usable; a training image holds
-// the crop, as the prefix resamples it.
-void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training) {
-  NiftiHeader hi, hl;
+NiftiHeader header_of(const std::string& path) {
   try {
-    hi = read_nifti_header(p.image);
-    hl = read_nifti_header(p.label);
+    return read_nifti_header(path);
   } catch (const std::exception& e) {
     throw std::invalid_argument(std::string("train: unreadable data: ") + e.what());
   }
+}
+
+// Every image has the first one's channel count, or is refused naming both.
+class SameChannels {
+ public:
+  void add(const std::string& image, const NiftiHeader& h) {
+    const int64_t c = channels_of(h);
+    if (channels_ < 0) {
+      channels_ = c;
+      first_ = image;
+    } else if (c != channels_) {
+      throw std::invalid_argument("train: " + image + " has " + std::to_string(c) +
+                                  " channel(s) but " + first_ + " has " +
+                                  std::to_string(channels_) + ": every image needs the same");
+    }
+  }
+  int64_t channels() const { return channels_ < 0 ? 1 : channels_; }
+  const std::string& first() const { return first_; }
+
+ private:
+  int64_t channels_ = -1;
+  std::string first_;
+};
+
+// Image and label headers agree; spacings are usable; a training image holds
+// the crop, as the prefix resamples it; the image's channels go to `same`.
+void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training, SameChannels& same) {
+  const NiftiHeader hi = header_of(p.image), hl = header_of(p.label);
+  same.add(p.image, hi);
   auto si = spatial_shape(hi);
   const auto sl = spatial_shape(hl);
   if (si != sl)
@@ -148,28 +173,10 @@ std::string validation_text(const TrainOptions& o, const DataSplit& d, int64_t w
 }
 
 int64_t image_channels(const DataSplit& d) {
-  int64_t channels = -1;
-  std::string first;
-  for (const auto* list : {&d.train, &d.val}) {
-    for (const auto& p : *list) {
-      NiftiHeader h;
-      try {
-        h = read_nifti_header(p.image);
-      } catch (const std::exception& e) {
-        throw std::invalid_argument(std::string("train: unreadable data: ") + e.what());
-      }
-      const int64_t c = channels_of(h);
-      if (channels < 0) {
-        channels = c;
-        first = p.image;
-      } else if (c != channels) {
-        throw std::invalid_argument("train: " + p.image + " has " + std::to_string(c) +
-                                    " channel(s) but " + first + " has " +
-                                    std::to_string(channels) + ": every image needs the same");
-      }
-    }
-  }
-  return channels < 0 ? 1 : channels;
+  SameChannels same;
+  for (const auto* list : {&d.train, &d.val})
+    for (const auto& p : *list) same.add(p.image, header_of(p.image));
+  return same.channels();
 }
 
 int64_t training_set_size(const TrainOptions& o) {
@@ -189,13 +196,12 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     throw std::invalid_argument(e.what());
   }
   if (d.train.empty()) throw std::invalid_argument("train: no training pairs");
-  for (const auto& p : d.train) check_pair(o, p, true);
-  for (const auto& p : d.val) check_pair(o, p, false);
-  const int64_t channels = image_channels(d);  // the same in every image, or refused
-  const std::string& first = d.train.front().image;
-  if (o.model.in_channels > 0 && channels != o.model.in_channels)
+  SameChannels same;
+  for (const auto& p : d.train) check_pair(o, p, true, same);
+  for (const auto& p : d.val) check_pair(o, p, false, same);
+  if (o.model.in_channels > 0 && same.channels() != o.model.in_channels)
     throw std::invalid_argument("train: --in-channels=" + std::to_string(o.model.in_channels) +
-                                " but " + first + " has " + std::to_string(channels) +
+                                " but " + same.first() + " has " + std::to_string(same.channels()) +
                                 " channel(s) (--in-channels 0 takes them from the data)");
   if (!o.resume.empty()) {
     const std::string path = resume_checkpoint_path(o);
