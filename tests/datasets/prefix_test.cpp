@@ -91,6 +91,8 @@ TEST(PrefixTest, SpleenPrefixEqualsItsTransformsOneByOne) {
   PairOptions other = o;
   other.prefix.pixdim = {1.5, 1.5, 2.5};
   EXPECT_NE(other.config_key(), o.config_key());
+  other.prefix.pixdim = {1.5, 1.5, 2.0000001};  // past six digits: still another key
+  EXPECT_NE(other.config_key(), o.config_key());
 }
 
 TEST(PrefixTest, InvertPrefixBringsAPredictionBackOntoTheFilesGrid) {
