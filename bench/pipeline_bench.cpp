@@ -17,12 +17,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "volshard/core/large_blocks.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/feed.h"
@@ -382,9 +384,19 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
       static_cast<long long>(o.batch_size), static_cast<long long>(args.crop),
       static_cast<long long>(feed.num_samples), static_cast<long long>(o.workers), batch_mb,
       static_cast<long long>(in_flight), static_cast<long long>(o.prefetch_batches));
-  std::printf("%-7s %5s | %9s %9s %7s %7s %8s | %8s %8s %8s\n", "source", "epoch", "volumes/s",
-              "faults", "user s", "sys s", "RSS MB", "peak MB", "bound MB", "cache MB");
-  std::printf("%s\n", std::string(98, '-').c_str());
+  std::printf("%-7s %5s | %7s %9s %9s %7s %7s %8s | %8s %8s %8s\n", "source", "epoch", "s",
+              "volumes/s", "faults", "user s", "sys s", "RSS MB", "peak MB", "bound MB",
+              "cache MB");
+  std::printf("%s\n", std::string(108, '-').c_str());
+  std::vector<std::string> first_epoch;  // per source: epoch 0's time against the later ones'
+  const auto print_row = [](const char* mode, const std::string& epoch, double s,
+                            const std::string& rate, const Usage& u0, const Usage& u1,
+                            const char* peak, const char* bound, const char* cache) {
+    std::printf("%-7s %5s | %7.2f %9s %9ld %7.1f %7.1f %8.0f | %8s %8s %8s\n", mode,
+                epoch.c_str(), s, rate.c_str(), u1.minor_faults - u0.minor_faults,
+                u1.user_s - u0.user_s, u1.sys_s - u0.sys_s, status_mb("VmRSS:"), peak, bound,
+                cache);
+  };
   const PairOptions loading = feed_prefix();
   const SampleSource from_files = [&](int64_t i) {
     return load_pair(pairs[static_cast<size_t>(i)], i, loading);
@@ -394,11 +406,20 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
     const bool cached = std::string(mode) == "cached";
     reset_peak_rss();
     const double before_mb = status_mb("VmRSS:");
+    // Setup, timed apart from the epochs: the cache's fill and the loader's
+    // reserve() (its batch buffers faulted in, as volshard train does).
+    const Usage s0 = usage_now();
+    const auto t_setup = std::chrono::steady_clock::now();
     std::optional<SampleCache> cache;
     if (cached) cache.emplace(from_files, args.volumes, CacheOptions{});
     const double cache_mb = cached ? static_cast<double>(cache->cached_bytes()) / (1 << 20) : 0;
     {
       DataLoader loader(cached ? cache->source() : from_files, feed_augmentation(feed), o);
+      const double reserved_mb = static_cast<double>(loader.reserve()) / (1 << 20);
+      print_row(mode, "setup",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count(),
+                "", s0, usage_now(), "", "", "");
+      std::vector<double> seconds;
       for (int e = 0; e < args.epochs; ++e) {
         std::vector<int64_t> indices(static_cast<size_t>(args.volumes));
         for (int64_t i = 0; i < args.volumes; ++i) indices[static_cast<size_t>(i)] = i;
@@ -407,27 +428,38 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
         loader.start_epoch(indices, e);
         int64_t seen = 0;
         while (auto b = loader.next()) seen += b->image.size(0) / feed.num_samples;
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        seconds.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         const Usage u1 = usage_now();
-        char peak[32] = "", bound[32] = "", cache_text[32] = "";
+        char peak[32] = "", bound[32] = "", cache_text[32] = "", rate[32] = "";
+        std::snprintf(rate, sizeof rate, "%.1f", static_cast<double>(seen) / seconds.back());
         if (e + 1 == args.epochs) {
           std::snprintf(peak, sizeof peak, "%.0f", status_mb("VmHWM:"));
           std::snprintf(bound, sizeof bound, "%.0f", before_mb + cache_mb + in_flight * batch_mb);
           if (cached) std::snprintf(cache_text, sizeof cache_text, "%.0f", cache_mb);
         }
-        std::printf("%-7s %5d | %9.1f %9ld %7.1f %7.1f %8.0f | %8s %8s %8s\n", mode, e,
-                    static_cast<double>(seen) / s, u1.minor_faults - u0.minor_faults,
-                    u1.user_s - u0.user_s, u1.sys_s - u0.sys_s, status_mb("VmRSS:"), peak, bound,
-                    cache_text);
+        print_row(mode, std::to_string(e), seconds.back(), rate, u0, u1, peak, bound, cache_text);
         std::fflush(stdout);
+      }
+      if (seconds.size() > 1) {
+        const double later =
+            std::accumulate(seconds.begin() + 1, seconds.end(), 0.0) / (seconds.size() - 1.0);
+        char line[256];
+        const LargeBlockStats blocks = large_block_stats();
+        std::snprintf(line, sizeof line,
+                      "%s: epoch 0 took %.2fx the later epochs' mean; setup reserved %.0f MB; "
+                      "large blocks so far: %lld mapped, %lld reused, %lld unmapped",
+                      mode, seconds[0] / later, reserved_mb, static_cast<long long>(blocks.mapped),
+                      static_cast<long long>(blocks.reused), static_cast<long long>(blocks.unmapped));
+        first_epoch.push_back(line);
       }
     }
   }
+  for (const std::string& line : first_epoch) std::printf("%s\n", line.c_str());
   std::printf(
-      "(RSS before the runs: %.0f MB; files rows also hold each thread's volume "
-      "being loaded; "
-      "the peak is\nVmHWM, reset before each source)\n",
+      "(RSS before the runs: %.0f MB; setup: the cache's fill (cached) and the loader's reserve(),\n"
+      "which faults in its batch buffers; files rows also hold each thread's volume being loaded;\n"
+      "the peak is VmHWM, reset before each source)\n",
       base_mb);
 }
 

@@ -100,8 +100,9 @@ def main():
               "C++ next() ms/batch | C++ alone vol/s | Python/C++")
         for mode in ("files", "cached"):
             cached = mode == "cached"
-            # Python loop and C++ alone twice each, interleaved, the faster of each: a process's
-            # first loader pays the first touch of its batch memory (bench/README.md, issue 20).
+            # Python loop and C++ alone twice each, interleaved, the faster of each: single runs move
+            # with the host's load. (Loader() faults in its batch buffers before the timing starts,
+            # DataLoader::reserve; before that, a process's first loader paid them in its first epoch.)
             runs = [(run_volshard(pairs, cached, args.epochs), run_cpp_alone(pairs, cached, args.epochs))
                     for _ in range(2)]
             ours, overhead, waited = max((r[0] for r in runs), key=lambda r: r[0])

@@ -13,12 +13,17 @@
 #include <stdexcept>
 
 #include "volshard/core/error.h"
+#include "volshard/core/large_blocks.h"
 
 namespace volshard {
 
+void ByteBufferRelease::operator()(uint8_t* p) const noexcept { release_bytes(p, bytes); }
+
 ByteBuffer ByteBuffer::allocate(size_t size) {
+  const size_t bytes = size == 0 ? 1 : size;
   ByteBuffer b;
-  b.data.reset(new uint8_t[size == 0 ? 1 : size]);
+  b.data = std::unique_ptr<uint8_t[], ByteBufferRelease>(
+      static_cast<uint8_t*>(allocate_bytes(bytes)), ByteBufferRelease{bytes});
   b.size = size;
   return b;
 }

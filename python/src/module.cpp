@@ -110,6 +110,7 @@ class LoaderCore {
         [this, prefix](int64_t i) { return load_pair(pairs_[static_cast<size_t>(i)], i, prefix); },
         static_cast<int64_t>(pairs_.size()), c);
     loader_ = std::make_unique<DataLoader>(cache_->source(), feed_augmentation(feed), lo);
+    loader_->reserve();  // the batch buffers faulted in now, not in the first epoch
   }
 
   void start_epoch(std::vector<int64_t> indices, int64_t epoch) {

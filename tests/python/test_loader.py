@@ -79,7 +79,7 @@ def test_state_dict_resumes_after_the_batches_returned(synth_data):
 
 def test_the_gil_is_released_while_cpp_works(synth_data):
     sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
-    loader = volshard.Loader(synth_data, sampler, workers=0, crop=32, num_samples=8, batch_size=6)
+    loader = volshard.Loader(synth_data, sampler, workers=0, crop=48, num_samples=8, batch_size=6)
     loader.set_epoch(0)
     ticks = [0]
     stop = threading.Event()

@@ -187,7 +187,9 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
                        o.batch_size - 1) /
                       o.batch_size),
       total_steps(steps_per_epoch * o.epochs),
-      t_start(Clock::now()) {}
+      t_start(Clock::now()) {
+  loader.reserve();  // the batch buffers faulted in now, not in the first epoch
+}
 
 int64_t Engine::start_epoch(int64_t epoch) {
   const bool restore = position.continues(epoch);

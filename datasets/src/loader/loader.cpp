@@ -1,6 +1,7 @@
 #include "volshard/datasets/loader.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/Storage.h>
 
 #if defined(__GLIBC__)
@@ -18,14 +19,51 @@
 #include <thread>
 #include <utility>
 
-#include <sys/mman.h>
-
 #include "volshard/core/error.h"
+#include "volshard/core/large_blocks.h"
 #include "volshard/core/seed_streams.h"
 
 namespace volshard {
 
+namespace {
+
+// at::empty's CPU memory: requests of kLargeBlockBytes and more through the
+// large-block cache, the rest through the allocator it replaced. Every
+// DataPtr's context is its data, as LibTorch's raw_allocate/raw_deallocate
+// (convolution workspaces) require: one raw deleter serves both kinds.
+// Installed once, by tune_allocator_for_volumes.
+class VolumeCpuAllocator final : public c10::Allocator {
+ public:
+  explicit VolumeCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {
+    fallback_raw_ = fallback->raw_deleter();
+  }
+  c10::DataPtr allocate(size_t bytes) const override {
+    if (bytes < kLargeBlockBytes || !large_block_cache_enabled()) return fallback_->allocate(bytes);
+    void* p = allocate_bytes(bytes);
+    return {p, p, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  bool usable() const { return fallback_raw_ != nullptr; }
+
+ private:
+  static void release(void* p) {
+    if (!release_if_cached(p)) fallback_raw_(p);
+  }
+  c10::Allocator* fallback_;
+  static inline c10::DeleterFnPtr fallback_raw_ = nullptr;
+};
+
+}  // namespace
+
 bool tune_allocator_for_volumes() {
+  static const bool installed = [] {
+    static VolumeCpuAllocator allocator(c10::GetCPUAllocator());
+    if (!allocator.usable()) return false;  // a replaced allocator without raw_deleter
+    enable_large_block_cache();
+    c10::SetCPUAllocator(&allocator, /*priority=*/1);
+    return true;
+  }();
+  (void)installed;
 #if defined(__GLIBC__)
   // One arena: a batch allocated by a loader worker would otherwise live in
   // that thread's arena, whose 64 MiB heaps glibc unmaps as soon as they
@@ -82,6 +120,17 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// A pooled batch buffer holds the image rows, then the label rows from the
+// next multiple of 64 bytes.
+size_t label_offset_of(const RowShapes& r, const Sample& first) {
+  const auto image_bytes = static_cast<size_t>(numel(r.image)) * first.image.element_size();
+  return (image_bytes + 63) / 64 * 64;
+}
+
+size_t buffer_bytes(const RowShapes& r, const Sample& first) {
+  return label_offset_of(r, first) + static_cast<size_t>(numel(r.label)) * c10::elementSize(r.label_dtype);
+}
+
 // Uninitialised batch tensors of n rows shaped (and typed) as `first`, the
 // label typed label_dtype when given; pinned: in page-locked memory, which
 // the workers then write the crops into directly (no second copy to pin).
@@ -114,22 +163,20 @@ bool fits(const Sample& s, const at::Tensor& image_rows, const at::Tensor& label
          (label_dtype || s.label.scalar_type() == label_rows.scalar_type());
 }
 
-// `bytes` of zero-filled memory, its pages already faulted in, owned by the
-// returned storage (munmap when the last reference goes).
-c10::Storage prefaulted_storage(size_t bytes) {
+// `bytes` of zero-filled memory, its pages already faulted in (map_populated;
+// `written`: written once too, for reserve()), owned by the returned storage
+// (unmapped when the last reference goes).
+c10::Storage prefaulted_storage(size_t bytes, bool written = false) {
   struct Mapping {
     void* address;
     size_t bytes;
   };
-  const size_t length = std::max<size_t>(bytes, 1);
-  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return at::empty({static_cast<int64_t>(bytes)}, at::kByte).storage();
-  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14 (glibc 2.36 lacks the name)
-  (void)::madvise(p, length, kPopulateWrite);
-  auto* mapping = new Mapping{p, length};
+  void* p = map_populated(bytes, written);
+  if (p == nullptr) return at::empty({static_cast<int64_t>(bytes)}, at::kByte).storage();
+  auto* mapping = new Mapping{p, bytes};
   const auto release = [](void* ctx) {
     auto* m = static_cast<Mapping*>(ctx);
-    ::munmap(m->address, m->bytes);
+    unmap(m->address, m->bytes);
     delete m;
   };
   return c10::Storage(c10::Storage::use_byte_size_t(), bytes,
@@ -160,6 +207,44 @@ class BatchPool {
   // A buffer of at least `bytes` bytes that nobody else holds: the smallest
   // free one that fits, else a new one (kept if there is room, or in place of
   // a free one too small). Called under the loader's mutex.
+  // Fills the pool up to its capacity with buffers of `bytes`, faulted in and
+  // written on up to `threads` threads at once; returns the bytes the pool
+  // then holds in buffers of at least `bytes`. The buffers are made outside
+  // `mutex` (the loader's) and added under it.
+  size_t reserve(size_t bytes, int64_t threads, std::mutex& mutex) {
+    size_t missing = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      size_t fitting = 0;
+      for (const c10::Storage& b : buffers_) fitting += b.nbytes() >= bytes ? 1 : 0;
+      missing = capacity_ - fitting;
+    }
+    std::vector<c10::Storage> fresh(missing);
+    std::vector<std::thread> fillers;
+    const auto parallel = std::min<size_t>(missing, static_cast<size_t>(std::max<int64_t>(threads, 1)));
+    for (size_t t = 0; t < parallel; ++t) {
+      fillers.emplace_back([&fresh, bytes, t, parallel] {
+        for (size_t k = t; k < fresh.size(); k += parallel) fresh[k] = prefaulted_storage(bytes, true);
+      });
+    }
+    for (auto& f : fillers) f.join();
+    std::lock_guard<std::mutex> lock(mutex);
+    for (c10::Storage& b : fresh) {
+      // In place of a free buffer too small, else beside the others while there is room.
+      auto small = std::find_if(buffers_.begin(), buffers_.end(), [&](const c10::Storage& o) {
+        return o.use_count() == 1 && o.nbytes() < bytes;
+      });
+      if (small != buffers_.end()) {
+        *small = std::move(b);
+      } else if (buffers_.size() < capacity_) {
+        buffers_.push_back(std::move(b));
+      }
+    }
+    size_t held = 0;
+    for (const c10::Storage& b : buffers_) held += b.nbytes() >= bytes ? b.nbytes() : 0;
+    return held;
+  }
+
   c10::Storage acquire(size_t bytes) {
     c10::Storage* best = nullptr;
     c10::Storage* small = nullptr;
@@ -234,6 +319,7 @@ struct DataLoader::Impl {
   std::optional<Batch> next();
   std::vector<Sample> produce(int64_t index, int64_t epoch) const;
   void allocate_batch(const Sample& first, int64_t rows, at::Tensor& image, at::Tensor& label);
+  int64_t reserve(int64_t index);
   Result make_result(size_t position, uint64_t generation, int64_t index, int64_t epoch);
   void worker_loop();
   void stop_workers();
@@ -320,13 +406,25 @@ void DataLoader::Impl::allocate_batch(const Sample& first, int64_t rows, at::Ten
     return;
   }
   const RowShapes r = row_shapes(first, rows, options_.label_dtype);
-  const auto image_bytes = static_cast<size_t>(numel(r.image)) * first.image.element_size();
-  const size_t label_offset = (image_bytes + 63) / 64 * 64;
-  const size_t bytes =
-      label_offset + static_cast<size_t>(numel(r.label)) * c10::elementSize(r.label_dtype);
-  const c10::Storage buffer = pool_.acquire(bytes);
+  const size_t label_offset = label_offset_of(r, first);
+  const c10::Storage buffer = pool_.acquire(buffer_bytes(r, first));
   image = tensor_over(buffer, 0, r.image, first.image.options());
   label = tensor_over(buffer, label_offset, r.label, first.label.options().dtype(r.label_dtype));
+}
+
+int64_t DataLoader::Impl::reserve(int64_t index) {
+  if (pinned_) return 0;
+  std::vector<Sample> crops;
+  try {
+    crops = produce(index, 0);  // lazy: nothing is copied
+  } catch (const std::exception&) {
+    return 0;  // next() raises it for the batch that holds the item, as ever
+  }
+  if (crops.empty()) return 0;
+  const RowShapes r = row_shapes(crops[0], options_.batch_size * static_cast<int64_t>(crops.size()),
+                                 options_.label_dtype);
+  return static_cast<int64_t>(
+      pool_.reserve(buffer_bytes(r, crops[0]), std::max<int64_t>(options_.workers, 1), mutex_));
 }
 
 // Produces the samples of `position` and, when they fit the rows of their
@@ -490,5 +588,6 @@ std::optional<Batch> DataLoader::next() { return impl_->next(); }
 int64_t DataLoader::num_batches() const { return impl_->num_batches_; }
 const LoaderOptions& DataLoader::options() const { return impl_->options_; }
 bool DataLoader::pinned() const { return impl_->pinned_; }
+int64_t DataLoader::reserve(int64_t index) { return impl_->reserve(index); }
 
 }  // namespace volshard

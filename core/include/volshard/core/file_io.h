@@ -10,10 +10,18 @@
 
 namespace volshard {
 
+/// Gives a ByteBuffer's bytes back to allocate_bytes (large_blocks.h).
+struct ByteBufferRelease {
+  size_t bytes = 0;
+  void operator()(uint8_t* p) const noexcept;
+};
+
 /// Heap bytes without zero-initialisation.
 struct ByteBuffer {
-  std::unique_ptr<uint8_t[]> data;
+  std::unique_ptr<uint8_t[], ByteBufferRelease> data;
   size_t size = 0;
+  /// `size` uninitialised bytes from allocate_bytes: a volume's buffers of
+  /// 16 MiB and more are reused through the large-block cache when it is on.
   static ByteBuffer allocate(size_t size);
 };
 

@@ -16,15 +16,22 @@
 
 namespace volshard {
 
-/// Keeps glibc malloc from returning multi-MB buffers to the kernel after
-/// every crop (mmap threshold 256 MiB, trim threshold 1 GiB): without it a
-/// quarter of a CPU step goes to page faults (see README, "Platform"). Call
-/// once at start-up of a program that runs a loader, before it starts threads;
-/// returns false where mallopt is unavailable. It also keeps every thread in
-/// one malloc arena. (Batch buffers do not rely on it: the loader recycles
-/// them itself, see Batch.)
-/// Same effect as GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:
-/// glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1.
+/// Sets up this process's memory for volumes; call once at start-up of a
+/// program that runs a loader, before it starts threads. Returns false where
+/// mallopt is unavailable (the block cache is on regardless).
+/// - glibc malloc keeps multi-MB buffers instead of returning them to the
+///   kernel after every crop (mmap threshold 256 MiB, trim threshold 1 GiB),
+///   in one arena: without it a quarter of a CPU step went to page faults
+///   (docs/platform.md). Same as GLIBC_TUNABLES=glibc.malloc.mmap_threshold=
+///   268435456:glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1.
+/// - Buffers of 16 MiB and more (at::empty on CPU, and the NIfTI reader's)
+///   come from the large-block cache (volshard/core/large_blocks.h): reused
+///   by size instead of fragmenting that one heap, which at CT size grew RSS
+///   by ~1 GB an epoch. This installs a CPU allocator for all of LibTorch in
+///   the process (c10::SetCPUAllocator), which hands requests under 16 MiB to
+///   the one it replaces.
+/// (Batch buffers do not rely on either: the loader recycles them itself,
+/// see Batch.)
 bool tune_allocator_for_volumes();
 
 /// Returns dataset item `index`, ready for the random transforms (loaded and
@@ -95,6 +102,17 @@ class DataLoader {
   /// for the batch that holds it, the exception a worker hit (naming the
   /// dataset index).
   std::optional<Batch> next();
+  /// Makes the first epoch run as fast as the next ones: faults in now the
+  /// prefetch_batches + 2 batch buffers the loader recycles (sized for a full
+  /// batch of item `index`'s crops, which are produced lazily to learn their
+  /// shapes: from a cache nothing is copied; from files, the item is loaded
+  /// once), on up to `workers` threads. Without it, the first epoch faults
+  /// them in as it fills them: on this project's VM ~0.8 s a GB, more than a
+  /// whole epoch takes at 256^3. Returns the bytes the pool holds for such
+  /// batches (0 for pinned batches, which CUDA's host allocator keeps, and
+  /// when the item fails: next() raises that for its batch, as without it).
+  /// Optional, and any time: batches are the same with or without it.
+  int64_t reserve(int64_t index = 0);
   /// Steps of the current epoch.
   int64_t num_batches() const;
   const LoaderOptions& options() const;
