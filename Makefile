@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build python test demo bench bench-large clean
+.PHONY: all deps configure build python test demo bench clean
 
 all: build
 
@@ -53,16 +53,14 @@ bench: build
 	@echo
 	@$(BUILD)/bin/bench_pipeline --size 256 --crop 192
 	@echo
+	@$(BUILD)/bin/bench_pipeline --ct --crop 192 --volumes 6
+	@echo
 	@$(BUILD)/bin/bench_pipeline --pipeline spleen --crop 96
 	@echo
 	@$(BUILD)/bin/bench_pipeline --pipeline brats --crop 64
 	@echo
 	@cmake --build $(BUILD) --target python
 	@PYTHONPATH=$(BUILD)/python /usr/bin/python3 bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
-
-# Minutes: six 512 x 512 x 200 int16 CT-like volumes, 192^3 crops (cached: about 1.9 GB).
-bench-large: build
-	@$(BUILD)/bin/bench_pipeline --ct --crop 192 --volumes 6
 
 clean:
 	rm -rf $(BUILD)
