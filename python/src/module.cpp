@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "volshard/core/large_blocks.h"
 #include "volshard/core/log.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
@@ -241,10 +242,25 @@ PYBIND11_MODULE(_volshard, m) {
       py::arg("nifti_version") = 1, py::arg("spacing_mm") = std::vector<double>{},
       py::arg("descrip") = "", "Writes X x Y x Z or C x X x Y x Z data atomically.");
 
+  m.def("tune_allocator_for_volumes", &tune_allocator_for_volumes,
+        "glibc malloc settings that keep multi-MB batch buffers mapped, and torch's CPU tensors of "
+        "16 MiB and more (this process's, Python's included) through volshard's large-block cache "
+        "(see loader.h); call once at start-up, before a Loader starts its threads. False where "
+        "mallopt is unavailable.");
   m.def(
-      "tune_allocator_for_volumes", &tune_allocator_for_volumes,
-      "glibc malloc settings that keep multi-MB batch buffers mapped (see loader.h); call once at "
-      "start-up, before a Loader starts its threads. False where mallopt is unavailable.");
+      "large_block_stats",
+      [] {
+        const LargeBlockStats s = large_block_stats();
+        py::dict d;
+        d["in_use_bytes"] = s.in_use_bytes;
+        d["free_bytes"] = s.free_bytes;
+        d["peak_in_use_bytes"] = s.peak_in_use_bytes;
+        d["mapped"] = s.mapped;
+        d["reused"] = s.reused;
+        d["unmapped"] = s.unmapped;
+        return d;
+      },
+      "The large-block cache's counters (volshard/core/large_blocks.h) as a dict.");
 
   m.def(
       "pairs_from_folder",

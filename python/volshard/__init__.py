@@ -16,6 +16,7 @@ import torch  # noqa: F401  (loads libtorch before the extension that links it)
 from ._volshard import (  # noqa: F401
     SeedStreams,
     Volume,
+    large_block_stats,
     pairs_from_datalist,
     pairs_from_folder,
     read_volume,
@@ -33,6 +34,7 @@ __all__ = [
     "SeedStreams",
     "Volume",
     "WorkerInit",
+    "large_block_stats",
     "pairs_from_datalist",
     "pairs_from_folder",
     "read_volume",

@@ -237,3 +237,37 @@ def test_a_negative_seed_wraps_as_the_samplers_does(synth_data):
     b = list(loader)
     loader.close()
     same(a, b)
+
+
+TUNED = """
+import torch, volshard
+torch.manual_seed(0)
+x = torch.rand(2, 4, 40, 40, 40)
+w = torch.rand(8, 4, 3, 3, 3)
+untuned = torch.nn.functional.conv3d(x, w)
+assert volshard.tune_allocator_for_volumes()
+a = torch.empty(8 << 20)  # 32 MiB: a large block
+p = a.data_ptr()
+del a
+before = volshard.large_block_stats()
+b = torch.zeros(8 << 20)
+assert b.data_ptr() == p, "a released volume-sized block serves the next tensor of its size"
+assert volshard.large_block_stats()["reused"] == before["reused"] + 1
+assert b.sum().item() == 0
+small = torch.ones(1 << 10)
+assert volshard.large_block_stats()["in_use_bytes"] == before["in_use_bytes"] + (32 << 20)
+big = torch.rand(1, 4, 96, 96, 96)  # conv workspaces go through raw_allocate
+out = torch.nn.functional.conv3d(big, w)
+assert torch.equal(torch.nn.functional.conv3d(x, w), untuned)
+assert torch.equal(torch.nn.functional.conv3d(big, w), out)
+print("ok")
+"""
+
+
+def test_tune_allocator_for_volumes_reuses_large_blocks_under_torch(tmp_path):
+    # A process of its own: the allocator it installs is process-wide.
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", TUNED], capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
