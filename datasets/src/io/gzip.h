@@ -50,9 +50,10 @@ constexpr Inflater pick_inflater(uint64_t isize, size_t compressed_bytes) {
 /// Inflates a whole gzip file in memory whose output must hold at least
 /// `needed` bytes (the header's vox_offset + data bytes), into a buffer sized
 /// from `needed` and the ISIZE trailer: ISA-L or libdeflate (pick_inflater) in
-/// one call, streaming zlib for multi-member or disagreeing streams and for
-/// whatever the first refuses. The result may be longer than `needed`. Throws
-/// std::runtime_error naming the path on truncated or corrupt data.
+/// one call, streaming zlib for multi-member or disagreeing streams; what
+/// ISA-L refuses goes to libdeflate, what libdeflate refuses to zlib. The
+/// result may be longer than `needed`. Throws std::runtime_error naming the
+/// path on truncated or corrupt data.
 /// Thread-safe (one decompressor state per thread).
 ByteBuffer gunzip_sized(const uint8_t* data, size_t size, uint64_t needed, const std::string& path);
 
