@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,36 @@ std::vector<uint8_t> own_index_voxels(const std::vector<int64_t>& shape) {
   for (int64_t v = 0; v < n; ++v) {
     const T value = static_cast<T>(v);
     std::memcpy(out.data() + static_cast<size_t>(v) * sizeof(T), &value, sizeof(T));
+  }
+  return out;
+}
+
+/// float32 voxels (file order) of a noise-free volume: a constant sphere on
+/// zeros, which deflate shrinks ~100x (long matches).
+inline std::vector<uint8_t> sphere_voxels(const std::vector<int64_t>& shape) {
+  std::vector<uint8_t> out(static_cast<size_t>(shape[0] * shape[1] * shape[2]) * 4);
+  const double r = 0.35 * static_cast<double>(shape[0]);
+  size_t v = 0;
+  for (int64_t k = 0; k < shape[2]; ++k)
+    for (int64_t j = 0; j < shape[1]; ++j)
+      for (int64_t i = 0; i < shape[0]; ++i, v += 4) {
+        const double x = static_cast<double>(i) - 0.5 * static_cast<double>(shape[0]),
+                     y = static_cast<double>(j) - 0.5 * static_cast<double>(shape[1]),
+                     z = static_cast<double>(k) - 0.5 * static_cast<double>(shape[2]);
+        const float value = x * x + y * y + z * z < r * r ? 0.75f : 0.0f;
+        std::memcpy(out.data() + v, &value, 4);
+      }
+  return out;
+}
+
+/// float32 voxels of a noisy volume: uniform in [0, 1) from std::mt19937's
+/// raw output (24 bits each), which deflate barely shrinks (mostly literals).
+inline std::vector<uint8_t> noise_voxels(const std::vector<int64_t>& shape, uint32_t seed) {
+  std::mt19937 eng(seed);
+  std::vector<uint8_t> out(static_cast<size_t>(shape[0] * shape[1] * shape[2]) * 4);
+  for (size_t v = 0; v < out.size(); v += 4) {
+    const float value = static_cast<float>(eng() >> 8) * (1.0f / 16777216.0f);
+    std::memcpy(out.data() + v, &value, 4);
   }
   return out;
 }

@@ -233,6 +233,24 @@ TEST(ReadVolumeTest, CountsNanAndInfVoxelsWithoutFailing) {
   EXPECT_TRUE(std::isnan(uncounted.data[0][0][0][0].item<float>()));
 }
 
+TEST(ReadVolumeTest, NoiseFreeAndNoisyGzipFilesReadAsTheirRawVoxels) {
+  // The noise-free file inflates with ISA-L, the noisy one with libdeflate
+  // (gzip_test.cpp pins the pick).
+  const std::string dir = test_dir();
+  const std::vector<int64_t> shape{48, 40, 36};
+  for (const bool noise_free : {true, false}) {
+    std::vector<uint8_t> vox = noise_free ? sphere_voxels(shape) : noise_voxels(shape, 20);
+    const std::string path = dir + (noise_free ? "/noise_free.nii.gz" : "/noisy.nii.gz");
+    write_bytes(path, gzip(make_nifti(shape, NiftiDatatype::kFloat32, vox)));
+    // File order is x fastest: (z, y, x) in C order, then nibabel's (1, x, y, z).
+    const at::Tensor expected =
+        at::from_blob(vox.data(), {shape[2], shape[1], shape[0]}, at::kFloat)
+            .permute({2, 1, 0})
+            .unsqueeze(0);
+    EXPECT_TRUE(at::equal(read_volume(path).data, expected)) << path;
+  }
+}
+
 TEST(ReadVolumeTest, BadFilesThrowNamingThePath) {
   const std::string dir = test_dir();
   try {

@@ -1,5 +1,5 @@
-// libFuzzer target over the std-only NIfTI reader: header parsing, gzip
-// (libdeflate and the zlib fallback) and the voxel copies. Built by clang with
+// libFuzzer target over the std-only NIfTI reader: header parsing, gzip (ISA-L
+// or libdeflate, and the zlib fallback) and the voxel copies. Built by clang with
 // -fsanitize=fuzzer,address,undefined (tests/CMakeLists.txt, when clang++ is
 // found); ctest runs it for 60 s from tests/fuzz/corpus. Longer:
 //   build/bin/nifti_fuzzer build/fuzz-corpus tests/fuzz/corpus -dict=tests/fuzz/nifti.dict \

@@ -1,7 +1,7 @@
 #pragma once
 // NIfTI-1 and NIfTI-2 single files (.nii, .nii.gz): header parsing with
 // nibabel 5.0's rules, the raw voxel bytes, and writing. Standard library only
-// (plus libdeflate/zlib inside the .cpp): also compiled by clang into the
+// (plus ISA-L/libdeflate/zlib inside the .cpp): also compiled by clang into the
 // libFuzzer target tests/fuzz/nifti_fuzzer.cpp.
 //
 // What "nibabel's rules" means here (nibabel/nifti1.py, analyze.py, nifti2.py):
@@ -125,9 +125,11 @@ struct NiftiFile {
 };
 
 /// Reads a .nii or a gzip-compressed .nii (detected by the gzip magic, not
-/// the name). Gzip: libdeflate into a buffer sized from the header's
-/// vox_offset + data and the gzip ISIZE trailer; multi-member streams, >4 GiB
-/// files and trailers that disagree go through streaming zlib. CRCs are checked.
+/// the name). Gzip: one call into a buffer sized from the header's vox_offset
+/// + data and the gzip ISIZE trailer, by ISA-L for files that inflate to 3x
+/// their size or more (noise-free volumes, labels), else libdeflate;
+/// multi-member streams and trailers that disagree go through streaming zlib.
+/// CRCs are checked.
 /// Never reads a sibling file. Throws std::runtime_error naming the path (and
 /// the field) on a missing file, bad header, truncated or corrupt data.
 /// Thread-safe.
