@@ -1,5 +1,6 @@
 #include "volshard/core/large_blocks.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -79,6 +80,9 @@ class BlockCache {
     return true;
   }
 
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+
   LargeBlockStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     LargeBlockStats s;
@@ -129,8 +133,17 @@ class BlockCache {
 };
 
 // Never destroyed: tensors may release blocks during static destruction.
+// Across fork() (a torch DataLoader's workers, while loader threads run) the
+// lock is taken first, so the child never inherits it held by a thread it
+// does not have.
 BlockCache& cache() {
-  static auto* c = new BlockCache;
+  static BlockCache* c = [] {
+    auto* made = new BlockCache;
+    const auto lock = [] { cache().lock_for_fork(); };
+    const auto unlock = [] { cache().unlock_after_fork(); };
+    ::pthread_atfork(lock, unlock, unlock);
+    return made;
+  }();
   return *c;
 }
 

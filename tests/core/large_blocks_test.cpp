@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -120,6 +124,35 @@ TEST_F(LargeBlocksTest, ThreadsGetDisjointBlocks) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(corrupt[static_cast<size_t>(t)], 0) << "thread " << t;
+}
+
+// fork() while another thread takes and gives blocks back (a torch
+// DataLoader forking its workers beside running loader threads): every child
+// can still take a block, as the cache's lock is never inherited held.
+TEST_F(LargeBlocksTest, ForkedChildrenCanTakeBlocksWhileAThreadChurns) {
+  enable_large_block_cache();
+  std::atomic<bool> stop{false};
+  std::thread churn([&stop] {
+    while (!stop.load()) release_bytes(allocate_bytes(16 * kMiB), 16 * kMiB);
+  });
+  int stuck_or_failed = 0;
+  for (int k = 0; k < 20; ++k) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::alarm(2);  // a child that deadlocks dies of SIGALRM
+      void* p = allocate_bytes(24 * kMiB);
+      static_cast<char*>(p)[0] = 1;
+      release_bytes(p, 24 * kMiB);
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    stuck_or_failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (stuck_or_failed > 0) break;
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(stuck_or_failed, 0);
 }
 
 // A NIfTI reader's buffer: with the cache on, the next volume's buffer of the
