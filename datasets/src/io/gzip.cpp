@@ -4,14 +4,22 @@
 // header (inflated with zlib, a few microseconds) gives vox_offset + data
 // bytes, and the gzip ISIZE trailer confirms it. Who inflates is picked per
 // file from the trailer alone (pick_inflater, one division): ISA-L when ISIZE /
-// file size >= kIsalMinRatio (3), else libdeflate. Both check CRC32 and ISIZE.
-// bench_nifti on 2026-11-23 (this project's 2-core AMD EPYC VM, 128^3 float32
-// volumes written by nibabel, median of interleaved rounds):
-//   noise-free, ratio ~87 (long matches): libdeflate 1.19 ms, ISA-L 0.80 ms
-//   noisy, ratio 1.1 (mostly literals):   libdeflate 22.2 ms, ISA-L 22.6 ms
-// 3 lies between the two kinds; files in between were not measured, and a
-// wrong pick costs little on the noisy side (ISA-L 2-6 % slower there) next
-// to what it gains on the compressible side (26-39 % faster).
+// file size is in [3, 100), else libdeflate. Both check CRC32 and ISIZE.
+// Measured on 2026-11-23 (this project's 2-core AMD EPYC VM, best of 15 calls
+// of gunzip_sized, ms, libdeflate / ISA-L):
+//   128^3 float32 spheres, nibabel (zlib level 1), ratio 80:    1.13 / 0.75
+//   the same data, zlib level 6, ratio 190; level 9, ratio 226: 0.89 / 1.84, 0.91 / 1.63
+//   the same data, volshard's writer (libdeflate), ratio 116:  1.36 / 2.52
+//   its label (libdeflate), ratio 205:                          1.22 / 2.44
+//   256 x 256 x 100 int16 CT-like with noise, zlib 1 / 6, ratio 3.6 / 3.8:
+//                                                               12.8 / 12.2, 14.8 / 13.5
+//   the same, flat body, zlib 1 / 6, ratio 83 / 189:           1.80 / 1.28, 2.90 / 2.31
+//   synth --kind ct image (libdeflate), ratio 2.1:             1.99 / 2.25
+//   its label, ratio 271:                                       0.13 / 0.17
+//   bench_nifti's noisy 128^3, ratio 1.1:                      22.2 / 22.6
+// The window picks the faster one for nine of the ten (not the flat CT at
+// zlib level 6); where ISA-L is faster it is by 5-50 %, where it is slower by
+// up to 2x, so the window leans to libdeflate.
 // Streams that do not fit one call (multi-member, trailing data, ISIZE that
 // disagrees, corruption) go through streaming zlib, which also produces the
 // precise error; whatever ISA-L refuses goes to libdeflate as before, so the

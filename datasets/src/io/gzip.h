@@ -33,18 +33,22 @@ constexpr uint64_t kMaxDeflateRatio = 1032;
 /// ISIZE, corrupt or truncated data), which also words the errors.
 enum class Inflater { kLibdeflate, kIsal, kZlib };
 
-/// ISA-L from this ISIZE / compressed size on: it inflates a noise-free 128^3
-/// volume (ratio ~87) in 0.80 ms to libdeflate's 1.19, a noisy one (ratio 1.1)
-/// in 22.6 ms to libdeflate's 22.2 (bench_nifti, 2026-11-23; gzip.cpp).
+/// ISA-L for ISIZE / compressed size in [kIsalMinRatio, kIsalMaxRatio), from
+/// ten files measured on 2026-11-23 (gzip.cpp): ISA-L is faster on
+/// compressible zlib streams (nibabel's level 1: noise-free 128^3 at ratio
+/// ~80, 0.75 ms to libdeflate's 1.13; CT-like int16 at ratio 3.6-83, 5-29 %
+/// faster) and slower on noisy ones (ratio 1.1: 22.6 ms to 22.2) and on
+/// near-constant streams (libdeflate-written spheres at ratio 116 and labels
+/// at 205-271, zlib level 6-9 at 190-226: 1.3-2x slower).
 constexpr uint64_t kIsalMinRatio = 3;
+constexpr uint64_t kIsalMaxRatio = 100;
 
-/// The per-file choice, from the trailer alone (one division): ISA-L for
-/// files that inflate to at least kIsalMinRatio times their size (long
-/// matches: noise-free volumes, label maps), libdeflate for the rest (mostly
-/// literals: noisy volumes). `isize`: the decompressed size the trailer gives.
+/// The per-file choice, from the trailer alone (one division).
+/// `isize`: the decompressed size the trailer gives.
 constexpr Inflater pick_inflater(uint64_t isize, size_t compressed_bytes) {
-  return compressed_bytes > 0 && isize / compressed_bytes >= kIsalMinRatio ? Inflater::kIsal
-                                                                           : Inflater::kLibdeflate;
+  if (compressed_bytes == 0) return Inflater::kLibdeflate;
+  const uint64_t ratio = isize / compressed_bytes;
+  return ratio >= kIsalMinRatio && ratio < kIsalMaxRatio ? Inflater::kIsal : Inflater::kLibdeflate;
 }
 
 /// Inflates a whole gzip file in memory whose output must hold at least
