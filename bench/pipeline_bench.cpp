@@ -392,10 +392,9 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
   const auto print_row = [](const char* mode, const std::string& epoch, double s,
                             const std::string& rate, const Usage& u0, const Usage& u1,
                             const char* peak, const char* bound, const char* cache) {
-    std::printf("%-7s %5s | %7.2f %9s %9ld %7.1f %7.1f %8.0f | %8s %8s %8s\n", mode,
-                epoch.c_str(), s, rate.c_str(), u1.minor_faults - u0.minor_faults,
-                u1.user_s - u0.user_s, u1.sys_s - u0.sys_s, status_mb("VmRSS:"), peak, bound,
-                cache);
+    std::printf("%-7s %5s | %7.2f %9s %9ld %7.1f %7.1f %8.0f | %8s %8s %8s\n", mode, epoch.c_str(),
+                s, rate.c_str(), u1.minor_faults - u0.minor_faults, u1.user_s - u0.user_s,
+                u1.sys_s - u0.sys_s, status_mb("VmRSS:"), peak, bound, cache);
   };
   const PairOptions loading = feed_prefix();
   const SampleSource from_files = [&](int64_t i) {
@@ -450,14 +449,16 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
                       "%s: epoch 0 took %.2fx the later epochs' mean; setup reserved %.0f MB; "
                       "large blocks so far: %lld mapped, %lld reused, %lld unmapped",
                       mode, seconds[0] / later, reserved_mb, static_cast<long long>(blocks.mapped),
-                      static_cast<long long>(blocks.reused), static_cast<long long>(blocks.unmapped));
+                      static_cast<long long>(blocks.reused),
+                      static_cast<long long>(blocks.unmapped));
         first_epoch.push_back(line);
       }
     }
   }
   for (const std::string& line : first_epoch) std::printf("%s\n", line.c_str());
   std::printf(
-      "(RSS before the runs: %.0f MB; setup: the cache's fill (cached) and the loader's reserve(),\n"
+      "(RSS before the runs: %.0f MB; setup: the cache's fill (cached) and the loader's "
+      "reserve(),\n"
       "which faults in its batch buffers; files rows also hold each thread's volume being loaded;\n"
       "the peak is VmHWM, reset before each source)\n",
       base_mb);

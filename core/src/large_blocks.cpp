@@ -171,14 +171,13 @@ void* allocate_bytes(size_t bytes) {
   return p;
 }
 
+bool release_if_cached(void* p) noexcept { return p != nullptr && cache().give(p); }
+
 void release_bytes(void* p, size_t bytes) noexcept {
-  if (p == nullptr) return;
   // A large block goes back to the cache even if it was turned off since.
-  if (bytes >= kLargeBlockBytes && cache().give(p)) return;
+  if (bytes >= kLargeBlockBytes && release_if_cached(p)) return;
   std::free(p);
 }
-
-bool release_if_cached(void* p) noexcept { return p != nullptr && cache().give(p); }
 
 void enable_large_block_cache(bool on) { cache_on.store(on); }
 bool large_block_cache_enabled() { return cache_on.load(); }

@@ -97,8 +97,7 @@ TEST_F(LargeBlocksTest, LiveBlocksNeverOverlapAndMemoryStaysWithinTwiceThePeak) 
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
     }
     const LargeBlockStats s = large_block_stats();
-    ASSERT_LE(s.in_use_bytes + s.free_bytes,
-              2 * std::max<int64_t>(s.peak_in_use_bytes, 128 * kMiB))
+    ASSERT_LE(s.in_use_bytes + s.free_bytes, 2 * std::max<int64_t>(s.peak_in_use_bytes, 128 * kMiB))
         << "op " << op;
   }
   for (const Live& l : live) release_bytes(l.p, l.bytes);

@@ -128,7 +128,8 @@ size_t label_offset_of(const RowShapes& r, const Sample& first) {
 }
 
 size_t buffer_bytes(const RowShapes& r, const Sample& first) {
-  return label_offset_of(r, first) + static_cast<size_t>(numel(r.label)) * c10::elementSize(r.label_dtype);
+  return label_offset_of(r, first) +
+         static_cast<size_t>(numel(r.label)) * c10::elementSize(r.label_dtype);
 }
 
 // Uninitialised batch tensors of n rows shaped (and typed) as `first`, the
@@ -204,9 +205,6 @@ class BatchPool {
  public:
   explicit BatchPool(size_t capacity) : capacity_(capacity) {}
 
-  // A buffer of at least `bytes` bytes that nobody else holds: the smallest
-  // free one that fits, else a new one (kept if there is room, or in place of
-  // a free one too small). Called under the loader's mutex.
   // Fills the pool up to its capacity with buffers of `bytes`, faulted in and
   // written on up to `threads` threads at once; returns the bytes the pool
   // then holds in buffers of at least `bytes`. The buffers are made outside
@@ -221,52 +219,52 @@ class BatchPool {
     }
     std::vector<c10::Storage> fresh(missing);
     std::vector<std::thread> fillers;
-    const auto parallel = std::min<size_t>(missing, static_cast<size_t>(std::max<int64_t>(threads, 1)));
+    const auto parallel =
+        std::min<size_t>(missing, static_cast<size_t>(std::max<int64_t>(threads, 1)));
     for (size_t t = 0; t < parallel; ++t) {
       fillers.emplace_back([&fresh, bytes, t, parallel] {
-        for (size_t k = t; k < fresh.size(); k += parallel) fresh[k] = prefaulted_storage(bytes, true);
+        for (size_t k = t; k < fresh.size(); k += parallel)
+          fresh[k] = prefaulted_storage(bytes, true);
       });
     }
     for (auto& f : fillers) f.join();
     std::lock_guard<std::mutex> lock(mutex);
-    for (c10::Storage& b : fresh) {
-      // In place of a free buffer too small, else beside the others while there is room.
-      auto small = std::find_if(buffers_.begin(), buffers_.end(), [&](const c10::Storage& o) {
-        return o.use_count() == 1 && o.nbytes() < bytes;
-      });
-      if (small != buffers_.end()) {
-        *small = std::move(b);
-      } else if (buffers_.size() < capacity_) {
-        buffers_.push_back(std::move(b));
-      }
-    }
+    for (c10::Storage& b : fresh) keep(std::move(b));
     size_t held = 0;
     for (const c10::Storage& b : buffers_) held += b.nbytes() >= bytes ? b.nbytes() : 0;
     return held;
   }
 
+  // A buffer of at least `bytes` bytes that nobody else holds: the smallest
+  // free one that fits, else a new one (kept, see keep()). Called under the
+  // loader's mutex.
   c10::Storage acquire(size_t bytes) {
     c10::Storage* best = nullptr;
-    c10::Storage* small = nullptr;
     for (c10::Storage& b : buffers_) {
-      if (b.use_count() != 1) continue;
-      if (b.nbytes() >= bytes) {
-        if (!best || b.nbytes() < best->nbytes()) best = &b;
-      } else {
-        small = &b;
-      }
+      if (b.use_count() == 1 && b.nbytes() >= bytes && (!best || b.nbytes() < best->nbytes()))
+        best = &b;
     }
     if (best) return *best;
     c10::Storage fresh = prefaulted_storage(bytes);
-    if (buffers_.size() < capacity_) {
-      buffers_.push_back(fresh);
-    } else if (small) {
-      *small = fresh;
-    }
+    keep(fresh);
     return fresh;
   }
 
  private:
+  // Keeps a new buffer beside the others while there is room, else in place
+  // of a free one smaller than it; else not at all (it is freed once its
+  // batch is dropped). Called under the loader's mutex.
+  void keep(c10::Storage fresh) {
+    if (buffers_.size() < capacity_) {
+      buffers_.push_back(std::move(fresh));
+      return;
+    }
+    const auto small = std::find_if(buffers_.begin(), buffers_.end(), [&](const c10::Storage& b) {
+      return b.use_count() == 1 && b.nbytes() < fresh.nbytes();
+    });
+    if (small != buffers_.end()) *small = std::move(fresh);
+  }
+
   size_t capacity_;
   std::vector<c10::Storage> buffers_;
 };

@@ -39,12 +39,12 @@ void enable_large_block_cache(bool on = true);
 bool large_block_cache_enabled();
 
 struct LargeBlockStats {
-  int64_t in_use_bytes = 0;    ///< held by callers
-  int64_t free_bytes = 0;      ///< released, kept for reuse
+  int64_t in_use_bytes = 0;  ///< held by callers
+  int64_t free_bytes = 0;    ///< released, kept for reuse
   int64_t peak_in_use_bytes = 0;
-  int64_t mapped = 0;          ///< blocks mapped since start
-  int64_t reused = 0;          ///< requests served by a released block
-  int64_t unmapped = 0;        ///< released blocks given back to the kernel
+  int64_t mapped = 0;    ///< blocks mapped since start
+  int64_t reused = 0;    ///< requests served by a released block
+  int64_t unmapped = 0;  ///< released blocks given back to the kernel
 };
 LargeBlockStats large_block_stats();
 
