@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, for volshard's tests.
 
-Runs MONAI's own transforms (from a source checkout; nothing is installed) on
-small inputs with LPS, oblique and permuted affines, anisotropic spacing and
+Runs MONAI's own transforms (the pinned environment's MONAI 1.4.0 from PyPI,
+scripts/requirements.txt) on small inputs with LPS, oblique and permuted affines, anisotropic spacing and
 odd sizes, and writes each case's input and output as raw little-endian
 float32 in C order (channel-first) plus one manifest.json with the shapes,
-affines and parameters. Not needed by `make test`; rerun when a case is added:
+affines and parameters. Rerun when a case is added:
 
-    MONAI_SRC=/path/to/MONAI-1.4.0 /usr/bin/python3 tests/transforms/oracle/make_monai_goldens.py
+    $(scripts/pyenv.sh --path)/bin/python tests/transforms/oracle/make_monai_goldens.py [--out DIR]
 
-(MONAI 1.4.0 runs with Debian's python3-torch 1.13 from its source tree.)
+`make test` runs it into the build tree and checks that MONAI still writes
+the committed goldens (tests/transforms/oracle/compare_goldens.py).
 """
 import json
 import os
@@ -18,10 +19,6 @@ import sys
 import numpy as np
 import torch
 
-src = os.environ.get("MONAI_SRC")
-if not src:
-    sys.exit("set MONAI_SRC to a checkout of MONAI at tag 1.4.0")
-sys.path.insert(0, src)
 import monai  # noqa: E402
 from monai.data import MetaTensor  # noqa: E402
 from monai.transforms import (  # noqa: E402
@@ -34,6 +31,8 @@ from monai.transforms import (  # noqa: E402
 )
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monai_goldens")
+if len(sys.argv) == 3 and sys.argv[1] == "--out":
+    OUT = sys.argv[2]
 
 
 def rotation(axis, degrees):

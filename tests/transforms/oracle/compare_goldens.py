@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The MONAI oracle in every test run: runs make_monai_goldens.py with the
+pinned environment's MONAI and torch into a scratch folder and checks that it
+writes the committed goldens bit for bit (transforms_tests compares volshard
+with the committed ones). A difference names each file, its largest change and
+how many values moved; regenerate with the same script when MONAI or torch is
+re-pinned, and say so in the commit.
+
+    compare_goldens.py SCRATCH_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMMITTED = os.path.join(HERE, "monai_goldens")
+
+
+def main():
+    out = sys.argv[1]
+    subprocess.run([sys.executable, "-W", "ignore::FutureWarning", os.path.join(HERE, "make_monai_goldens.py"), "--out", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    fresh = json.load(open(os.path.join(out, "manifest.json")))
+    committed = json.load(open(os.path.join(COMMITTED, "manifest.json")))
+    problems = []
+    if (fresh["monai"], fresh["torch"]) != (committed["monai"], committed["torch"]):
+        problems.append(f"versions: committed MONAI {committed['monai']} / torch {committed['torch']}, "
+                        f"this environment {fresh['monai']} / {fresh['torch']}")
+    if fresh["cases"] != committed["cases"]:
+        problems.append("manifest.json: cases (parameters, shapes or affines) differ")
+    for name in sorted(os.listdir(COMMITTED)):
+        if not name.endswith(".f32"):
+            continue
+        a = np.fromfile(os.path.join(COMMITTED, name), dtype="<f4")
+        path = os.path.join(out, name)
+        if not os.path.exists(path):
+            problems.append(f"{name}: not written any more")
+            continue
+        b = np.fromfile(path, dtype="<f4")
+        if a.shape != b.shape:
+            problems.append(f"{name}: {a.size} values committed, {b.size} now")
+        elif a.tobytes() != b.tobytes():
+            d = np.abs(a.astype(np.float64) - b)
+            problems.append(f"{name}: {(d > 0).sum()} of {a.size} values differ, largest by {d.max():.3g}")
+    if problems:
+        print("MONAI no longer writes the committed goldens:\n  " + "\n  ".join(problems))
+        return 1
+    print(f"MONAI {fresh['monai']} with torch {fresh['torch']} writes the {len(fresh['cases'])} committed cases "
+          "bit for bit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
