@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -56,21 +55,15 @@ TEST(Xxh64Test, GivesTheSameDigestForAnySplitIntoUpdates) {
   }
 }
 
-TEST(DigestFileTest, HashesAFileAsItsBytesAndQuickly) {
+TEST(DigestFileTest, HashesAFileAsItsBytes) {
   const std::string dir = test_dir();
   std::vector<uint8_t> bytes(7u << 20);  // a 128^3 float32 .nii.gz of noise is ~7.5 MB
   for (size_t k = 0; k < bytes.size(); ++k)
     bytes[k] = static_cast<uint8_t>((k * 2654435761u) >> 13);
   write_bytes(dir + "/f.bin", bytes);
-  (void)digest_file(dir + "/f.bin");  // into the page cache
-  const auto start = std::chrono::steady_clock::now();
   const FileDigest d = digest_file(dir + "/f.bin");
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(d.size_bytes, bytes.size());
   EXPECT_EQ(d.xxh64, xxh64(bytes.data(), bytes.size()));
-  EXPECT_LT(ms, 200.0);  // ~2 ms optimised; the bound only catches a byte-at-a-time slip
-  std::printf("digest_file: 7 MiB in %.2f ms\n", ms);
   write_bytes(dir + "/empty.bin", {});
   EXPECT_EQ(digest_file(dir + "/empty.bin").xxh64, 0xEF46DB3751D8E999ULL);
 }

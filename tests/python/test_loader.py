@@ -1,7 +1,8 @@
 """volshard.Loader: the C++ pipeline from Python."""
 
-import threading
-import time
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -77,32 +78,56 @@ def test_state_dict_resumes_after_the_batches_returned(synth_data):
     same(list(resumed), full[1:])
 
 
-def test_the_gil_is_released_while_cpp_works(synth_data):
-    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
-    loader = volshard.Loader(synth_data, sampler, workers=0, crop=48, num_samples=8, batch_size=6)
-    loader.set_epoch(0)
-    ticks = [0]
-    stop = threading.Event()
+GIL_PROBE = r"""
+import errno, os, sys, threading
+import volshard
+data, fifo = sys.argv[1], sys.argv[2]
+pairs = volshard.pairs_from_folder(data)[:2]
+pairs[1] = {"image": fifo, "label": pairs[1]["label"]}
+sampler = volshard.DistributedSampler(2, num_replicas=1, rank=0, shuffle=False)
+loader = volshard.Loader(pairs, sampler, workers=0, crop=16, num_samples=1, batch_size=1, cache_rate=0.0)
+it = iter(loader)
+next(it)  # pairs[0], a file
 
-    def spin():
-        while not stop.is_set():
-            ticks[0] += 1
 
-    t = threading.Thread(target=spin)
-    t.start()
+# The second next() opens the FIFO in C++ (workers=0: in this call), and that
+# open() waits for a writer. This thread opens the FIFO for writing only once
+# C++ waits on it: a non-blocking open fails with ENXIO until a reader is
+# there, and every retry needs the GIL. If next() held the GIL while C++
+# waits, no retry could run and both would wait for ever (the parent's timeout
+# then fails the test); released, a retry finds the reader and frees it.
+def open_once_cpp_waits():
+    while True:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+
+
+writer = threading.Thread(target=open_once_cpp_waits)
+writer.start()
+try:
+    next(it)
+except RuntimeError as e:
+    print("raised:", e)  # a FIFO is not a regular file: the load fails, after open() returned
+writer.join()
+print("released")
+"""
+
+
+def test_the_gil_is_released_while_cpp_works(synth_data, tmp_path):
+    fifo = tmp_path / "img1.nii.gz"
+    os.mkfifo(fifo)
     try:
-        it = iter(loader)
-        time.sleep(0.05)
-        before, t0 = ticks[0], time.perf_counter()
-        next(it)  # transforms run in this call (workers=0)
-        seconds, during = time.perf_counter() - t0, ticks[0] - before
-    finally:
-        stop.set()
-        t.join()
-    # Holding the GIL, the spinning thread would run only at the 5 ms switch
-    # interval hand-overs the call never makes: a handful of ticks at most.
-    assert seconds > 0.01
-    assert during > 1000, f"{during} ticks in {seconds:.3f} s"
+        p = subprocess.run([sys.executable, "-c", GIL_PROBE, synth_data, str(fifo)], capture_output=True,
+                           text=True, timeout=120, env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        pytest.fail("next() held the GIL while C++ waited on a file only a Python thread could open")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "released" in p.stdout
+    assert "not a regular file" in p.stdout and str(fifo) in p.stdout
 
 
 def test_a_folder_a_datalist_and_pairs_are_accepted(synth_data, tmp_path):

@@ -2,6 +2,7 @@
 // the bucketed gradient reducer (the DDP tutorials' claim), SyncBatchNorm,
 // and validation that equals a single process for any world size.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,11 @@
 #include <functional>
 #include <map>
 #include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "run_ranks.h"
 #include "volshard/datasets/volume.h"
@@ -51,28 +57,41 @@ TEST(CommunicatorTest, GroupOfOneNeedsNoNetwork) {
   EXPECT_EQ(comm.world_size(), 1);
 }
 
+bool accepts_connections(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
 TEST(CommunicatorTest, BusyPortIsRejectedNamingIt) {
   const int port = find_free_port();
   run_ranks(1, [](Communicator&) {});
-  // Hold the port with a rendezvous store, then ask the launcher check.
+  // Rank 0's rendezvous store holds the port until rank 1 joins; the launcher
+  // check must then name it. The check is asked until the store is listening
+  // (no sleep that a loaded machine could outlast), then rank 1 joins and
+  // lets rank 0 return. Probing with connect(), not bind(), never takes the
+  // port from the store.
   Rendezvous rv;
   rv.port = port;
-  rv.world_size = 2;  // the store server waits for workers only on join; the port is bound at once
-  std::thread holder([&] {
-    try {
-      CommOptions co;
-      co.timeout = std::chrono::milliseconds(1500);
-      Communicator c(rv, co);
-    } catch (const std::exception&) {  // times out waiting for rank 1: expected
-    }
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  rv.world_size = 2;
+  CommOptions co;
+  co.timeout = std::chrono::milliseconds(120000);
+  std::thread holder([&] { Communicator c(rv, co); });
+  while (!accepts_connections(port)) std::this_thread::yield();
   try {
     check_port_free(port);
     ADD_FAILURE() << "port " << port << " should be busy";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr(std::to_string(port)));
   }
+  Rendezvous rank1 = rv;
+  rank1.rank = 1;
+  Communicator c(rank1, co);
   holder.join();
 }
 
@@ -98,7 +117,7 @@ void sgd_step(UNet& net, at::optional<std::reference_wrapper<GradientReducer>> r
   if (reducer) reducer->get().prepare();
   loss.backward();
   if (reducer) reducer->get().finish();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto params = net.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor g = params[i].grad();
