@@ -2,6 +2,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The pinned Python environment (torch 2.11, MONAI, nibabel) that `make deps` makes outside the clone.
+PYTHON = $(shell scripts/pyenv.sh --path)/bin/python
 
 .PHONY: all deps configure build python test demo bench clean
 
@@ -16,7 +18,9 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The Python module into $(BUILD)/python/volshard: PYTHONPATH=$(BUILD)/python /usr/bin/python3 -c 'import volshard'
+# The Python module into $(BUILD)/python/volshard, for the pinned environment's torch:
+#   PYTHONPATH=$(BUILD)/python $(scripts/pyenv.sh --path)/bin/python -c 'import volshard'
+# (`pip install .` builds and installs it into any environment with torch 2.x.)
 python: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target python
 
@@ -60,7 +64,7 @@ bench: build
 	@$(BUILD)/bin/bench_pipeline --pipeline brats --crop 64
 	@echo
 	@cmake --build $(BUILD) --target python
-	@PYTHONPATH=$(BUILD)/python /usr/bin/python3 bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
+	@PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
 
 clean:
 	rm -rf $(BUILD)

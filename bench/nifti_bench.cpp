@@ -219,7 +219,7 @@ std::function<double(const std::string&)> timed(Fn fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string script = "bench/nifti_bench_nibabel.py", python = "/usr/bin/python3";
+  std::string script = "bench/nifti_bench_nibabel.py", python = VOLSHARD_PYTHON;
   int rounds = 21;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

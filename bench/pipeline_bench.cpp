@@ -466,7 +466,7 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
 
 double python_baseline(const std::string& script, const std::string& dir, const char* mode,
                        int64_t workers, int epochs) {
-  const std::string cmd = "/usr/bin/python3 " + script + " " + dir + " " + mode + " " +
+  const std::string cmd = std::string(VOLSHARD_PYTHON) + " " + script + " " + dir + " " + mode + " " +
                           std::to_string(workers) + " " + std::to_string(epochs) + " 2>/dev/null";
   double v = 0;
   if (FILE* p = popen(cmd.c_str(), "r")) {

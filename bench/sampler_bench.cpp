@@ -64,7 +64,7 @@ Measure volshard_once(int64_t n, int64_t world, int64_t rank) {
 }
 
 Measure torch_once(const std::string& script, int64_t n, int64_t world, int64_t rank) {
-  const std::string cmd = "/usr/bin/python3 " + script + " " + std::to_string(n) + " " +
+  const std::string cmd = std::string(VOLSHARD_PYTHON) + " " + script + " " + std::to_string(n) + " " +
                           std::to_string(world) + " " + std::to_string(rank) + " 2>/dev/null";
   Measure m;
   if (FILE* p = popen(cmd.c_str(), "r")) {

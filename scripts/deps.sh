@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package volshard needs, idempotently: apt-get runs only
-# when a package is missing. Works as root, or through sudo otherwise.
+# when a package is missing. Works as root, or through sudo otherwise. Then
+# makes the pinned Python environment (torch 2.11, MONAI, nibabel; scripts/pyenv.sh)
+# whose LibTorch the project builds against.
 set -euo pipefail
 
 packages=(
@@ -9,16 +11,16 @@ packages=(
   # sampler, tools, tests, benchmarks
   libcli11-dev nlohmann-json3-dev libspdlog-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
-  # tensors, volumes, pictures
-  libtorch-dev libgloo-dev libniftiio-dev libnifti2-dev libznz-dev zlib1g-dev libdeflate-dev libisal-dev libopencv-dev
+  # volumes, pictures; LibTorch itself comes from the pinned torch wheel (scripts/pyenv.sh),
+  # which ships no Gloo headers: c10d's ProcessGroupGloo.hpp includes them
+  libgloo-dev libniftiio-dev libnifti2-dev libznz-dev zlib1g-dev libdeflate-dev libisal-dev libopencv-dev
   clang libclang-rt-14-dev
   # LibTorch's libblas.so.3 is the single-threaded reference BLAS unless this
   # takes over the alternative (see docs/platform notes in README)
   libopenblas0-openmp
-  # oracles for golden and differential tests
-  python3 python3-numpy python3-torch python3-nibabel
-  # the Python module (python/) and its tests
-  pybind11-dev python3-dev python3-pytest
+  # the interpreter of the pinned environment (torch, MONAI, nibabel, pytest: scripts/requirements.txt)
+  # and its headers for the Python module
+  python3 python3-venv python3-dev
 )
 
 missing=()
@@ -27,9 +29,10 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
+here=$(cd "$(dirname "$0")" && pwd)
 if ((${#missing[@]} == 0)); then
   echo "deps: all ${#packages[@]} packages present"
-  exit 0
+  exec "$here/pyenv.sh"
 fi
 
 echo "deps: installing ${missing[*]}"
@@ -44,3 +47,4 @@ fi
 apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
 "${apt[@]}" update -q
 "${apt[@]}" install -y -q --no-install-recommends "${missing[@]}"
+exec "$here/pyenv.sh"

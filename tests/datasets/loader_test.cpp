@@ -9,6 +9,7 @@
 #include <atomic>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include <sys/resource.h>
 

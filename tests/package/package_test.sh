@@ -4,9 +4,10 @@
 #   sampler_consumer   find_package(volshard COMPONENTS sampler), LibTorch hidden
 #   datasets_consumer  find_package(volshard COMPONENTS datasets), with LibTorch
 #   subdir_consumer    add_subdirectory(volshard) with nothing turned off
-# Usage: package_test.sh CMAKE BUILD_DIR SOURCE_DIR WITH_TORCH(ON|OFF)
+# Usage: package_test.sh CMAKE BUILD_DIR SOURCE_DIR WITH_TORCH(ON|OFF) [TORCH_DIR]
+# (TORCH_DIR: the folder of TorchConfig.cmake, as a consumer passes it.)
 set -euo pipefail
-cmake=$1 build=$2 src=$3 with_torch=$4
+cmake=$1 build=$2 src=$3 with_torch=$4 torch_dir=${5:-}
 tmp=$(mktemp -d /tmp/volshard_package.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 step() { echo "== $*"; }
@@ -29,7 +30,7 @@ step "sampler_consumer: find_package(volshard COMPONENTS sampler) with LibTorch 
 if [ "$with_torch" = ON ]; then
   step "datasets_consumer: find_package(volshard COMPONENTS datasets) with LibTorch"
   "$cmake" -S "$src/tests/package/datasets_consumer" -B "$tmp/datasets" "${generator[@]}" \
-    -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/datasets.log"
+    -DCMAKE_PREFIX_PATH="$tmp/prefix" ${torch_dir:+-DTorch_DIR="$torch_dir"} >"$tmp/datasets.log"
   "$cmake" --build "$tmp/datasets" -j 2 >>"$tmp/datasets.log" || { cat "$tmp/datasets.log"; exit 1; }
   "$tmp/datasets/datasets_consumer" "$tmp/data"
   "$tmp/prefix/bin/volshard" info "$tmp/data/img0.nii.gz" >/dev/null

@@ -1,6 +1,7 @@
 // MONAI parity of the UNet and DiceLoss: module tree (state_dict keys and
 // shapes), and output, loss and gradients on a MONAI-made fixture.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -180,7 +181,7 @@ TEST(UNetParityTest, TrainAndEvalGiveTheSameOutputWithInstanceNorm) {
   o.strides = {2};
   UNet net(o, 5);
   const at::Tensor x = at::rand({1, 1, 16, 16, 16});
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const at::Tensor a = net.forward(x);
   net.train(false);
   EXPECT_TRUE(at::equal(a, net.forward(x)));

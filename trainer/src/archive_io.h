@@ -20,4 +20,10 @@ std::string first_line(const std::exception& e);
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,
                      const std::string& kind);
 
+/// The bytes of a torch.save zip archive holding `value`, as
+/// torch::jit::pickle_save writes them but with plain dicts and lists: no
+/// torch.jit._pickle.restore_type_tag, which torch.load's default
+/// (weights_only=True, torch >= 2.6) refuses. Tensors are copied to the CPU.
+std::vector<char> pickle_archive(const c10::IValue& value);
+
 }  // namespace volshard::detail

@@ -60,7 +60,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   dict.insert("model", model);
   dict.insert("optimizer", optimizer);
   dict.insert("checksum", checksum(c));
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  const std::vector<char> bytes = detail::pickle_archive(c10::IValue(dict));
   write_file_atomic(path, {bytes.data()}, {bytes.size()});
 }
 

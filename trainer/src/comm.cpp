@@ -1,9 +1,9 @@
-// The one file that speaks c10d. LibTorch 1.13 (Debian) and 2.x differ in
-// where ProcessGroup, Backend and Work live; the calls used here
-// (ProcessGroupGloo(store, rank, size, options), allreduce, broadcast,
-// barrier, Work::wait) exist in both.
+// The one file that speaks c10d (torch 2.x). ProcessGroupGloo and
+// ProcessGroupNCCL are c10d::Backends; the calls used here (allreduce,
+// broadcast, barrier, Work::wait) are Backend's.
 #include "volshard/trainer/comm.h"
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -33,7 +33,7 @@ using detail::first_line;
 // Gloo's "connection closed by peer".
 struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::Backend> group;
   int64_t rank = 0, world = 1;
   std::chrono::milliseconds timeout{0};
 

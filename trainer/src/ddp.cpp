@@ -1,6 +1,7 @@
 #include "volshard/trainer/ddp.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <map>
 #include <stdexcept>
@@ -13,7 +14,7 @@ void broadcast_tensors(const std::vector<at::Tensor>& tensors, Communicator& com
   // One flat buffer per dtype: a handful of broadcasts instead of one per tensor.
   std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
   for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [type, group] : by_type) {
     std::vector<at::Tensor> flat_parts;
     for (const auto& t : group) flat_parts.push_back(t.detach().reshape({-1}));
@@ -159,7 +160,7 @@ void GradientReducer::finish() {
                              " received no gradient this step (unused in forward?)");
   }
   const double scale = 1.0 / static_cast<double>(m.comm->world_size());
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& b : m.buckets) {
     b.reduce->wait();
     b.reduce.reset();

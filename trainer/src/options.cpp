@@ -1,5 +1,6 @@
 #include "volshard/trainer/options.h"
 
+#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -133,11 +134,15 @@ void TrainOptions::validate() const {
     bad("train: give exactly one of --data DIR and --datalist FILE");
   if (out_dir.empty()) bad("train: --out RUN is required");
   for_each_field(*this, CheckBounds{"train"});
-#ifndef VOLSHARD_WITH_NCCL
   // Refused here, with the other values, not when the first collective is
   // built (a single process never builds one and would train on the CPU).
+#ifndef VOLSHARD_WITH_NCCL
   if (backend == Backend::kNccl)
     bad("train: --backend=nccl: this build has no NCCL (LibTorch without CUDA); use --backend "
+        "gloo");
+#else
+  if (backend == Backend::kNccl && !(at::hasCUDA() && at::getNumGPUs() > 0))
+    bad("train: --backend=nccl: no CUDA device here (NCCL reduces between GPUs); use --backend "
         "gloo");
 #endif
   try {

@@ -4,6 +4,7 @@
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -26,6 +27,32 @@ std::string first_line(const std::exception& e) {
   std::string msg = e.what();
   if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
   return msg;
+}
+
+std::vector<char> pickle_archive(const c10::IValue& value) {
+  // torch::jit::pickle_save's steps, with tag_aggregates off.
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* p, size_t n) { pickled.insert(pickled.end(), p, p + n); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* p, size_t n) {
+    const char* bytes = static_cast<const char*>(p);
+    archive.insert(archive.end(), bytes, bytes + n);
+    return n;
+  });
+  writer.writeRecord("data.pkl", pickled.data(), pickled.size());
+  const std::vector<at::Tensor>& tensors = pickler.tensorData();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const torch::jit::WriteableTensorData data = torch::jit::getWriteableTensorData(tensors[i]);
+    writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  }
+  writer.writeEndOfFile();
+  return archive;
 }
 
 c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,
@@ -430,7 +457,7 @@ std::vector<char> pickle_tensor_dict(const NamedTensors& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& kv : tensors)
     dict.insert(kv.first, kv.second.detach().to(at::kCPU).contiguous());
-  return torch::jit::pickle_save(c10::IValue(dict));
+  return detail::pickle_archive(c10::IValue(dict));
 }
 
 NamedTensors unpickle_tensor_dict(const std::vector<char>& bytes, const std::string& what) {

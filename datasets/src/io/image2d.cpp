@@ -11,12 +11,15 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#ifdef VOLSHARD_HAVE_OPENCV
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
+#endif
 #include <stdexcept>
 #include <vector>
 
 namespace volshard {
+#ifdef VOLSHARD_HAVE_OPENCV
 namespace {
 
 // Read ourselves rather than through cv::imread, which reports a missing
@@ -102,6 +105,23 @@ at::Tensor read_mask_2d(const std::string& path) {
   }
   return to_channel_first(mask, 1);
 }
+
+#else
+// A build without OpenCV (the GPU machine's, scripts/gpu/): 2D files are named
+// and refused; volumes are unaffected.
+namespace {
+[[noreturn]] void no_opencv(const std::string& path) {
+  fail_file(path, "this volshard was built without OpenCV, so it reads no 2D images; rebuild with "
+                  "OpenCV (libopencv-dev) for PNG/JPEG datasets");
+}
+std::string shape_text(const at::Tensor& t) {
+  return std::to_string(t.size(1)) + " x " + std::to_string(t.size(2)) + " (rows x columns)";
+}
+}  // namespace
+
+at::Tensor read_image_2d(const std::string& path, const Read2DOptions&) { no_opencv(path); }
+at::Tensor read_mask_2d(const std::string& path) { no_opencv(path); }
+#endif
 
 Sample read_image_pair_2d(const std::string& image_path, const std::string& mask_path,
                           const Read2DOptions& options) {

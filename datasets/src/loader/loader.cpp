@@ -37,12 +37,15 @@ class VolumeCpuAllocator final : public c10::Allocator {
   explicit VolumeCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {
     fallback_raw_ = fallback->raw_deleter();
   }
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) override {
     if (bytes < kLargeBlockBytes || !large_block_cache_enabled()) return fallback_->allocate(bytes);
     void* p = allocate_bytes(bytes);
     return {p, p, &release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
   bool usable() const { return fallback_raw_ != nullptr; }
 
  private:
