@@ -5,7 +5,7 @@ load, scale, RandCropByPosNegLabel 96^3 x 4, RandRotate90, collate), in the
 same run; and the Python overhead per batch: the loop's time outside the C++
 loader's next() (which reports how long it blocked).
 
-usage: PYTHONPATH=build/python /usr/bin/python3 bench/python_loader_bench.py [--bin build/bin/volshard]
+usage: PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python bench/python_loader_bench.py [--bin build/bin/volshard]
 VOLSHARD_BENCH_QUICK=1: 8 volumes instead of 24.
 """
 import argparse

@@ -7,7 +7,7 @@ them. Gloo on CPU, NCCL when CUDA is there. For example, two ranks by hand:
 
     volshard synth --out data --count 16 --size 64
     for r in 0 1; do MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r \\
-        PYTHONPATH=build/python /usr/bin/python3 examples/train_ddp.py --data data --crop 32 & done; wait
+        PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python examples/train_ddp.py --data data --crop 32 & done; wait
 """
 
 import argparse

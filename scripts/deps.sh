@@ -15,9 +15,6 @@ packages=(
   # which ships no Gloo headers: c10d's ProcessGroupGloo.hpp includes them
   libgloo-dev libniftiio-dev libnifti2-dev libznz-dev zlib1g-dev libdeflate-dev libisal-dev libopencv-dev
   clang libclang-rt-14-dev
-  # LibTorch's libblas.so.3 is the single-threaded reference BLAS unless this
-  # takes over the alternative (see docs/platform notes in README)
-  libopenblas0-openmp
   # the interpreter of the pinned environment (torch, MONAI, nibabel, pytest: scripts/requirements.txt)
   # and its headers for the Python module
   python3 python3-venv python3-dev

@@ -115,7 +115,7 @@ struct SamplerGolden {
 
 // Printed by PyTorch 1.13 (Debian's python3-torch) running MONAI's __iter__ as
 // emulated in oracle/make_weighted_golden.py:
-//   cd tests/sampler/oracle && /usr/bin/python3 make_weighted_golden.py
+//   cd tests/sampler/oracle && python make_weighted_golden.py   (with PyTorch 1.13; see its docstring)
 // Covers shuffle on and off, every mode, seeds past 2^32, later epochs and
 // num_samples_per_rank == 1 (PyTorch 1.13 draws it with the cumulative kernel).
 const std::vector<SamplerGolden>& sampler_goldens() {

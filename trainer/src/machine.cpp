@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -50,6 +51,14 @@ std::string loaded_blas() {
         kind = "reference BLAS (slow: apt install libopenblas0-openmp)";
       return kind + " " + path;
     }
+  }
+  // PyPI's LibTorch links MKL statically: no BLAS library is mapped, and
+  // its build settings say which one it carries.
+  const std::string config = at::show_config();
+  const size_t at_info = config.find("BLAS_INFO=");
+  if (at_info != std::string::npos) {
+    const size_t end = config.find_first_of(", \n", at_info);
+    return config.substr(at_info + 10, end - at_info - 10) + " (linked into LibTorch)";
   }
   return "none found in /proc/self/maps";
 }

@@ -2,7 +2,7 @@
 """Writes synthetic_golden.json: MONAI's create_test_image_3d, run by numpy.
 
 Run with Debian's python3-numpy (numpy 1.24):
-    /usr/bin/python3 tests/datasets/oracle/make_synthetic_golden.py > tests/datasets/oracle/synthetic_golden.json
+    $(scripts/pyenv.sh --path)/bin/python tests/datasets/oracle/make_synthetic_golden.py > tests/datasets/oracle/synthetic_golden.json
 
 MONAI is not packaged for Debian, so create_test_image_3d and rescale_array are
 copied below from MONAI 1.4.0 (monai/data/synthetic.py, monai/transforms/utils.py),

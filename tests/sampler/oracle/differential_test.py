@@ -3,7 +3,7 @@
 
 Runs random configurations (n, W, seed, epoch, mode, shuffle) through both and
 requires identical per-rank indices, or that both refuse the configuration.
-Exits 77 (skipped) when python3-torch cannot be imported.
+Exits 77 (skipped) when torch cannot be imported (ctest runs the pinned environment's).
 """
 import argparse
 import json
@@ -15,7 +15,7 @@ import sys
 try:
     import torch  # noqa: F401
 except ImportError:
-    print("SKIP: python3-torch is not importable")
+    print("SKIP: torch is not importable")
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

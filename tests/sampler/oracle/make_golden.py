@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes golden_torch.json: per-rank indices from PyTorch's DistributedSampler.
 
-Run with Debian's python3-torch (PyTorch 1.13):
-    /usr/bin/python3 tests/sampler/oracle/make_golden.py > tests/sampler/oracle/golden_torch.json
+Made with Debian's PyTorch 1.13; the pinned environment's torch 2.11 writes the
+same 3025 cases (checked 2026-11-24; only "torch_version" differs):
+    $(scripts/pyenv.sh --path)/bin/python tests/sampler/oracle/make_golden.py > tests/sampler/oracle/golden_torch.json
 """
 import itertools
 import json

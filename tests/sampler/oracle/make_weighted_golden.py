@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Prints the golden draws pinned in tests/sampler/weighted_sampler_test.cpp.
 
-Run with Debian's python3-torch (PyTorch 1.13):
-    cd tests/sampler/oracle && /usr/bin/python3 make_weighted_golden.py
+The pins are PyTorch 1.13's (Debian's python3-torch), and stay so: volshard
+draws as 1.13's multinomial does (sampler/weighted_sampler.h). Run with the
+pinned torch 2.11, this prints the same draws for 11 of the 14 cases; the
+three with num_samples == 1 differ, because torch 2.x draws a single sample
+by another kernel (checked 2026-11-24):
+    cd tests/sampler/oracle && $(../../../scripts/pyenv.sh --path)/bin/python make_weighted_golden.py
 
 MONAI is not packaged for Debian, so its DistributedWeightedRandomSampler.__iter__
 (monai/data/samplers.py, MONAI 1.4) is emulated in monai_weighted_shard() on

@@ -1,6 +1,6 @@
 #pragma once
 // Collectives between ranks. The only place that touches c10d (whose C++ API
-// differs between LibTorch 1.13 and 2.x) is comm.cpp; everything else talks to
+// is torch 2.x's c10d::Backend) is comm.cpp; everything else talks to
 // this class.
 
 #include <ATen/core/Tensor.h>
