@@ -98,10 +98,8 @@ TEST(DataLoaderTest, CompactUint8LabelsGiveTheSameFloatBatches) {
   }
 }
 
-// pin_memory: auto pins exactly where CUDA is (never on this CPU build), off
-// never pins, and on is refused without CUDA, naming the option; with CUDA,
-// on pins both tensors of every batch (for 0 and 2 workers) and of collate's
-// when asked, and the batches hold the same values.
+// pin_memory: auto pins exactly where CUDA is (a GPU visible, at::hasCUDA()),
+// off never pins, and on is refused without CUDA, naming the option.
 TEST(DataLoaderTest, PinsBatchesOnlyWhereCudaIs) {
   const std::vector<int64_t> indices{7, 3, 9, 1, 4};
   LoaderOptions o;
@@ -109,8 +107,8 @@ TEST(DataLoaderTest, PinsBatchesOnlyWhereCudaIs) {
   o.pin_memory = PinMemory::kOff;
   DataLoader pageable(toy_volume, toy_pipeline(), o);
   EXPECT_FALSE(pageable.pinned());
-  const auto reference = run_epoch(pageable, indices, 1);
-  for (const Batch& b : reference) EXPECT_FALSE(b.image.is_pinned() || b.label.is_pinned());
+  for (const Batch& b : run_epoch(pageable, indices, 1))
+    EXPECT_FALSE(b.image.is_pinned() || b.label.is_pinned());
   o.pin_memory = PinMemory::kAuto;
   DataLoader automatic(toy_volume, toy_pipeline(), o);
   EXPECT_EQ(automatic.pinned(), at::hasCUDA());
@@ -118,22 +116,38 @@ TEST(DataLoaderTest, PinsBatchesOnlyWhereCudaIs) {
     EXPECT_EQ(b.image.is_pinned(), at::hasCUDA());
     EXPECT_EQ(b.label.is_pinned(), at::hasCUDA());
   }
+  if (at::hasCUDA()) return;  // PinnedBatchesHoldThePageableValuesAndCopyToTheGpu
   o.pin_memory = PinMemory::kOn;
-  if (!at::hasCUDA()) {
-    try {
-      DataLoader refused(toy_volume, toy_pipeline(), o);
-      FAIL() << "pin_memory=on was accepted without CUDA";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_THAT(e.what(), HasSubstr("pin_memory=on"));
-    }
-    return;
+  try {
+    DataLoader refused(toy_volume, toy_pipeline(), o);
+    FAIL() << "pin_memory=on was accepted without CUDA";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("pin_memory=on"));
   }
+}
+
+// With a GPU: pin_memory=on pins both tensors of every batch (0 and 2
+// workers) and collate's when asked; the batches hold the pageable batches'
+// values, and a non_blocking copy to the device and back returns them.
+TEST(DataLoaderTest, PinnedBatchesHoldThePageableValuesAndCopyToTheGpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA device (the GPU machine: scripts/gpu/run.sh)";
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4};
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.pin_memory = PinMemory::kOff;
+  DataLoader pageable(toy_volume, toy_pipeline(), o);
+  const auto reference = run_epoch(pageable, indices, 1);
+  o.pin_memory = PinMemory::kOn;
   for (const int64_t workers : {0, 2}) {
     o.workers = workers;
     DataLoader pinned(toy_volume, toy_pipeline(), o);
     const auto batches = run_epoch(pinned, indices, 1);
     EXPECT_TRUE(same_batches(reference, batches)) << workers << " workers";
-    for (const Batch& b : batches) EXPECT_TRUE(b.image.is_pinned() && b.label.is_pinned());
+    for (const Batch& b : batches) {
+      EXPECT_TRUE(b.image.is_pinned() && b.label.is_pinned());
+      const at::Tensor on_gpu = b.image.to(at::Device(at::kCUDA, 0), /*non_blocking=*/true);
+      EXPECT_TRUE(at::equal(on_gpu.cpu(), b.image));
+    }
   }
   std::vector<Sample> samples{toy_volume(1), toy_volume(2)};
   EXPECT_TRUE(collate(samples, at::kFloat, true).image.is_pinned());

@@ -296,3 +296,13 @@ def test_tune_allocator_for_volumes_reuses_large_blocks_under_torch(tmp_path):
     import sys
     r = subprocess.run([sys.executable, "-c", TUNED], capture_output=True, text=True, env=dict(os.environ))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the GPU machine: scripts/gpu/run.sh)")
+def test_pinned_batches_hold_the_pageable_values_and_copy_to_the_gpu(synth_data):
+    ref, _ = epoch_batches(synth_data, 1, pin_memory=False)
+    pinned, _ = epoch_batches(synth_data, 2, pin_memory=True)
+    same(pinned, ref)
+    for b in pinned:
+        assert b["image"].is_pinned() and b["label"].is_pinned()
+        assert torch.equal(b["image"].to("cuda", non_blocking=True).cpu(), b["image"])

@@ -2,6 +2,7 @@
 // the bucketed gradient reducer (the DDP tutorials' claim), SyncBatchNorm,
 // and validation that equals a single process for any world size.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <c10/core/GradMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -66,6 +67,44 @@ bool accepts_connections(int port) {
   const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(fd);
   return ok;
+}
+
+// NCCL reduces between GPUs, one per rank: two ranks as threads, each on its
+// own device, sum exactly what Gloo sums (small integers: exact in float32).
+TEST(CommunicatorTest, NcclAllReduceSumsAcrossGpusAsGlooDoes) {
+  if (!at::hasCUDA() || at::getNumGPUs() < 2)
+    GTEST_SKIP() << "needs 2 CUDA devices, one per NCCL rank (this machine has " << at::getNumGPUs()
+                 << ")";
+  const int port = find_free_port();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(2);
+  std::vector<at::Tensor> sums(2);
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Rendezvous rv;
+        rv.port = port;
+        rv.rank = r;
+        rv.world_size = 2;
+        rv.local_rank = r;
+        rv.local_world_size = 2;
+        CommOptions co;
+        co.backend = Backend::kNccl;
+        co.timeout = std::chrono::milliseconds(60000);
+        Communicator comm(rv, co);
+        at::Tensor t = at::arange(6, at::kFloat).add(static_cast<double>(r * 10))
+                           .to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(r)));
+        comm.allreduce_sum(t);
+        sums[static_cast<size_t>(r)] = t.cpu();
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  const at::Tensor want = at::arange(6, at::kFloat).mul(2).add(10);
+  for (const auto& s : sums) EXPECT_TRUE(at::equal(s, want));
 }
 
 TEST(CommunicatorTest, BusyPortIsRejectedNamingIt) {
