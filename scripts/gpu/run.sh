@@ -6,7 +6,8 @@
 # scripts/gpu/prepare.sh.
 #
 #   bash scripts/gpu/run.sh                 build, test, bench
-#   bash scripts/gpu/run.sh --dry-run       here, without a GPU: the same configure against the
+#   PYTHON=$(scripts/pyenv.sh --path)/bin/python bash scripts/gpu/run.sh --dry-run
+#                                           here, without a GPU: the same configure against the
 #                                           unpacked packages, a few targets built and tested
 #
 # Environment: PYTHON (default: python3, the one with torch there), JOBS (default: nproc),
@@ -30,12 +31,29 @@ elapsed() { echo $(($(date +%s) - started)); }
 
 say "gpu run: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$( [[ -n "$(git status --porcelain 2>/dev/null)" ]] && echo ' (with uncommitted changes)')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' | tee -a "$summary"
-"$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available(), 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else '-')" 2>&1 | tee -a "$summary"
+"$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available(), 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else '-')" >"$out/torch.txt" 2>&1 ||
+  { cat "$out/torch.txt"; say "gpu: $python cannot import torch (set PYTHON)"; exit 2; }
+tee -a "$summary" <"$out/torch.txt"
 
 # The carried Debian packages, unpacked (not installed) into a prefix.
 ls .gpu/debs/*.deb >/dev/null 2>&1 || { say "gpu: no .gpu/debs: run scripts/gpu/prepare.sh here and carry .gpu"; exit 2; }
 rm -rf "$prefix"
-for deb in .gpu/debs/*.deb; do dpkg-deb -x "$deb" "$prefix" || { say "gpu: cannot unpack $deb"; exit 2; }; done
+mkdir -p "$prefix"
+unpack() {  # dpkg-deb where there is one, else the .deb's data member through ar and tar
+  if command -v dpkg-deb >/dev/null; then
+    dpkg-deb -x "$1" "$prefix"
+  else
+    local member
+    member=$(ar t "$1" | grep '^data\.tar') || return 1
+    case "$member" in
+      *.xz) ar p "$1" "$member" | xz -dc | tar -x -C "$prefix" -f - ;;
+      *.zst) ar p "$1" "$member" | zstd -dc | tar -x -C "$prefix" -f - ;;
+      *.gz) ar p "$1" "$member" | gzip -dc | tar -x -C "$prefix" -f - ;;
+      *) ar p "$1" "$member" | tar -x -C "$prefix" -f - ;;
+    esac
+  fi
+}
+for deb in .gpu/debs/*.deb; do unpack "$deb" || { say "gpu: cannot unpack $deb"; exit 2; }; done
 libdir=$(ls -d "$prefix"/usr/lib/*-linux-gnu 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
