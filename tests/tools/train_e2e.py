@@ -540,9 +540,9 @@ class FaultTest(Base):
         with open(os.path.join(out, "model.pt"), "rb") as f:
             model_bytes = f.read()
         for name, data, message in (
-                ("truncated", good[: len(good) // 2], "not a readable checkpoint"),
+                ("truncated", good[: len(good) // 2], "not a PyTorch archive (no zip directory: truncated?)"),
                 ("flipped", good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1:],
-                 "checkpoint"),
+                 "fails its CRC-32 check"),
                 ("not a checkpoint", model_bytes, "not a volshard checkpoint")):
             with open(path, "wb") as f:
                 f.write(data)
@@ -550,6 +550,44 @@ class FaultTest(Base):
             self.assertNotEqual(p.returncode, 0, name)
             self.assertIn(message, p.stderr, name)
             self.assertIn(path, p.stderr, name)
+
+    def test_bad_model_files_are_refused_by_every_reader_and_nothing_is_written(self):
+        # The crashing files of issue 26's probe (tests/fuzz/archive_corpus), a
+        # zip bomb (a compressed record) and a bit flip in model.pt's weights.
+        out = self.out("run")
+        self.train(out, epochs=1, nproc=1)
+        corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "archive_corpus")
+        bad = {name: os.path.join(corpus, name) for name in (
+            "empty_pops.pt", "appends_on_empty.pt", "setitem_on_empty.pt", "nested_tuple1.pt",
+            "huge_string.pt", "global_os_system.pt", "storage_claims_more.pt")}
+        import zipfile
+        bomb = os.path.join(self.root, "bomb.pt")
+        with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("archive/data.pkl", b"\x80\x02}." + b"\x00" * (8 << 20))
+        bad["bomb.pt"] = bomb
+        with open(os.path.join(out, "model.pt"), "rb") as f:
+            model = bytearray(f.read())
+        model[len(model) // 2] ^= 0x04  # inside the weights' records
+        flipped = os.path.join(self.root, "flipped.pt")
+        with open(flipped, "wb") as f:
+            f.write(model)
+        bad["flipped.pt"] = flipped
+        img = os.path.join(self.data, "img7.nii.gz")
+        for name, path in bad.items():
+            pred = os.path.join(self.root, "pred.nii.gz")
+            p = run("predict", "--model", path, "--config", os.path.join(out, "config.json"), "--image", img,
+                    "--out", pred)
+            self.assertNotEqual(p.returncode, 0, name)
+            self.assertLess(p.returncode, 128, (name, p.stderr))  # refused, not killed by a signal
+            self.assertIn(path, p.stderr, name)
+            self.assertFalse(os.path.exists(pred), name)
+            p = self.train(self.out("init_" + name), "--init-weights", path, nproc=1, epochs=1, check=False)
+            self.assertNotEqual(p.returncode, 0, name)
+            self.assertLess(p.returncode, 128, (name, p.stderr))
+            self.assertIn(path, p.stderr, name)
+        p = run("predict", "--model", flipped, "--config", os.path.join(out, "config.json"), "--image", img,
+                "--out", os.path.join(self.root, "pred.nii.gz"))
+        self.assertIn("fails its CRC-32 check", p.stderr)
 
     def test_uneven_validation_over_three_ranks_does_not_hang(self):
         out = self.out("run")

@@ -1,10 +1,17 @@
 #pragma once
-// Helpers shared by the trainer's .cpp files that read files and PyTorch
-// archives and turn library errors into one-line messages.
+// Helpers shared by the trainer's .cpp files that read and write PyTorch
+// archives and turn library errors into one-line messages. Every archive is
+// read by core's read_torch_archive: no byte of a file reaches LibTorch's
+// unpickler.
+
+#include <ATen/core/Tensor.h>
 
 #include <exception>
 #include <string>
 #include <vector>
+
+#include "volshard/core/torch_archive.h"
+#include "volshard/trainer/unet.h"
 
 namespace c10 {
 struct IValue;
@@ -15,15 +22,18 @@ namespace volshard::detail {
 /// The first line of an exception's message (c10 errors append a backtrace).
 std::string first_line(const std::exception& e);
 
-/// torch::jit::pickle_load, its failure rethrown as std::runtime_error
-/// "<what>: not a readable <kind> (<first line of the reason>)".
-c10::IValue unpickle(const std::vector<char>& bytes, const std::string& what,
-                     const std::string& kind);
-
 /// The bytes of a torch.save zip archive holding `value`, as
 /// torch::jit::pickle_save writes them but with plain dicts and lists: no
 /// torch.jit._pickle.restore_type_tag, which torch.load's default
 /// (weights_only=True, torch >= 2.6) refuses. Tensors are copied to the CPU.
 std::vector<char> pickle_archive(const c10::IValue& value);
+
+/// A tensor of an archive read by read_torch_archive (core/torch_archive.h),
+/// copied into a new CPU tensor.
+at::Tensor tensor_of(const TorchTensorRecord& record, const std::string& what);
+
+/// A {name: tensor} dict of such an archive, or std::runtime_error naming
+/// `what` and the entry that is not.
+NamedTensors tensor_dict_of(const TorchValue& value, const std::string& what);
 
 }  // namespace volshard::detail

@@ -66,39 +66,38 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 
 namespace {
 
-bool has_format_entry(const c10::IValue& value) {
-  return value.isGenericDict() && value.toGenericDict().contains("format");
+bool has_format_entry(const TorchValue& value) {
+  return value.kind == TorchValue::Kind::kDict && value.find("format") != nullptr;
 }
 
-Checkpoint checkpoint_from(const c10::IValue& value, const std::string& path) {
+Checkpoint checkpoint_from(const TorchValue& value, const std::string& path) {
   auto fail = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
-  if (!value.isGenericDict()) fail("not a volshard checkpoint (not a dict)");
-  const auto dict = value.toGenericDict();
-  auto get = [&](const char* key) {
-    if (!dict.contains(key))
-      fail(std::string("not a volshard checkpoint (no '") + key + "' entry)");
-    return dict.at(key);
+  if (value.kind != TorchValue::Kind::kDict) fail("not a volshard checkpoint (not a dict)");
+  auto get = [&](const char* key) -> const TorchValue& {
+    const TorchValue* v = value.find(key);
+    if (v == nullptr) fail(std::string("not a volshard checkpoint (no '") + key + "' entry)");
+    return *v;
   };
-  if (!get("format").isString() || get("format").toStringRef() != kFormat)
+  using Kind = TorchValue::Kind;
+  if (get("format").kind != Kind::kString || get("format").s != kFormat)
     fail("not a volshard checkpoint (format)");
-  if (!get("version").isInt() || get("version").toInt() != kVersion)
+  if (get("version").kind != Kind::kInt || get("version").i != kVersion)
     fail("checkpoint version " +
-         (get("version").isInt() ? std::to_string(get("version").toInt()) : "?") +
+         (get("version").kind == Kind::kInt ? std::to_string(get("version").i) : "?") +
          " is not supported (expected " + std::to_string(kVersion) + ")");
   Checkpoint c;
-  if (!get("meta").isString() || !get("model").isGenericDict() || !get("optimizer").isTensor() ||
-      !get("checksum").isString())
+  const TorchValue& optimizer = get("optimizer");
+  if (get("meta").kind != Kind::kString || get("model").kind != Kind::kDict ||
+      optimizer.kind != Kind::kTensor || get("checksum").kind != Kind::kString)
     fail("not a volshard checkpoint (entry types)");
-  c.meta_json = get("meta").toStringRef();
-  for (const auto& kv : get("model").toGenericDict()) {
-    if (!kv.key().isString() || !kv.value().isTensor()) fail("model entry is not {name: tensor}");
-    c.model.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
-  }
-  const at::Tensor optimizer = get("optimizer").toTensor().contiguous();
-  c.optimizer.resize(static_cast<size_t>(optimizer.numel()));
-  if (!c.optimizer.empty())
-    std::memcpy(c.optimizer.data(), optimizer.data_ptr(), c.optimizer.size());
-  const std::string expected = get("checksum").toStringRef();
+  c.meta_json = get("meta").s;
+  c.model = detail::tensor_dict_of(get("model"), path);
+  const TorchTensorRecord& bytes = *optimizer.tensor;
+  if (bytes.dtype != "uint8" || bytes.sizes.size() != 1 || bytes.storage_offset != 0 ||
+      (bytes.sizes[0] > 1 && bytes.strides[0] != 1))
+    fail("not a volshard checkpoint (optimizer state is not a byte vector)");
+  c.optimizer.assign(bytes.storage->begin(), bytes.storage->begin() + bytes.sizes[0]);
+  const std::string expected = get("checksum").s;
   const std::string actual = checksum(c);
   if (expected != actual)
     fail("checksum mismatch (stored " + expected + ", computed " + actual +
@@ -109,15 +108,14 @@ Checkpoint checkpoint_from(const c10::IValue& value, const std::string& path) {
 }  // namespace
 
 Checkpoint load_checkpoint(const std::string& path) {
-  return checkpoint_from(
-      detail::unpickle(read_file(path), path, "checkpoint (truncated or corrupt archive)"), path);
+  return checkpoint_from(read_torch_archive_file(path), path);
 }
 
 NamedTensors load_model_weights(const std::string& path) {
-  const c10::IValue value = detail::unpickle(read_file(path), path, "PyTorch archive");
+  const TorchValue value = read_torch_archive_file(path);
   // A state_dict's entries are tensors; a checkpoint says what it is.
   if (has_format_entry(value)) return checkpoint_from(value, path).model;
-  return load_tensor_dict(path);
+  return detail::tensor_dict_of(value, path);
 }
 
 }  // namespace volshard

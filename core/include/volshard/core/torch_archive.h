@@ -1,0 +1,73 @@
+#pragma once
+// torch.save's zip archives (PyTorch >= 1.6, LibTorch's pickle_save, and
+// volshard's model.pt and checkpoint.pt), read without executing anything and
+// with every size checked before it is used. Standard library only (zlib for
+// CRC-32), so the reader is fuzzed on its own (tests/fuzz/torch_archive_fuzzer.cpp).
+//
+// What it accepts is what a state_dict or a volshard checkpoint holds: None,
+// bools, ints, floats, strings, bytes, lists, tuples, dicts (OrderedDict
+// included) and tensors whose storages are records of the archive. Pickle
+// opcodes and globals come from a whitelist (torch.load(weights_only=True)
+// allows no more for these files); anything else is refused by name.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace volshard {
+
+/// Upper bounds checked before anything is allocated; a file beyond one is
+/// refused naming the bound.
+struct TorchArchiveLimits {
+  int64_t max_pickle_bytes = int64_t{256} << 20;  ///< data.pkl
+  int64_t max_records = int64_t{1} << 20;         ///< entries of the zip's directory
+  int64_t max_objects = int64_t{1} << 22;         ///< values made while unpickling and converting
+  int64_t max_depth = 64;                         ///< containers nested in containers
+  int64_t max_dims = 64;                          ///< a tensor's dimensions
+};
+
+/// A tensor as the archive stores it: a view (sizes, strides, offset, in
+/// elements) of a storage whose bytes are a record of the archive. The view
+/// lies inside the storage (checked).
+struct TorchTensorRecord {
+  std::string dtype;  ///< torch's name: float32, float64, float16, bfloat16, int64, int32, int16,
+                      ///< int8, uint8, bool
+  int64_t element_size = 0;  ///< bytes
+  std::vector<int64_t> sizes, strides;
+  int64_t storage_offset = 0;
+  int64_t storage_numel = 0;
+  /// storage_numel * element_size bytes, shared by the tensors that share the storage.
+  std::shared_ptr<const std::vector<uint8_t>> storage;
+};
+
+struct TorchValue {
+  enum class Kind { kNone, kBool, kInt, kFloat, kString, kBytes, kList, kTuple, kDict, kTensor };
+  Kind kind = Kind::kNone;
+  int64_t i = 0;                                           ///< kBool (0 or 1), kInt
+  double f = 0;                                            ///< kFloat
+  std::string s;                                           ///< kString, kBytes
+  std::vector<TorchValue> items;                           ///< kList, kTuple
+  std::vector<std::pair<TorchValue, TorchValue>> entries;  ///< kDict, in the file's order
+  std::shared_ptr<const TorchTensorRecord> tensor;         ///< kTensor
+
+  /// The entry of a dict with this string key, or nullptr.
+  const TorchValue* find(const std::string& key) const;
+  /// "dict", "tensor", ...: for messages.
+  const char* kind_name() const;
+};
+
+/// Parses `size` bytes of a torch.save archive. Every record's CRC-32 is
+/// checked (a flipped bit anywhere is refused), records must be stored
+/// uncompressed (as torch.save writes them: a compressed one, such as a zip
+/// bomb's, is refused), and every offset, size, count and depth is checked
+/// against the file and `limits`. Throws std::runtime_error "<what>: <reason>".
+TorchValue read_torch_archive(const uint8_t* data, size_t size, const std::string& what,
+                              const TorchArchiveLimits& limits = {});
+
+/// read_torch_archive of a file's bytes; errors name the path.
+TorchValue read_torch_archive_file(const std::string& path, const TorchArchiveLimits& limits = {});
+
+}  // namespace volshard
