@@ -306,3 +306,11 @@ def test_pinned_batches_hold_the_pageable_values_and_copy_to_the_gpu(synth_data)
     for b in pinned:
         assert b["image"].is_pinned() and b["label"].is_pinned()
         assert torch.equal(b["image"].to("cuda", non_blocking=True).cpu(), b["image"])
+
+
+def test_sizes_beyond_their_bound_are_refused_before_anything_is_allocated(synth_data):
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    for kw, needle in (({"num_samples": 10**9}, "4096"), ({"workers": 100000}, "workers=100000"),
+                       ({"cache_threads": 100000}, "threads=100000"), ({"crop": 100000}, "needs")):
+        with pytest.raises(ValueError, match=needle):
+            volshard.Loader(synth_data, sampler, **dict(KW, **kw))

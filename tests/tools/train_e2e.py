@@ -589,6 +589,34 @@ class FaultTest(Base):
                 "--out", os.path.join(self.root, "pred.nii.gz"))
         self.assertIn("fails its CRC-32 check", p.stderr)
 
+    def test_every_size_has_a_bound_that_names_the_option_and_the_limit(self):
+        # The probe's values: each aborted, hung or ended in std::bad_alloc.
+        env = dict(os.environ, VOLSHARD_MEMORY_BYTES=str(24 * 10**9))  # the figures below assume 24 GB
+        for extra, needles in (
+                (["--workers", 100000], ["--workers=100000", "[0, 256]"]),
+                (["--threads", 100000], ["--threads=100000", "[0, 256]"]),
+                (["--batch-size", 1000000000], ["--batch-size=1000000000", "needs", "this machine has 24 GB"]),
+                (["--num-samples", 1000000000], ["--num-samples=1000000000", "4096"]),
+                (["--channels", "4,1000000000", "--strides", "2"], ["channels", "1000000000"]),
+                (["--roi", 100000], ["--roi=100000", "PB of memory", "24 GB"])):
+            out = self.out("bounds")
+            small = list(SMALL)
+            for flag in extra[0::2]:  # the value under test replaces SMALL's
+                if flag in small:
+                    del small[small.index(flag):small.index(flag) + 2]
+            p = run("train", "--data", self.data, "--out", out, "--epochs", 1, *small, *extra, env=env)
+            self.assertEqual(p.returncode, 2, (extra, p.stderr))
+            for needle in needles:
+                self.assertIn(needle, p.stderr, extra)
+            self.assertFalse(os.path.exists(out), extra)  # refused before the run folder is made
+        out = self.out("pixdim")
+        p = run("train", "--data", self.data, "--out", out, "--epochs", 1, *SMALL, "--pixdim", "0.001,0.001,0.001",
+                env=env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertLess(p.returncode, 128, p.stderr)  # refused, not killed
+        self.assertIn("pixdim=0.001,0.001,0.001", p.stderr)
+        self.assertIn("needs", p.stderr)
+
     def test_uneven_validation_over_three_ranks_does_not_hang(self):
         out = self.out("run")
         # 8 pairs, 3 validate (1 + 1 + 1), 5 train: three ranks, n % W != 0 in both.

@@ -3,12 +3,14 @@
 #include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <type_traits>
 
 #include "volshard/core/error.h"
+#include "volshard/core/limits.h"
 
 namespace volshard {
 
@@ -128,6 +130,19 @@ struct ToJson {
 
 }  // namespace
 
+namespace {
+
+// `count` windows of edge^3 voxels through the network: input, output and the
+// first level's features in float32, a lower bound of what they need.
+double voxels_bytes(int64_t edge, int64_t count, const UNetOptions& net) {
+  const double e = static_cast<double>(edge);
+  const double channels = static_cast<double>(std::max<int64_t>(net.in_channels, 1) +
+                                              net.out_channels + net.channels.front());
+  return 4.0 * e * e * e * static_cast<double>(count) * channels;
+}
+
+}  // namespace
+
 void TrainOptions::validate() const {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
   if (data_dir.empty() == datalist.empty())
@@ -165,6 +180,15 @@ void TrainOptions::validate() const {
     bad("train: --activation softmax needs --out-channels >= 2 (background and classes)");
   net.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
   if (roi > 0) net.check_spatial_size({roi, roi, roi}, "train: --roi");
+  // Lower bounds of what a step and a validation window hold, before a worker starts.
+  check_fits_in_memory(voxels_bytes(feed.crop, batch_size * feed.num_samples, net),
+                       "train: --batch-size=" + std::to_string(batch_size) + " x --num-samples=" +
+                           std::to_string(feed.num_samples) + " crops of --crop=" +
+                           std::to_string(feed.crop));
+  if (roi > 0)
+    check_fits_in_memory(voxels_bytes(roi, sw_batch_size, net),
+                         "train: --roi=" + std::to_string(roi) + " with --sw-batch-size=" +
+                             std::to_string(sw_batch_size));
 }
 
 FeedOptions TrainOptions::resolved_feed() const {
@@ -212,6 +236,10 @@ void PredictOptions::validate() const {
   model.validate();
   prefix.validate();
   if (roi > 0) model.check_spatial_size({roi, roi, roi}, "predict: --roi");
+  if (roi > 0)
+    check_fits_in_memory(voxels_bytes(roi, sw_batch_size, model),
+                         "predict: --roi=" + std::to_string(roi) + " with --sw-batch-size=" +
+                             std::to_string(sw_batch_size));
 }
 
 }  // namespace volshard

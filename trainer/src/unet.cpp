@@ -1,3 +1,4 @@
+#include "volshard/core/limits.h"
 #include "volshard/trainer/unet.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -42,9 +43,17 @@ void UNetOptions::validate() const {
                                 " entries, channels " + std::to_string(channels.size()) +
                                 ": strides must have one fewer");
   for (size_t i = 0; i < channels.size(); ++i)
-    if (channels[i] < 1)
-      throw std::invalid_argument("UNet: channels[" + std::to_string(i) +
-                                  "]=" + std::to_string(channels[i]) + " must be >= 1");
+    if (channels[i] < 1 || channels[i] > 65536)
+      throw std::invalid_argument("UNet: channels[" + std::to_string(i) + "]=" +
+                                  std::to_string(channels[i]) + " must be in [1, 65536]");
+  // A lower bound of the weights: one 3^3 convolution between consecutive
+  // levels, down and up, in float32, with Adam's gradient and two moments.
+  double weights = 27.0 * static_cast<double>(in_channels) * static_cast<double>(channels[0]);
+  for (size_t i = 0; i + 1 < channels.size(); ++i)
+    weights += 2 * 27.0 * static_cast<double>(channels[i]) * static_cast<double>(channels[i + 1]);
+  std::string list;
+  for (const int64_t c : channels) list += (list.empty() ? "" : ",") + std::to_string(c);
+  check_fits_in_memory(16.0 * weights, "UNet: channels=" + list);
   for (size_t i = 0; i < strides.size(); ++i)
     if (strides[i] < 1 || strides[i] > 8)
       throw std::invalid_argument("UNet: strides[" + std::to_string(i) +

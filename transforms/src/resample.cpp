@@ -38,6 +38,7 @@
 #include <string>
 
 #include "checks.h"
+#include "volshard/core/limits.h"
 #include "volshard/core/error.h"
 
 namespace volshard {
@@ -204,8 +205,21 @@ Grid spacing_grid(const std::array<int64_t, 3>& shape, const Affine& affine,
       lo = std::min(lo, v[static_cast<int64_t>(r)][j]);
       hi = std::max(hi, v[static_cast<int64_t>(r)][j]);
     }
-    grid.shape[r] = static_cast<int64_t>(std::nearbyint(hi - lo + 1.0));  // np.round: half to even
+    const double extent = std::nearbyint(hi - lo + 1.0);  // np.round: half to even
+    if (!(extent <= 1e9)) {
+      throw std::invalid_argument("Spacing: pixdim=" + value_text(pixdim[0]) + "," +
+                                  value_text(pixdim[1]) + "," + value_text(pixdim[2]) +
+                                  " makes an axis of " + value_text(extent) + " voxels");
+    }
+    grid.shape[r] = static_cast<int64_t>(extent);
   }
+  // Checked before anything is resampled: one float32 channel of the new grid.
+  check_fits_in_memory(4.0 * static_cast<double>(grid.shape[0]) *
+                           static_cast<double>(grid.shape[1]) * static_cast<double>(grid.shape[2]),
+                       "Spacing to pixdim=" + value_text(pixdim[0]) + "," + value_text(pixdim[1]) +
+                           "," + value_text(pixdim[2]) + " (a " + std::to_string(grid.shape[0]) +
+                           " x " + std::to_string(grid.shape[1]) + " x " +
+                           std::to_string(grid.shape[2]) + " grid)");
   // The origin: the first corner that is the smallest along every new axis
   // (np.allclose(min_corner, 0, rtol=1e-3): |x| <= 1e-8), else the centres aligned.
   std::array<double, 3> offset{};

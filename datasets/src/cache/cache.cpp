@@ -1,3 +1,4 @@
+#include "volshard/core/limits.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/core/file_io.h"
 
@@ -64,9 +65,9 @@ void CacheOptions::validate() const {
   if (max_bytes < -1)
     throw std::invalid_argument("SampleCache: max_bytes=" + std::to_string(max_bytes) +
                                 " must be >= -1");
-  if (threads < 1)
+  if (threads < 1 || threads > kMaxThreads)
     throw std::invalid_argument("SampleCache: threads=" + std::to_string(threads) +
-                                " must be >= 1");
+                                " must be in [1, " + std::to_string(kMaxThreads) + "]");
   if (!cache_dir.empty() && !item_files) {
     throw std::invalid_argument(
         "SampleCache: cache_dir=" + cache_dir +

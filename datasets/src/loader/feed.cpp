@@ -5,6 +5,7 @@
 #include <string>
 
 #include "volshard/core/error.h"
+#include "volshard/core/limits.h"
 
 namespace volshard {
 namespace {
@@ -19,8 +20,14 @@ void check_unit(double v, const char* flag) {
 void FeedOptions::validate() const {
   prefix.validate();
   if (crop < 1) throw std::invalid_argument("--crop=" + std::to_string(crop) + " must be >= 1");
-  if (num_samples < 1)
-    throw std::invalid_argument("--num-samples=" + std::to_string(num_samples) + " must be >= 1");
+  if (num_samples < 1 || num_samples > kMaxCropsPerVolume)
+    throw std::invalid_argument("--num-samples=" + std::to_string(num_samples) + " must be in [1, " +
+                                std::to_string(kMaxCropsPerVolume) + "]");
+  // One channel of this volume's crops, before a batch is even assembled.
+  const double crop_voxels = static_cast<double>(crop) * static_cast<double>(crop) * crop;
+  check_fits_in_memory(4.0 * crop_voxels * static_cast<double>(num_samples),
+                       "--crop=" + std::to_string(crop) + " with --num-samples=" +
+                           std::to_string(num_samples));
   check_unit(rot90_prob, "--rot90-prob");
   check_unit(flip_prob, "--flip-prob");
   if (!(rand_scale >= 0 && rand_scale < 1))

@@ -21,6 +21,7 @@
 
 #include "volshard/core/error.h"
 #include "volshard/core/large_blocks.h"
+#include "volshard/core/limits.h"
 #include "volshard/core/seed_streams.h"
 
 namespace volshard {
@@ -82,11 +83,12 @@ void LoaderOptions::validate() const {
   if (batch_size < 1)
     throw std::invalid_argument("DataLoader: batch_size=" + std::to_string(batch_size) +
                                 " must be >= 1");
-  if (workers < 0)
-    throw std::invalid_argument("DataLoader: workers=" + std::to_string(workers) + " must be >= 0");
-  if (prefetch_batches < 1) {
+  if (workers < 0 || workers > kMaxThreads)
+    throw std::invalid_argument("DataLoader: workers=" + std::to_string(workers) + " must be in [0, " +
+                                std::to_string(kMaxThreads) + "]");
+  if (prefetch_batches < 1 || prefetch_batches > 64) {
     throw std::invalid_argument("DataLoader: prefetch_batches=" + std::to_string(prefetch_batches) +
-                                " must be >= 1");
+                                " must be in [1, 64]");
   }
   if (pin_memory == PinMemory::kOn && !at::hasCUDA()) {
     throw std::invalid_argument(
@@ -141,6 +143,10 @@ size_t buffer_bytes(const RowShapes& r, const Sample& first) {
 void allocate_rows(const Sample& first, int64_t n, std::optional<at::ScalarType> label_dtype,
                    bool pinned, at::Tensor& image, at::Tensor& label) {
   const RowShapes r = row_shapes(first, n, label_dtype);
+  check_fits_in_memory(static_cast<double>(buffer_bytes(r, first)),
+                       "DataLoader: a batch of " + std::to_string(n) + " crops of " +
+                           shape_text(r.image.data() + 1, r.image.size() - 1) +
+                           " (batch_size x num_samples rows)");
   image = at::empty(r.image, first.image.options().pinned_memory(pinned));
   label = at::empty(r.label, first.label.options().dtype(r.label_dtype).pinned_memory(pinned));
 }

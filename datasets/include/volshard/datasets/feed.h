@@ -22,6 +22,9 @@ enum class CropKind {
   kSpatial,  ///< RandSpatialCrop of a fixed size, num_samples independent draws
 };
 
+/// RandCrop's num_samples: at most this many crops of one volume.
+inline constexpr int64_t kMaxCropsPerVolume = 4096;
+
 struct FeedOptions {
   PrefixOptions prefix;  ///< the deterministic, cached part
   CropKind crop_kind = CropKind::kPosNeg;

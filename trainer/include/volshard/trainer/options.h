@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "volshard/core/limits.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/trainer/comm.h"
 #include "volshard/trainer/unet.h"
@@ -177,7 +178,7 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("cache_rate", "fraction of training volumes kept in memory").at_least(0).at_most(1),
         o.cache_rate);
   visit(F("cache_dir", "persist the cached prefix here: a second run starts warm"), o.cache_dir);
-  visit(F("workers", "loader threads per rank").at_least(0), o.workers);
+  visit(F("workers", "loader threads per rank").at_least(0).at_most(kMaxThreads), o.workers);
   visit(F("out", "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)"),
         o.out_dir);
   visit(F("epochs", "passes over the training set").at_least(1).at_most(1000000), o.epochs);
@@ -186,7 +187,8 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("crop_kind", "random crop (pos_neg: RandCropByPosNegLabel; spatial: RandSpatialCrop)"),
         o.feed.crop_kind);
   visit(F("crop", "crop edge, voxels (cubic)").at_least(1), o.feed.crop);
-  visit(F("num_samples", "crops per volume").at_least(1), o.feed.num_samples);
+  visit(F("num_samples", "crops per volume").at_least(1).at_most(kMaxCropsPerVolume),
+        o.feed.num_samples);
   visit(F("allow_smaller", "crops larger than a volume shrink to it"), o.feed.allow_smaller);
   visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1),
         o.feed.rot90_prob);
@@ -211,7 +213,8 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
   visit(F("roi", "validation sliding-window edge, voxels (0: --crop)").at_least(0), o.roi);
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
-  visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1), o.sw_batch_size);
+  visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
+        o.sw_batch_size);
   visit(F("checkpoint_every", "also checkpoint every this many steps (0: epoch ends only)")
             .at_least(0),
         o.checkpoint_every);
@@ -223,7 +226,8 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("trace_samples", "JSON lines of every crop fed (epoch, step, rank, index, crop, k)"),
         o.trace_samples);
   visit(F("timeout", "seconds a collective waits for a lost peer").above(0), o.timeout_s);
-  visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0), o.threads);
+  visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0).at_most(kMaxThreads),
+        o.threads);
   visit(F("backend", "collective backend (nccl needs a CUDA build)"), o.backend);
   visit(F("deterministic", "deterministic algorithms only"), o.deterministic);
 }
