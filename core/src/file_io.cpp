@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 #include "volshard/core/error.h"
@@ -192,6 +193,26 @@ void LineFile::write(const std::string& text) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail_errno(path_, "write failed", n < 0 ? errno : EIO);
     done += static_cast<size_t>(n);
+  }
+}
+
+void check_not_an_input(const std::string& out, const std::vector<NamedInput>& inputs,
+                        const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out_path = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (const NamedInput& in : inputs) {
+    if (in.path.empty()) continue;
+    std::error_code e1, e2;
+    bool same = fs::exists(out, e1) && fs::exists(in.path, e2) && fs::equivalent(out, in.path, e1);
+    if (!same) {
+      const fs::path in_path = fs::weakly_canonical(fs::absolute(in.path, e2), e2);
+      same = !ec && !e2 && in_path == out_path;
+    }
+    if (same)
+      throw std::invalid_argument(what + " is " + in.flag +
+                                  "'s file: volshard never writes over what it reads; give another "
+                                  "path");
   }
 }
 

@@ -617,6 +617,60 @@ class FaultTest(Base):
         self.assertIn("pixdim=0.001,0.001,0.001", p.stderr)
         self.assertIn("needs", p.stderr)
 
+    def test_nothing_a_command_reads_is_replaced_and_bad_lists_and_keys_are_refused(self):
+        out = self.out("run")
+        self.train(out, epochs=1, nproc=1)
+        img = os.path.join(self.data, "img7.nii.gz")
+        seg = os.path.join(self.data, "seg7.nii.gz")
+        with open(img, "rb") as f:
+            before = f.read()
+        p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
+                "--image", img, "--out", img)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("is --image's file", p.stderr)
+        # prepare into the inputs' own folder, under the names it writes
+        folder = os.path.join(self.root, "inputs")
+        os.makedirs(folder, exist_ok=True)
+        shutil.copy(img, os.path.join(folder, "image.nii.gz"))
+        shutil.copy(seg, os.path.join(folder, "label.nii.gz"))
+        p = run("prepare", "--image", os.path.join(folder, "image.nii.gz"), "--label",
+                os.path.join(folder, "label.nii.gz"), "--out", folder)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("is --image's file", p.stderr)
+        with open(os.path.join(folder, "image.nii.gz"), "rb") as f:
+            self.assertEqual(f.read(), before)
+        with open(img, "rb") as f:
+            self.assertEqual(f.read(), before)
+        # synth into a folder of another data set would mix the two
+        p = run("synth", "--out", self.data, "--count", 2, "--size", 64)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("would not replace: the folder would mix two data sets", p.stderr)
+        self.assertEqual(len([f for f in os.listdir(self.data) if f.startswith("img")]), 8)
+        # misspelt keys in a config given to predict or prepare, as train refuses them
+        bad = os.path.join(self.root, "bad.json")
+        with open(bad, "w") as f:
+            json.dump({"pixdims": [1, 1, 1]}, f)
+        for args in (["predict", "--model", os.path.join(out, "model.pt"), "--image", img, "--out",
+                      os.path.join(self.root, "p.nii.gz")],
+                     ["prepare", "--image", img, "--out", os.path.join(self.root, "prepared")]):
+            p = run(*args, "--config", bad)
+            self.assertEqual(p.returncode, 2, (args[0], p.stderr))
+            self.assertIn("unknown key 'pixdims'", p.stderr)
+        # a NUL byte in a datalist path, and one case in both lists
+        for name, entries, needle in (
+                ("nul", {"training": [{"image": img + "\u0000x", "label": seg}]}, "holds a NUL byte"),
+                ("both", {"training": [{"image": img, "label": seg},
+                                       {"image": os.path.join(self.data, "img0.nii.gz"),
+                                        "label": os.path.join(self.data, "seg0.nii.gz")}],
+                          "validation": [{"image": img, "label": seg}]}, "is in both \"training\" and")):
+            datalist = os.path.join(self.root, name + ".json")
+            with open(datalist, "w") as f:
+                json.dump(entries, f)  # the NUL is written as \\u0000
+            p = run("train", "--datalist", datalist, "--out", self.out(name), "--epochs", 1, *SMALL)
+            self.assertNotEqual(p.returncode, 0, name)
+            self.assertLess(p.returncode, 128, p.stderr)
+            self.assertIn(needle, p.stderr, name)
+
     def test_uneven_validation_over_three_ranks_does_not_hang(self):
         out = self.out("run")
         # 8 pairs, 3 validate (1 + 1 + 1), 5 train: three ranks, n % W != 0 in both.

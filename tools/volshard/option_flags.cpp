@@ -70,7 +70,8 @@ struct CollectKeys {
 // "--batch-size"): once the command line is parsed, every key whose flag was
 // not given there is added as if it had been, through the flag's own
 // conversion and choices. Keys outside `accept` are an error, or skipped when
-// `ignore_others` (predict reads only the network's keys of a run's config).
+// `ignore_others` (predict reads only the network's keys of a run's config)
+// and they are keys of `volshard train`: a misspelt key is an error either way.
 // (CLI11 2.1 reads config files for the top-level app only, so a subcommand
 // applies its own.)
 void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<std::string>& accept,
@@ -84,9 +85,12 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
     throw std::invalid_argument(std::string("--config: ") + e.what());
   }
   if (!j.is_object()) throw std::invalid_argument("--config " + path + ": must hold a JSON object");
+  std::set<std::string> train_keys;
+  TrainOptions defaults;
+  TrainOptions::for_each_field(defaults, CollectKeys{&train_keys});
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!accept.count(it.key())) {
-      if (ignore_others) continue;
+      if (ignore_others && train_keys.count(it.key())) continue;
       throw std::invalid_argument("--config " + path + ": unknown key '" + it.key() +
                                   "' (keys are the flags' names with '_', as in RUN/config.json)");
     }

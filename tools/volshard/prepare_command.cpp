@@ -8,6 +8,8 @@
 
 #include "commands.h"
 #include "verbs.h"
+#include "volshard/core/error.h"
+#include "volshard/core/file_io.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
@@ -34,8 +36,12 @@ Run add_prepare_command(CLI::App& app) {
   return [s] {
     s->prefix.validate();
     const PairOptions options = whole_volume_prefix(s->prefix);
-    std::filesystem::create_directories(s->out);
     const std::filesystem::path out(s->out);
+    for (const char* name : {"image.nii.gz", "label.nii.gz"})
+      check_not_an_input((out / name).string(), {{"--image", s->image}, {"--label", s->label}},
+                         "prepare: --out=" + printable(s->out) + " would write " +
+                             printable((out / name).string()) + ", which");
+    std::filesystem::create_directories(s->out);
     if (s->label.empty()) {
       const SpatialImage v = prepare_image(read_volume_as_float(s->image), options);
       write_volume((out / "image.nii.gz").string(), v.data, v.affine);

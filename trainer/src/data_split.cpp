@@ -128,6 +128,16 @@ DataSplit list_data(const TrainOptions& o) {
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_object() && j.contains("validation")) {
       if (o.val_every > 0) d.val = pairs_from_datalist(o.datalist, "validation");
+      // A case in both lists would train on what it is validated on.
+      for (const ImageLabelPair& v : d.val) {
+        for (const ImageLabelPair& t : all) {
+          std::error_code ec;
+          if (v.image == t.image || std::filesystem::equivalent(v.image, t.image, ec))
+            throw std::invalid_argument("train: " + o.datalist + ": " + printable(v.image) +
+                                        " is in both \"training\" and \"validation\": the "
+                                        "metric would score volumes the model trained on");
+        }
+      }
       d.train = std::move(all);
       return d;
     }

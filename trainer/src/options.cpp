@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "volshard/core/error.h"
+#include "volshard/core/file_io.h"
 #include "volshard/core/limits.h"
 
 namespace volshard {
@@ -229,6 +230,8 @@ void PredictOptions::validate() const {
     throw std::invalid_argument(
         "predict: --out=" + printable(out_path) +
         " must end in .nii or .nii.gz (the prediction is written as NIfTI)");
+  check_not_an_input(out_path, {{"--image", image_path}, {"--model", model_path}},
+                     "predict: --out=" + printable(out_path));
   if (roi < 0)
     throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
   if (!(overlap >= 0 && overlap < 1))

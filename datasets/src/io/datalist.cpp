@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "volshard/core/error.h"
+
 namespace volshard {
 namespace fs = std::filesystem;
 
@@ -113,6 +115,10 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
     for (const char* key : {"image", "label"}) {
       if (!e.contains(key) || !e[key].is_string())
         throw std::runtime_error(where + " has no string \"" + key + "\"");
+      // The file system would read the path only up to a NUL: another file.
+      if (e[key].get<std::string>().find('\0') != std::string::npos)
+        throw std::runtime_error(where + " \"" + key + "\" holds a NUL byte: " +
+                                 printable(e[key].get<std::string>()));
     }
     ImageLabelPair pair{resolve(e["image"].get<std::string>()),
                         resolve(e["label"].get<std::string>())};

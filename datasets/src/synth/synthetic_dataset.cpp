@@ -5,11 +5,13 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "leftovers.h"
 #include "volshard/datasets/nifti_header.h"
 #include "volshard/datasets/voxel_copy.h"
 
@@ -40,6 +42,12 @@ void write_synthetic_dataset(const SynthOptions& o) {
     throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be >= 0");
   if (o.threads < 1)
     throw std::invalid_argument("synth: threads=" + std::to_string(o.threads) + " must be >= 1");
+  std::set<std::string> written;
+  for (int64_t i = 0; i < o.count; ++i) {
+    written.insert("img" + std::to_string(i) + ".nii.gz");
+    written.insert("seg" + std::to_string(i) + ".nii.gz");
+  }
+  detail::refuse_leftovers(o.out_dir, written, "--count=" + std::to_string(o.count));
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) throw std::runtime_error(o.out_dir + ": cannot create the folder: " + ec.message());

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "leftovers.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/datasets/nifti_header.h"
@@ -388,6 +390,13 @@ void write_decathlon_dataset(const DecathlonSynthOptions& o) {
 
   namespace fs = std::filesystem;
   const fs::path root(o.out_dir);
+  std::set<std::string> written{"dataset.json"};
+  for (int64_t index = 0; index < total; ++index) {
+    const std::string file = case_name(prefix, index) + ".nii.gz";
+    written.insert((fs::path(index < o.count ? "imagesTr" : "imagesTs") / file).string());
+    if (index < o.count) written.insert((fs::path("labelsTr") / file).string());
+  }
+  detail::refuse_leftovers(o.out_dir, written, "--count=" + std::to_string(o.count));
   for (const char* sub : {"imagesTr", "labelsTr", "imagesTs"}) {
     std::error_code ec;
     fs::create_directories(root / sub, ec);
