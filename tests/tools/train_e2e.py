@@ -671,6 +671,30 @@ class FaultTest(Base):
             self.assertLess(p.returncode, 128, p.stderr)
             self.assertIn(needle, p.stderr, name)
 
+    def test_resume_checks_what_it_resumes_unless_told_otherwise(self):
+        out = self.out("run")
+        self.train(out, epochs=1, nproc=1)
+        for extra, needle in ((["--seed", 5], "--seed 0 there, 5 here"),
+                              (["--crop", 48], "--crop 32 there, 48 here"),
+                              (["--channels", "8,16,32,64"], "--channels [4,8,16,32] there, [8,16,32,64] here")):
+            small = list(SMALL)
+            if extra[0] in small:
+                del small[small.index(extra[0]):small.index(extra[0]) + 2]
+            p = run("train", "--data", self.data, "--out", out, "--epochs", 2, "--val-fraction", "0.25",
+                    "--nproc-per-node", 1, *small, *extra, "--resume", out)
+            self.assertEqual(p.returncode, 2, (extra, p.stderr))
+            self.assertIn(needle, p.stderr, extra)
+            self.assertIn("--resume-anyway", p.stderr)
+        # Another data set's checkpoint: named by its folder.
+        other = os.path.join(self.root, "other_data")
+        shutil.copytree(self.data, other)
+        p = run("train", "--data", other, "--out", self.out("other"), "--epochs", 2, "--val-fraction", "0.25",
+                "--nproc-per-node", 1, *SMALL, "--resume", out)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--data", p.stderr)
+        p = self.train(out, "--seed", 5, "--resume", out, "--resume-anyway", nproc=1, epochs=2)
+        self.assertIn("done after", p.stdout)
+
     def test_uneven_validation_over_three_ranks_does_not_hang(self):
         out = self.out("run")
         # 8 pairs, 3 validate (1 + 1 + 1), 5 train: three ranks, n % W != 0 in both.

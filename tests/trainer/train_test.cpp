@@ -140,7 +140,12 @@ TEST_F(TrainTest, AFreshRunIntoAFolderHoldingARunIsRefusedUnlessResumedOrOverwri
   EXPECT_NO_THROW(check_training_config(o, 2));  // no folder yet
   fs::create_directories(o.out_dir);
   EXPECT_NO_THROW(check_training_config(o, 2));  // an empty folder
+  // What a start that failed before its first checkpoint leaves: nothing to
+  // resume, so the retry may reuse the folder.
+  std::ofstream(file("run", "config.json")) << "{}\n";
   std::ofstream(file("run", "metrics.jsonl")) << "{}\n";
+  EXPECT_NO_THROW(check_training_config(o, 2));
+  std::ofstream(file("run", "checkpoint.pt")) << "PK";
   EXPECT_THAT(
       [&] { check_training_config(o, 2); },
       ::testing::ThrowsMessage<std::invalid_argument>(::testing::AllOf(

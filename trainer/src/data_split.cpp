@@ -97,11 +97,12 @@ void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training, S
   }
 }
 
-// A fresh run would truncate metrics.jsonl and replace checkpoint.pt: only
-// when asked to.
+// A fresh run would replace checkpoint.pt and model.pt: only when asked to. A
+// start that failed before its first checkpoint (config.json, metrics.jsonl
+// alone) holds nothing to resume, and a retry may reuse the folder.
 void check_out_folder(const TrainOptions& o) {
   if (!o.resume.empty() || o.overwrite || o.out_dir.empty()) return;
-  for (const char* name : {"checkpoint.pt", "metrics.jsonl"}) {
+  for (const char* name : {"checkpoint.pt", "model.pt"}) {
     const std::filesystem::path held = std::filesystem::path(o.out_dir) / name;
     if (std::filesystem::exists(held))
       throw std::invalid_argument("train: --out=" + o.out_dir + " already holds a run (" +

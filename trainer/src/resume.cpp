@@ -21,6 +21,38 @@ std::string resume_checkpoint_path(const TrainOptions& o) {
              : o.resume;
 }
 
+namespace {
+
+// What a resumed run must share with the run it continues: the data, the
+// randomness and what the network is (other options, such as the learning
+// rate or the number of epochs, may change). Every difference is named.
+void check_resumed_config(const TrainOptions& o, const json& saved, const std::string& path) {
+  static const char* const kKept[] = {"data",         "datalist",     "image_glob",  "label_glob",
+                                      "val_fraction", "seed",         "crop",        "crop_kind",
+                                      "num_samples",  "in_channels",  "out_channels", "channels",
+                                      "strides",      "res_units",    "norm",        "dropout",
+                                      "activation",   "orientation",  "pixdim",      "intensity",
+                                      "labels"};
+  const json now = json::parse(o.to_json());
+  std::string differences;
+  for (const char* key : kKept) {
+    if (!saved.contains(key) || !now.contains(key)) continue;
+    if (saved.at(key) == now.at(key)) continue;
+    std::string flag = std::string("--") + key;
+    for (char& c : flag)
+      if (c == '_') c = '-';
+    differences += (differences.empty() ? "" : "; ") + flag + " " + saved.at(key).dump() +
+                   " there, " + now.at(key).dump() + " here";
+  }
+  if (!differences.empty())
+    throw std::invalid_argument("train: --resume " + path + " was trained otherwise: " +
+                                differences +
+                                ". Resume with the run's own options (or give --resume-anyway "
+                                "to continue regardless)");
+}
+
+}  // namespace
+
 ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimizer& opt,
                         int64_t train_size, Communicator& comm) {
   ResumeState s;
@@ -28,6 +60,7 @@ ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimize
     const std::string path = resume_checkpoint_path(o);
     const Checkpoint c = load_checkpoint(path);
     const json meta = json::parse(c.meta_json);
+    if (!o.resume_anyway) check_resumed_config(o, meta.value("config", json::object()), path);
     net.load_state_dict(c.model);
     load_optimizer(opt, c.optimizer, path);
     s.sampler = SamplerState::from_json(meta.at("sampler").dump());

@@ -139,6 +139,7 @@ struct TrainOptions {
   // Checkpoints and faults
   int64_t checkpoint_every = 0;  ///< also every k steps (mid-epoch); 0: at epoch ends only
   std::string resume;            ///< RUN folder (or checkpoint file) to continue from
+  bool resume_anyway = false;    ///< resume though data, seed, crop or network differ
   bool overwrite = false;        ///< a fresh run may replace the run already in out_dir
   std::string init_weights;      ///< state_dict .pt saved by Python/MONAI
   std::string trace_samples;     ///< JSON lines of every sample fed
@@ -221,6 +222,10 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("max_steps", "stop with a checkpoint after this many steps (-1: no limit)").at_least(-1),
         o.max_steps);
   visit(F("resume", "RUN folder or checkpoint.pt to continue from").flag_only(), o.resume);
+  visit(F("resume_anyway",
+          "resume though the data, seed, crop or network differ from the checkpoint's run")
+            .flag_only(),
+        o.resume_anyway);
   visit(F("overwrite", "a fresh run replaces the run already in --out").flag_only(), o.overwrite);
   visit(F("init_weights", "state_dict .pt saved by Python/MONAI to start from"), o.init_weights);
   visit(F("trace_samples", "JSON lines of every crop fed (epoch, step, rank, index, crop, k)"),
