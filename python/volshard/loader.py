@@ -11,18 +11,25 @@ def _pairs(data):
     """A folder, a datalist .json, or a list of {"image", "label"} dicts or (image, label) pairs."""
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
-        if path.endswith(".json"):
+        if path.endswith(".json") and not os.path.isdir(path):
             return [(p["image"], p["label"]) for p in _volshard.pairs_from_datalist(path)]
         return [(p["image"], p["label"]) for p in _volshard.pairs_from_folder(path)]
+    if not isinstance(data, (list, tuple)):
+        raise TypeError(f"Loader: data must be a folder, a datalist .json, or a list of {{'image', 'label'}} "
+                        f"dicts or (image, label) pairs, not a {type(data).__name__} (volshard reads the "
+                        f"files itself; a torch Dataset's items are not file pairs)")
     pairs = []
     for k, item in enumerate(data):
         if isinstance(item, dict):
             if "image" not in item or "label" not in item:
                 raise ValueError(f"Loader: data[{k}] has no 'image' or 'label' key: {item!r}")
             pairs.append((os.fspath(item["image"]), os.fspath(item["label"])))
-        else:
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
             image, label = item
             pairs.append((os.fspath(image), os.fspath(label)))
+        else:
+            raise TypeError(f"Loader: data[{k}] must be an {{'image', 'label'}} dict or an (image, label) pair, "
+                            f"not {item!r}")
     return pairs
 
 
@@ -76,8 +83,14 @@ def _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline):
                 raise ValueError(f"Loader: {key}={value!r} must be one of {sorted(names)}")
             value = names[value]
         else:
-            value = convert(value)
-        setattr(feed, key, value)
+            try:
+                value = convert(value)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"Loader: {key}={value!r} is not a valid {key} ({e})") from None
+        try:
+            setattr(feed, key, value)
+        except TypeError:
+            raise ValueError(f"Loader: {key}={value!r} is out of range (a 64-bit integer at most)") from None
     return feed
 
 
@@ -136,6 +149,8 @@ class Loader:
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last_batch = drop_last_batch
+        self._pid = os.getpid()
+        self._generation = 0
         self._core = _volshard._LoaderCore(
             pairs,
             _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline),
@@ -156,12 +171,27 @@ class Loader:
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last_batch else -(-n // self.batch_size)
 
+    def _check_process(self):
+        if os.getpid() != self._pid:
+            raise RuntimeError(f"Loader: created in process {self._pid}, used in process {os.getpid()} (a fork): "
+                               f"its C++ threads did not come along; create the Loader in the process that "
+                               f"iterates it (in a DataLoader worker, in worker_init_fn)")
+
     def __iter__(self):
+        self._check_process()
+        # One stream of batches per Loader: a newer iter() takes it over, and
+        # the older iterator says so instead of silently sharing it.
+        self._generation += 1
+        generation = self._generation
         indices = list(self.sampler)
         self._core.start_epoch(indices, self.sampler.epoch)
         self.sampler._set_consumed(0)
         returned = 0
         while True:
+            if generation != self._generation:
+                raise RuntimeError("Loader: this iterator was superseded by a newer iter(loader), which restarted "
+                                   "the epoch's stream; iterate one at a time (make a Loader per stream)")
+            self._check_process()
             batch = self._core.next()
             if batch is None:
                 return

@@ -314,3 +314,57 @@ def test_sizes_beyond_their_bound_are_refused_before_anything_is_allocated(synth
                        ({"cache_threads": 100000}, "threads=100000"), ({"crop": 100000}, "needs")):
         with pytest.raises(ValueError, match=needle):
             volshard.Loader(synth_data, sampler, **dict(KW, **kw))
+
+
+def test_misuse_from_python_is_named(synth_data, tmp_path):
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match=r"crop=9223372036854775808 is out of range"):
+        volshard.Loader(synth_data, sampler, crop=2**63)
+    with pytest.raises(ValueError, match=r"pixdim='abc' is not a valid pixdim"):
+        volshard.Loader(synth_data, sampler, pipeline={"pixdim": "abc"})
+
+    class Items(torch.utils.data.Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            return i
+
+    with pytest.raises(TypeError, match="not a Items"):
+        volshard.Loader(Items(), sampler)
+    folder = tmp_path / "looks_like.json"
+    folder.mkdir()
+    with pytest.raises(RuntimeError, match="looks_like.json: 0 images match"):
+        volshard.Loader(str(folder), sampler)  # a folder, whatever its name
+
+
+def test_a_second_iterator_supersedes_the_first_by_name(synth_data):
+    loader = volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), workers=0, **KW)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    next(second)
+    with pytest.raises(RuntimeError, match="superseded by a newer iter"):
+        next(first)
+    loader.close()
+
+
+def test_a_forked_child_is_told_to_make_its_own_loader(synth_data):
+    loader = volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), workers=1, **KW)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what iterating does, never hang
+        os.close(read)
+        try:
+            next(iter(loader))
+            message = b"iterated"
+        except RuntimeError as e:
+            message = str(e).encode()
+        os.write(write, message)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        message = f.read().decode()
+    os.waitpid(pid, 0)
+    assert "a fork" in message and "create the Loader in the process that iterates it" in message
+    loader.close()
