@@ -59,6 +59,13 @@ def _pipeline(pipeline):
             raise FileNotFoundError(f"Loader: pipeline={path}: {e.strerror}") from None
         except ValueError as e:
             raise ValueError(f"Loader: pipeline={path}: not valid JSON ({e})") from None
+        # The network's and optimiser's keys are not the Loader's; a key one
+        # letter or two away from a pipeline key is a misspelt one.
+        import difflib
+        for key in config:
+            close = difflib.get_close_matches(key, _PIPELINE_KEYS, n=1, cutoff=0.85)
+            if key not in _PIPELINE_KEYS and close:
+                raise ValueError(f"Loader: pipeline={path}: unknown key '{key}' (did you mean '{close[0]}'?)")
         return {k: v for k, v in config.items() if k in _PIPELINE_KEYS}
     unknown = sorted(set(pipeline) - set(_PIPELINE_KEYS))
     if unknown:

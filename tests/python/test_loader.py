@@ -368,3 +368,13 @@ def test_a_forked_child_is_told_to_make_its_own_loader(synth_data):
     os.waitpid(pid, 0)
     assert "a fork" in message and "create the Loader in the process that iterates it" in message
     loader.close()
+
+
+def test_a_misspelt_key_in_a_pipeline_config_is_refused(synth_data, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"pixdims": [1, 1, 1], "channels": [4, 8], "lr": 0.001}')
+    with pytest.raises(ValueError, match="unknown key 'pixdims' \\(did you mean 'pixdim'\\?\\)"):
+        volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), pipeline=str(config))
+    config.write_text('{"pixdim": [1, 1, 1], "channels": [4, 8], "lr": 0.001}')  # network keys: not the Loader's
+    volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), pipeline=str(config),
+                    workers=0, **KW).close()

@@ -695,6 +695,21 @@ class FaultTest(Base):
         p = self.train(out, "--seed", 5, "--resume", out, "--resume-anyway", nproc=1, epochs=2)
         self.assertIn("done after", p.stdout)
 
+    def test_a_prepare_killed_mid_write_leaves_the_old_pair_whole(self):
+        out = os.path.join(self.root, "prepared")
+        pair = lambda i: ["--image", os.path.join(self.data, "img%d.nii.gz" % i), "--label",
+                          os.path.join(self.data, "seg%d.nii.gz" % i)]
+        self.assertEqual(run("prepare", *pair(0), "--out", out).returncode, 0)
+        before = {n: open(os.path.join(out, n), "rb").read() for n in ("image.nii.gz", "label.nii.gz")}
+        p = run("prepare", *pair(1), "--out", out, env={"VOLSHARD_INJECT_WRITE_FAILURE": ".tmp-label:kill"})
+        self.assertEqual(p.returncode, -signal.SIGKILL)
+        for name, data in before.items():
+            with open(os.path.join(out, name), "rb") as f:
+                self.assertEqual(f.read(), data, name)
+        self.assertEqual(run("prepare", *pair(1), "--out", out).returncode, 0)
+        self.assertEqual(sorted(os.listdir(out)), ["image.nii.gz", "label.nii.gz"])  # the killed run's temporaries go
+        self.assertNotEqual(open(os.path.join(out, "label.nii.gz"), "rb").read(), before["label.nii.gz"])
+
     def test_uneven_validation_over_three_ranks_does_not_hang(self):
         out = self.out("run")
         # 8 pairs, 3 validate (1 + 1 + 1), 5 train: three ranks, n % W != 0 in both.

@@ -36,19 +36,31 @@ Run add_prepare_command(CLI::App& app) {
   return [s] {
     s->prefix.validate();
     const PairOptions options = whole_volume_prefix(s->prefix);
-    const std::filesystem::path out(s->out);
+    namespace fs = std::filesystem;
+    const fs::path out(s->out);
     for (const char* name : {"image.nii.gz", "label.nii.gz"})
       check_not_an_input((out / name).string(), {{"--image", s->image}, {"--label", s->label}},
                          "prepare: --out=" + printable(s->out) + " would write " +
                              printable((out / name).string()) + ", which");
     std::filesystem::create_directories(s->out);
+    std::error_code ec;  // what a killed run left half written
+    for (const auto& entry : fs::directory_iterator(out, ec))
+      if (entry.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove(entry.path(), ec);
     if (s->label.empty()) {
       const SpatialImage v = prepare_image(read_volume_as_float(s->image), options);
       write_volume((out / "image.nii.gz").string(), v.data, v.affine);
     } else {
+      // The pair is written beside its final names first, then the old label
+      // goes before the new files are renamed in: a kill at any point leaves
+      // the old pair, a pair missing its label, or the new pair, never an
+      // image beside another run's label.
       const Sample v = load_pair({s->image, s->label}, 0, options);
-      write_volume((out / "image.nii.gz").string(), v.image.contiguous(), v.meta.affine);
-      write_volume((out / "label.nii.gz").string(), v.label.contiguous(), v.meta.affine);
+      const fs::path image_tmp = out / ".tmp-image.nii.gz", label_tmp = out / ".tmp-label.nii.gz";
+      write_volume(image_tmp.string(), v.image.contiguous(), v.meta.affine);
+      write_volume(label_tmp.string(), v.label.contiguous(), v.meta.affine);
+      fs::remove(out / "label.nii.gz");
+      fs::rename(image_tmp, out / "image.nii.gz");
+      fs::rename(label_tmp, out / "label.nii.gz");
     }
     std::cout << "wrote " << (out / "image.nii.gz").string()
               << (s->label.empty() ? "" : " and " + (out / "label.nii.gz").string()) << "\n";
