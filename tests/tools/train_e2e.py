@@ -609,6 +609,13 @@ class FaultTest(Base):
             for needle in needles:
                 self.assertIn(needle, p.stderr, extra)
             self.assertFalse(os.path.exists(out), extra)  # refused before the run folder is made
+        for args, needle in ((["synth", "--out", self.out("s1"), "--count", 1, "--size", 100000], "needs 16 PB"),
+                             (["synth", "--out", self.out("s2"), "--count", 10**11, "--size", 64], "[0, 100000]"),
+                             (["preview", "--data", self.data, "--out", os.path.join(self.root, "p.png"),
+                               "--count", 10**9, "--crop", 32], "[1, 256]")):
+            p = run(*args, env=env)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(needle, p.stderr, args)
         out = self.out("pixdim")
         p = run("train", "--data", self.data, "--out", out, "--epochs", 1, *SMALL, "--pixdim", "0.001,0.001,0.001",
                 env=env)

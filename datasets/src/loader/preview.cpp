@@ -71,8 +71,9 @@ std::string preview_caption(const SampleMeta& m, int64_t channel) {
 }
 
 int64_t write_preview(const PreviewOptions& o) {
-  if (o.count < 1)
-    throw std::invalid_argument("preview: --count=" + std::to_string(o.count) + " must be >= 1");
+  if (o.count < 1 || o.count > 256)
+    throw std::invalid_argument("preview: --count=" + std::to_string(o.count) +
+                                " must be in [1, 256] (crops in one picture)");
   const auto pairs = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
   const Compose pipeline = feed_augmentation(o.feed);
   const SeedStreams streams(o.seed);

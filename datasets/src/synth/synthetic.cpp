@@ -1,3 +1,4 @@
+#include "volshard/core/limits.h"
 #include "volshard/datasets/synthetic.h"
 
 #include <algorithm>
@@ -151,6 +152,10 @@ void validate(const SyntheticOptions& o) {
                                 " x width=" + std::to_string(o.width) +
                                 " x depth=" + std::to_string(o.depth) + " voxels overflow");
   }
+  // make_test_image_3d's float64 working volume, its image and its label.
+  check_fits_in_memory(16.0 * static_cast<double>(voxels),
+                       prefix() + "a " + std::to_string(o.height) + " x " + std::to_string(o.width) +
+                           " x " + std::to_string(o.depth) + " volume");
   if (o.num_seg_classes < 1) {
     throw std::invalid_argument(prefix() + "num_seg_classes=" + std::to_string(o.num_seg_classes) +
                                 " must be >= 1");

@@ -38,8 +38,9 @@ void write_c_order(const std::string& path, const std::vector<int64_t>& shape, N
 
 void write_synthetic_dataset(const SynthOptions& o) {
   validate(o.volume);
-  if (o.count < 0)
-    throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be >= 0");
+  if (o.count < 0 || o.count > kMaxSynthCount)
+    throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be in [0, " +
+                                std::to_string(kMaxSynthCount) + "]");
   if (o.threads < 1)
     throw std::invalid_argument("synth: threads=" + std::to_string(o.threads) + " must be >= 1");
   std::set<std::string> written;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "leftovers.h"
+#include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/datasets/nifti_header.h"
@@ -380,8 +381,9 @@ void write_decathlon_dataset(const DecathlonSynthOptions& o) {
   }
   const int64_t size = o.size == 0 ? default_decathlon_size(o.kind) : o.size;
   const std::array<int64_t, 3> shape = decathlon_shape(o.kind, size);  // validates size
-  if (o.count < 1)
-    throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be >= 1");
+  if (o.count < 1 || o.count > kMaxSynthCount)
+    throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be in [1, " +
+                                std::to_string(kMaxSynthCount) + "]");
   if (o.threads < 1)
     throw std::invalid_argument("synth: threads=" + std::to_string(o.threads) + " must be >= 1");
   const bool ct = o.kind == SynthKind::kCt;

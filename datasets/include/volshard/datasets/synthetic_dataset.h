@@ -20,6 +20,9 @@ struct SynthOptions {
   std::function<void(int64_t, int64_t)> progress;
 };
 
+/// synth's --count: at most this many volumes (a disk's worth of 128^3 ones).
+inline constexpr int64_t kMaxSynthCount = 100000;
+
 /// Writes img{i}.nii.gz (float32) and seg{i}.nii.gz (int32) for i in [0,
 /// count), identity affine as MONAI's tutorial, volume i from
 /// NumpyRandomState(synthetic_volume_seed(seed, i)). Creates out_dir. Each
