@@ -217,6 +217,11 @@ TEST(TorchArchiveTest, DeepNestingAndSharedReferencesAreBoundedWithoutRecursionO
   nested.append(200000, '\x85');
   nested += ".";
   EXPECT_THAT(message_of(zip_of({{"data.pkl", nested}})), HasSubstr("nested deeper than 64"));
+  // The probe's 5 million: refused as they are made (more values than the limit).
+  std::string five_million = "\x80\x02N";
+  five_million.append(5000000, '\x85');
+  five_million += ".";
+  EXPECT_THAT(message_of(zip_of({{"data.pkl", five_million}})), HasSubstr("more than 4194304 values"));
   // Five million values are more than the limit allows (counted as they are made).
   TorchArchiveLimits small;
   small.max_objects = 1000;
