@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -120,8 +121,19 @@ TEST(CommunicatorTest, BusyPortIsRejectedNamingIt) {
   rv.world_size = 2;
   CommOptions co;
   co.timeout = std::chrono::milliseconds(120000);
-  std::thread holder([&] { Communicator c(rv, co); });
-  while (!accepts_connections(port)) std::this_thread::yield();
+  std::atomic<bool> holder_failed{false};
+  std::thread holder([&] {
+    try {
+      Communicator c(rv, co);
+    } catch (const std::exception&) {
+      holder_failed = true;  // ends the wait below instead of hanging
+    }
+  });
+  while (!holder_failed && !accepts_connections(port)) std::this_thread::yield();
+  if (holder_failed) {
+    holder.join();
+    FAIL() << "rank 0 could not hold port " << port;
+  }
   try {
     check_port_free(port);
     ADD_FAILURE() << "port " << port << " should be busy";
