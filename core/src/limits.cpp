@@ -12,14 +12,16 @@ namespace volshard {
 int64_t physical_memory_bytes() {
   if (const char* env = std::getenv("VOLSHARD_MEMORY_BYTES"); env != nullptr && *env != '\0')
     return std::strtoll(env, nullptr, 10);
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (meminfo >> key >> kb >> unit) {
-    if (key == "MemTotal:") return kb * 1024;
-  }
-  return 0;
+  // Read once: the loader asks for every batch buffer it allocates.
+  static const int64_t total = [] {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    int64_t kb = 0;
+    while (meminfo >> key >> kb >> unit)
+      if (key == "MemTotal:") return kb * 1024;
+    return int64_t{0};
+  }();
+  return total;
 }
 
 std::string bytes_text(double bytes) {

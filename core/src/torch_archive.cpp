@@ -115,7 +115,7 @@ class Zip {
 
   void parse(const TorchArchiveLimits& limits) {
     if (size_ < 22) fail(what_, "not a PyTorch archive (too short for a zip file)");
-    if (size_ >= 2 && data_[0] == 0x80)
+    if (data_[0] == 0x80)
       fail(what_,
            "a legacy (pre-1.6, non-zip) torch.save file: save it again with a current PyTorch");
     if (u32(0) != 0x04034b50) fail(what_, "not a PyTorch archive (no zip header)");

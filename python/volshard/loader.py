@@ -62,9 +62,9 @@ def _pipeline(pipeline):
         # The network's and optimiser's keys are not the Loader's; a key one
         # letter or two away from a pipeline key is a misspelt one.
         import difflib
-        for key in config:
+        for key in set(config) - set(_PIPELINE_KEYS):
             close = difflib.get_close_matches(key, _PIPELINE_KEYS, n=1, cutoff=0.85)
-            if key not in _PIPELINE_KEYS and close:
+            if close:
                 raise ValueError(f"Loader: pipeline={path}: unknown key '{key}' (did you mean '{close[0]}'?)")
         return {k: v for k, v in config.items() if k in _PIPELINE_KEYS}
     unknown = sorted(set(pipeline) - set(_PIPELINE_KEYS))

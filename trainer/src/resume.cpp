@@ -38,10 +38,8 @@ void check_resumed_config(const TrainOptions& o, const json& saved, const std::s
   for (const char* key : kKept) {
     if (!saved.contains(key) || !now.contains(key)) continue;
     if (saved.at(key) == now.at(key)) continue;
-    std::string flag = std::string("--") + key;
-    for (char& c : flag)
-      if (c == '_') c = '-';
-    differences += (differences.empty() ? "" : "; ") + flag + " " + saved.at(key).dump() +
+    differences += (differences.empty() ? "" : "; ") + Field(key, "").flag() + " " +
+                   saved.at(key).dump() +
                    " there, " + now.at(key).dump() + " here";
   }
   if (!differences.empty())

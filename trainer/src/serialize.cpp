@@ -1,25 +1,17 @@
 #include "volshard/trainer/serialize.h"
 
 #include <ATen/ops/empty.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
-#include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <map>
-#include <memory>
 #include <stdexcept>
 
 #include "archive_io.h"
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/torch_archive.h"
-#include "volshard/datasets/nifti_header.h"
 
 namespace volshard {
 namespace detail {

@@ -1,4 +1,3 @@
-#include "volshard/core/limits.h"
 #include "volshard/trainer/unet.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -13,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "volshard/core/limits.h"
 #include "volshard/core/error.h"
 #include "volshard/trainer/comm.h"
 

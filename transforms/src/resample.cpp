@@ -38,8 +38,8 @@
 #include <string>
 
 #include "checks.h"
-#include "volshard/core/limits.h"
 #include "volshard/core/error.h"
+#include "volshard/core/limits.h"
 
 namespace volshard {
 
@@ -199,6 +199,10 @@ Grid spacing_grid(const std::array<int64_t, 3>& shape, const Affine& affine,
   auto d = dist.accessor<double, 2>();
   auto v = voxel.accessor<double, 2>();
   Grid grid;
+  const auto pixdim_text = [&] {  // for the messages of the bounds below
+    return "pixdim=" + value_text(pixdim[0]) + "," + value_text(pixdim[1]) + "," +
+           value_text(pixdim[2]);
+  };
   for (size_t r = 0; r < 3; ++r) {
     double lo = v[static_cast<int64_t>(r)][0], hi = lo;
     for (int64_t j = 1; j < 8; ++j) {
@@ -206,18 +210,15 @@ Grid spacing_grid(const std::array<int64_t, 3>& shape, const Affine& affine,
       hi = std::max(hi, v[static_cast<int64_t>(r)][j]);
     }
     const double extent = std::nearbyint(hi - lo + 1.0);  // np.round: half to even
-    if (!(extent <= 1e9)) {
-      throw std::invalid_argument("Spacing: pixdim=" + value_text(pixdim[0]) + "," +
-                                  value_text(pixdim[1]) + "," + value_text(pixdim[2]) +
-                                  " makes an axis of " + value_text(extent) + " voxels");
-    }
+    if (!(extent <= 1e9))
+      throw std::invalid_argument("Spacing: " + pixdim_text() + " makes an axis of " +
+                                  value_text(extent) + " voxels");
     grid.shape[r] = static_cast<int64_t>(extent);
   }
   // Checked before anything is resampled: one float32 channel of the new grid.
   check_fits_in_memory(4.0 * static_cast<double>(grid.shape[0]) *
                            static_cast<double>(grid.shape[1]) * static_cast<double>(grid.shape[2]),
-                       "Spacing to pixdim=" + value_text(pixdim[0]) + "," + value_text(pixdim[1]) +
-                           "," + value_text(pixdim[2]) + " (a " + std::to_string(grid.shape[0]) +
+                       "Spacing to " + pixdim_text() + " (a " + std::to_string(grid.shape[0]) +
                            " x " + std::to_string(grid.shape[1]) + " x " +
                            std::to_string(grid.shape[2]) + " grid)");
   // The origin: the first corner that is the smallest along every new axis

@@ -1,6 +1,6 @@
-#include "volshard/core/limits.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/core/file_io.h"
+#include "volshard/core/limits.h"
 
 #include <fcntl.h>
 #include <unistd.h>

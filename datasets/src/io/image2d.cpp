@@ -19,6 +19,14 @@
 #include <vector>
 
 namespace volshard {
+namespace {
+
+std::string shape_text(const at::Tensor& t) {
+  return std::to_string(t.size(1)) + " x " + std::to_string(t.size(2)) + " (rows x columns)";
+}
+
+}  // namespace
+
 #ifdef VOLSHARD_HAVE_OPENCV
 namespace {
 
@@ -68,9 +76,6 @@ at::Tensor to_channel_first(const cv::Mat& image, int64_t channels) {
   return out;
 }
 
-std::string shape_text(const at::Tensor& t) {
-  return std::to_string(t.size(1)) + " x " + std::to_string(t.size(2)) + " (rows x columns)";
-}
 
 }  // namespace
 
@@ -113,9 +118,6 @@ namespace {
 [[noreturn]] void no_opencv(const std::string& path) {
   fail_file(path, "this volshard was built without OpenCV, so it reads no 2D images; rebuild with "
                   "OpenCV (libopencv-dev) for PNG/JPEG datasets");
-}
-std::string shape_text(const at::Tensor& t) {
-  return std::to_string(t.size(1)) + " x " + std::to_string(t.size(2)) + " (rows x columns)";
 }
 }  // namespace
 

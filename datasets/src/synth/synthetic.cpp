@@ -1,4 +1,3 @@
-#include "volshard/core/limits.h"
 #include "volshard/datasets/synthetic.h"
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "volshard/core/limits.h"
 #include "volshard/core/seed_streams.h"
 
 namespace volshard {

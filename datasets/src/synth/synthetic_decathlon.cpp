@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "leftovers.h"
-#include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/datasets/nifti_header.h"
+#include "volshard/datasets/synthetic_dataset.h"
 
 namespace volshard {
 namespace {
