@@ -186,6 +186,63 @@ TEST(PrefixTest, BratsPrefixGivesThreeRegionChannelsAndDefersNormalisationToTheC
   EXPECT_TRUE(at::equal(feed_augmentation(feed)(cached, 99)[1].image, crops[1].image));
 }
 
+// What the Decathlon's Hippocampus files hold (uint8 images, float32 labels
+// of class indices, a different shape per case) through its config's prefix:
+// normalised over the whole volume once (normalize_on volume), then padded
+// symmetrically with zeros (SpatialPad) so that every crop batches; the
+// augmentation then normalises nothing, and validation's whole-volume
+// prefix keeps the volume unpadded.
+TEST(PrefixTest, VolumeNormalisationAndSpatialPadAsTheHippocampusConfigRunsThem) {
+  const std::string dir = test_dir();
+  at::manual_seed(9);
+  const at::Tensor image = at::randint(2, 140, {1, 5, 7, 3}, at::kByte);
+  at::Tensor label = at::zeros({1, 5, 7, 3});
+  label.slice(1, 1, 3).slice(2, 2, 5).fill_(1);
+  label.slice(1, 3, 4).slice(2, 2, 5).fill_(2);
+  write_volume(dir + "/hippocampus_001.nii.gz", image, identity_affine());
+  write_volume(dir + "/hippocampus_001_seg.nii.gz", label, identity_affine());  // float32
+  const ImageLabelPair pair{dir + "/hippocampus_001.nii.gz", dir + "/hippocampus_001_seg.nii.gz"};
+  FeedOptions feed;
+  feed.prefix.intensity = IntensityKind::kNormalize;
+  feed.prefix.normalize_on = NormalizeOn::kVolume;
+  feed.prefix.spatial_pad = {8};
+  feed.prefix.num_classes = 3;
+  feed.crop = 8;
+  feed.num_samples = 2;
+  feed.rot90_prob = 0;
+  const Sample cached = load_pair(pair, 0, feed_prefix(feed));
+  ASSERT_EQ(cached.image.sizes(), (at::IntArrayRef{1, 8, 8, 8}));
+  ASSERT_EQ(cached.label.sizes(), (at::IntArrayRef{1, 8, 8, 8}));
+  // MONAI's symmetric widths: x 3 -> 1 before, y 1 -> 0, z 5 -> 2.
+  const at::Tensor normalised = normalize_intensity(image.to(at::kFloat), {});
+  const auto inner = [](const at::Tensor& t) {
+    return t.slice(1, 1, 6).slice(2, 0, 7).slice(3, 2, 5);
+  };
+  EXPECT_TRUE(at::allclose(inner(cached.image), normalised, 1e-6, 1e-6));
+  at::Tensor outside = cached.image.clone();
+  inner(outside).zero_();
+  EXPECT_EQ(outside.abs().max().item<double>(), 0.0) << "zeros outside";
+  EXPECT_TRUE(at::equal(inner(cached.label).to(at::kFloat), label));
+  EXPECT_EQ(cached.label.sum().item<double>(), label.sum().item<double>());
+  EXPECT_EQ(cached.meta.affine[0][3], -1.0);  // the world stays where it was
+  EXPECT_EQ(cached.meta.affine[2][3], -2.0);
+  // Crops of the padded volume, not normalised again.
+  for (const Sample& c : feed_augmentation(feed)(cached, 4)) {
+    EXPECT_TRUE(at::equal(c.image, cached.image));
+    EXPECT_TRUE(at::equal(c.label, cached.label));
+  }
+  // Validation and prediction: the volume as it is, normalised the same way.
+  const Sample whole = load_pair(pair, 0, whole_volume_prefix(feed.prefix));
+  EXPECT_EQ(whole.image.sizes(), (at::IntArrayRef{1, 5, 7, 3}));
+  EXPECT_TRUE(at::allclose(whole.image, normalised, 1e-6, 1e-6));
+  // The cache key tells the two normalisations and the pad apart.
+  FeedOptions per_crop = feed;
+  per_crop.prefix.normalize_on = NormalizeOn::kCrop;
+  EXPECT_NE(feed_prefix(feed).config_key(), feed_prefix(per_crop).config_key());
+  per_crop.prefix.spatial_pad.clear();
+  EXPECT_THAT(feed_prefix(feed).config_key(), HasSubstr("spatial_pad"));
+}
+
 TEST(PrefixTest, BadOptionsNameTheFlag) {
   PrefixOptions p;
   p.pixdim = {1.5, 0, 2};
@@ -198,6 +255,13 @@ TEST(PrefixTest, BadOptionsNameTheFlag) {
   EXPECT_THAT([&] { p.validate(); },
               ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--orientation=RAR")));
   p.orientation = "LPS";
+  EXPECT_NO_THROW(p.validate());
+  p.spatial_pad = {40, 56};
+  EXPECT_THAT([&] { p.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--spatial-pad=40,56")));
+  p.spatial_pad = {40, -1, 40};
+  EXPECT_THROW(p.validate(), std::invalid_argument);
+  p.spatial_pad = {40, 0, 40};
   EXPECT_NO_THROW(p.validate());
 }
 

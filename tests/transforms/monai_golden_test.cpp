@@ -117,6 +117,18 @@ TEST(MonaiGoldenTest, CropForegroundEqualsMonaiAndKeepsWorldPositions) {
   }
 }
 
+TEST(MonaiGoldenTest, SpatialPadEqualsMonaiAndKeepsWorldPositions) {
+  const auto cases = cases_of("SpatialPad");
+  ASSERT_EQ(cases.size(), 2u);
+  for (const json& c : cases) {
+    const SpatialImage in{load(c, "input", "input_shape"), affine_of(c.at("input_affine"))};
+    const auto size = c.at("params").at("spatial_size").get<std::vector<int64_t>>();
+    const SpatialImage out = spatial_pad(in, {size[0], size[1], size[2]});
+    EXPECT_TRUE(at::equal(out.data, load(c, "output", "output_shape"))) << c.at("name");
+    expect_affine_near(out.affine, c.at("output_affine"), c.at("name"));
+  }
+}
+
 // Spacing runs MONAI's own ATen ops (affine_grid's grid, grid_sampler with
 // border padding, align_corners=false, float64) on a theta computed with the
 // same LAPACK calls on the same layouts. Pinned for torch 2.11 (PyPI) against

@@ -323,4 +323,24 @@ SpatialImage crop_box(const SpatialImage& image, const VoxelBox& box) {
   return out;
 }
 
+SpatialImage spatial_pad(const SpatialImage& image, const std::array<int64_t, 3>& size) {
+  const std::array<int64_t, 3> shape = spatial_shape(image.data);
+  std::vector<int64_t> widths;  // last axis first, as at::constant_pad_nd wants
+  std::array<int64_t, 3> before{};
+  bool any = false;
+  for (size_t a = 3; a-- > 0;) {
+    const int64_t width = std::max<int64_t>(size[a] - shape[a], 0);
+    before[a] = width / 2;
+    widths.push_back(before[a]);
+    widths.push_back(width - before[a]);
+    any = any || width > 0;
+  }
+  if (!any) return image;
+  SpatialImage out{at::constant_pad_nd(image.data, widths, 0.0), image.affine};
+  for (size_t r = 0; r < 3; ++r)
+    for (size_t c = 0; c < 3; ++c)
+      out.affine[r][3] -= image.affine[r][c] * static_cast<double>(before[c]);
+  return out;
+}
+
 }  // namespace volshard

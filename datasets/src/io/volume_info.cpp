@@ -75,6 +75,10 @@ void scan(const NiftiFile& file, VolumeInfo& info) {
   int64_t finite = 0;
   LabelSet labels;
   const bool integer = std::is_integral_v<T> && !scale;
+  // Float or scaled data whose every finite value is an integer (labels
+  // saved as float32, as two of the Decathlon's Hippocampus labels are) list
+  // their values too; the first fraction ends the listing.
+  bool whole = !integer;
   for (int64_t k = 0; k < n; ++k, p += sizeof(T)) {
     uint8_t raw[sizeof(T)];
     std::memcpy(raw, p, sizeof(T));
@@ -91,7 +95,12 @@ void scan(const NiftiFile& file, VolumeInfo& info) {
     hi = std::max(hi, v);
     sum += v;
     ++finite;
-    if (integer) labels.add(static_cast<int64_t>(x));
+    if (integer) {
+      labels.add(static_cast<int64_t>(x));
+    } else if (whole) {
+      whole = v == std::floor(v) && std::abs(v) <= 9007199254740992.0;  // 2^53
+      if (whole) labels.add(static_cast<int64_t>(v));
+    }
   }
   info.nonfinite = n - finite;
   if (finite > 0) {
@@ -100,7 +109,7 @@ void scan(const NiftiFile& file, VolumeInfo& info) {
     info.sum = static_cast<double>(sum);
     info.mean = static_cast<double>(sum / static_cast<long double>(finite));
   }
-  if (integer) {
+  if (integer || (whole && finite > 0)) {
     info.labels = labels.values();
     info.labels_complete = labels.complete();
   }

@@ -63,7 +63,8 @@ Compose feed_augmentation(const FeedOptions& o) {
       steps.push_back(make_rand_flip(flip));
     }
   }
-  if (o.prefix.intensity == IntensityKind::kNormalize)
+  if (o.prefix.intensity == IntensityKind::kNormalize &&
+      o.prefix.normalize_on == NormalizeOn::kCrop)
     steps.push_back(make_normalize_intensity(o.prefix.normalize));
   if (o.rand_scale > 0)
     steps.push_back(make_rand_scale_intensity({-o.rand_scale, o.rand_scale, 1}));
@@ -75,7 +76,7 @@ Compose feed_augmentation(const FeedOptions& o) {
 PairOptions feed_prefix(const FeedOptions& o) {
   PairOptions p;
   p.prefix = o.prefix;
-  p.defer_normalize = true;
+  p.defer_normalize = o.prefix.normalize_on == NormalizeOn::kCrop;
   p.label_indices = o.crop_kind == CropKind::kPosNeg;
   p.compact_label = true;  // uint8 in the cache; the loader's batches are float32
   return p;
@@ -84,6 +85,7 @@ PairOptions feed_prefix(const FeedOptions& o) {
 PairOptions whole_volume_prefix(const PrefixOptions& prefix) {
   PairOptions p;
   p.prefix = prefix;
+  p.prefix.spatial_pad.clear();  // a training step: the sliding window pads by itself
   p.label_indices = false;
   p.image_layout = VolumeLayout::kContiguous;
   return p;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "volshard/core/error.h"
+#include "volshard/core/limits.h"
 
 namespace volshard {
 namespace {
@@ -124,6 +125,25 @@ void PrefixOptions::validate() const {
   if (foreground_margin < 0)
     throw std::invalid_argument("--foreground-margin=" + std::to_string(foreground_margin) +
                                 " must be >= 0");
+  bool pad_ok = spatial_pad.empty() || spatial_pad.size() == 1 || spatial_pad.size() == 3;
+  for (int64_t v : spatial_pad) pad_ok = pad_ok && v >= 0 && v <= kMaxPadEdge;
+  if (!pad_ok) {
+    std::string text;
+    for (int64_t v : spatial_pad) text += (text.empty() ? "" : ",") + std::to_string(v);
+    throw std::invalid_argument("--spatial-pad=" + text +
+                                " must be one size or three (x,y,z), each in [0, " +
+                                std::to_string(kMaxPadEdge) + "] voxels (0: that axis as it is)");
+  }
+  const std::array<int64_t, 3> pad = pad_size();
+  check_fits_in_memory(
+      4.0 * static_cast<double>(pad[0]) * static_cast<double>(pad[1]) * static_cast<double>(pad[2]),
+      "--spatial-pad=" + shape_text(pad));
+}
+
+std::array<int64_t, 3> PrefixOptions::pad_size() const {
+  if (spatial_pad.empty()) return {0, 0, 0};
+  if (spatial_pad.size() == 1) return {spatial_pad[0], spatial_pad[0], spatial_pad[0]};
+  return {spatial_pad[0], spatial_pad[1], spatial_pad[2]};
 }
 
 std::string PrefixOptions::key() const {
@@ -145,10 +165,12 @@ std::string PrefixOptions::key() const {
       break;
     case IntensityKind::kNormalize:
       k += std::string("; normalize") + (normalize.nonzero ? " nonzero" : "") +
-           (normalize.channel_wise ? " channel_wise" : "");
+           (normalize.channel_wise ? " channel_wise" : "") +
+           (normalize_on == NormalizeOn::kVolume ? " volume" : "");
       break;
   }
   if (crop_foreground) k += "; crop_foreground margin " + std::to_string(foreground_margin);
+  if (pad_size() != std::array<int64_t, 3>{}) k += "; spatial_pad " + shape_text(pad_size());
   if (labels == LabelMap::kBrats) k += "; labels brats 1/2/4";
   if (labels == LabelMap::kDecathlonBrats) k += "; labels decathlon brats 1/2/3";
   return k;
@@ -226,8 +248,12 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
   check_label_values(label.data, p.num_classes, pair.label);
   Sample s;
   PrefixTrace trace;
-  const SpatialImage img = prepare_image(image, options, &trace);
+  SpatialImage img = prepare_image(image, options, &trace);
   SpatialImage lab = follow_trace({label.data, image.affine}, p.orientation, trace);
+  if (p.pad_size() != std::array<int64_t, 3>{}) {  // training's batching step: not in the trace
+    img = spatial_pad(img, p.pad_size());
+    lab = spatial_pad(lab, p.pad_size());
+  }
   s.image = img.data;
   s.meta.affine = img.affine;
   s.label = std::move(lab.data);

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "volshard/core/error.h"
@@ -24,17 +27,20 @@ constexpr int kTile = 192;    // pixels per slice
 constexpr int kCaption = 26;  // two lines
 
 // A 2D float slice in [0, 1] as a grey tile (nearest-neighbour upscaled)
-// with the label's outline in red, two pixels wide.
-Canvas draw_slice(const at::Tensor& image, const at::Tensor& label) {
+// with the boundaries of `classes` (an integer slice, 0 background) drawn in
+// `colour`, two pixels wide: a pixel of a class > 0 with a 4-neighbour of
+// another class (the edge of a binary mask; with several classes also the
+// line between two of them).
+Canvas draw_slice(const at::Tensor& image, const at::Tensor& classes, Rgb colour) {
   const at::Tensor img = image.contiguous();
-  const at::Tensor lab = (label > 0.5).to(at::kByte).contiguous();
+  const at::Tensor lab = classes.to(at::kByte).contiguous();
   const int64_t rows = img.size(0), cols = img.size(1);
   const float* g = img.data_ptr<float>();
   const uint8_t* m = lab.data_ptr<uint8_t>();
   auto source = [&](int t, int64_t n) { return std::min<int64_t>(t * n / kTile, n - 1); };
-  auto inside = [&](int x, int y) {
-    if (x < 0 || y < 0 || x >= kTile || y >= kTile) return false;
-    return m[source(y, rows) * cols + source(x, cols)] != 0;
+  auto class_at = [&](int x, int y) -> uint8_t {
+    if (x < 0 || y < 0 || x >= kTile || y >= kTile) return 0;
+    return m[source(y, rows) * cols + source(x, cols)];
   };
   Canvas tile(kTile, kTile);
   for (int y = 0; y < kTile; ++y) {
@@ -44,16 +50,35 @@ Canvas draw_slice(const at::Tensor& image, const at::Tensor& label) {
       tile.set(x, y, {grey, grey, grey});
     }
   }
-  // A mask pixel with a neighbour outside the mask (4-connected), then grown
-  // by one pixel: the outline.
   for (int y = 0; y < kTile; ++y) {
     for (int x = 0; x < kTile; ++x) {
-      if (!inside(x, y)) continue;
-      if (inside(x - 1, y) && inside(x + 1, y) && inside(x, y - 1) && inside(x, y + 1)) continue;
-      tile.fill_rect(x - 1, y - 1, 2, 2, {255, 0, 0});
+      const uint8_t c = class_at(x, y);
+      if (c == 0) continue;
+      if (class_at(x - 1, y) == c && class_at(x + 1, y) == c && class_at(x, y - 1) == c &&
+          class_at(x, y + 1) == c)
+        continue;
+      tile.fill_rect(x - 1, y - 1, 2, 2, colour);
     }
   }
   return tile;
+}
+
+Canvas draw_slice(const at::Tensor& image, const at::Tensor& label) {
+  return draw_slice(image, label > 0.5, {255, 0, 0});
+}
+
+// A label or prediction file as class indices (rounded), X x Y x Z.
+at::Tensor read_classes(const std::string& path, const char* what) {
+  ReadOptions r;
+  r.as_float = true;
+  const Volume v = read_volume(path, r);
+  if (v.data.size(0) != 1)
+    fail_file(path, std::string("has ") + std::to_string(v.data.size(0)) + " channels; the " +
+                        what + " must be one map of class indices");
+  const at::Tensor c = v.data[0].round();
+  if (c.numel() > 0 && (c.min().item<double>() < 0 || c.max().item<double>() > 255))
+    fail_file(path, std::string("holds values outside [0, 255]: not a map of class indices"));
+  return c.to(at::kByte);
 }
 
 }  // namespace
@@ -122,6 +147,71 @@ int64_t write_preview(const PreviewOptions& o) {
   }
   write_png(o.out, sheet);
   return static_cast<int64_t>(crops.size());
+}
+
+std::vector<double> write_prediction_preview(const PredictionPreviewOptions& o) {
+  ReadOptions r;
+  r.as_float = true;
+  const Volume image = read_volume(o.image, r);
+  if (o.channel < 0 || o.channel >= image.data.size(0))
+    throw std::invalid_argument("preview: --channel=" + std::to_string(o.channel) + " but " +
+                                printable(o.image) + " has " + std::to_string(image.data.size(0)) +
+                                " channel(s)");
+  const at::Tensor label = read_classes(o.label, "label");
+  const at::Tensor prediction = read_classes(o.prediction, "prediction");
+  const at::Tensor img = image.data[o.channel];
+  for (const auto& [path, t] : {std::pair{o.label, label}, std::pair{o.prediction, prediction}}) {
+    if (t.sizes() != img.sizes())
+      throw std::runtime_error("preview: " + printable(path) + " has shape " +
+                               shape_text(t.sizes().vec()) + " but the image " +
+                               printable(o.image) + " has " + shape_text(img.sizes().vec()));
+  }
+  // Grey levels from the 0.5th to the 99.5th percentile (MRI maxima are outliers).
+  const at::Tensor sorted = std::get<0>(img.flatten().sort());
+  const int64_t n = sorted.numel();
+  const float lo = sorted[n / 200].item<float>(), hi = sorted[n - 1 - n / 200].item<float>();
+  const at::Tensor grey = (img - lo) / std::max(hi - lo, 1e-6f);
+  // Per-class Dice of the prediction against the label (NaN: class in neither).
+  const int64_t classes = std::max(label.max().item<int64_t>(), prediction.max().item<int64_t>());
+  std::vector<double> dice;
+  std::string dice_text;
+  for (int64_t c = 1; c <= classes; ++c) {
+    const at::Tensor g = label == c, p = prediction == c;
+    const double both = (g & p).sum().item<double>(),
+                 total = g.sum().item<double>() + p.sum().item<double>();
+    dice.push_back(total > 0 ? 2 * both / total : std::numeric_limits<double>::quiet_NaN());
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%lld %.3f", c == 1 ? "" : ", ", static_cast<long long>(c),
+                  dice.back());
+    dice_text += buf;
+  }
+  // The slices through the label's foreground centre (the volume's without).
+  std::array<int64_t, 3> centre{img.size(0) / 2, img.size(1) / 2, img.size(2) / 2};
+  const at::Tensor fg = (label > 0).nonzero();
+  if (fg.size(0) > 0) {
+    const at::Tensor mean = fg.to(at::kDouble).mean(0);
+    for (size_t a = 0; a < 3; ++a)
+      centre[a] = std::llround(mean[static_cast<int64_t>(a)].item<double>());
+  }
+  static const char* const kNames[3] = {"sagittal", "coronal", "axial"};
+  Canvas sheet(2 * kTile, 3 * (kTile + kCaption) + kCaption);
+  sheet.text(4, 3,
+             std::filesystem::path(o.image).filename().string() + "  Dice per class " +
+                 (dice_text.empty() ? "(no classes)" : dice_text),
+             {30, 30, 30});
+  sheet.text(4, 14, "left: label (red)   right: prediction (green)", {30, 30, 30});
+  for (int a = 0; a < 3; ++a) {
+    const int64_t at_voxel = centre[static_cast<size_t>(a)];
+    const int y = kCaption + a * (kTile + kCaption);
+    sheet.paste(draw_slice(grey.select(a, at_voxel), label.select(a, at_voxel), {255, 0, 0}), 0,
+                y + kCaption);
+    sheet.paste(draw_slice(grey.select(a, at_voxel), prediction.select(a, at_voxel), {0, 200, 0}),
+                kTile, y + kCaption);
+    sheet.text(4, y + 8, std::string(kNames[a]) + " slice " + std::to_string(at_voxel),
+               {30, 30, 30});
+  }
+  write_png(o.out, sheet);
+  return dice;
 }
 
 }  // namespace volshard

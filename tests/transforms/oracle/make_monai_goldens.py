@@ -24,6 +24,7 @@ from monai.data import MetaTensor  # noqa: E402
 from monai.transforms import (  # noqa: E402
     ConvertToMultiChannelBasedOnBratsClasses,
     CropForeground,
+    SpatialPad,
     NormalizeIntensity,
     Orientation,
     ScaleIntensityRange,
@@ -140,6 +141,12 @@ def main():
     labels = volume(rng, 1, (6, 5, 4), "label4")
     out = ConvertToMultiChannelBasedOnBratsClasses()(torch.from_numpy(labels))
     add("brats_classes", "ConvertToMultiChannelBasedOnBratsClasses", {}, labels, np.eye(4), out.float())
+    small = volume(rng, 1, (5, 8, 3), "mri")
+    for size in ((8, 6, 6), (7, 0, 4)):  # odd and even widths, an axis kept (6 < 8; 0)
+        aff = geometries["psr"]
+        out = SpatialPad(spatial_size=size, method="symmetric")(MetaTensor(torch.from_numpy(small),
+                                                                           affine=torch.tensor(aff)))
+        add(f"spatial_pad_{'x'.join(map(str, size))}", "SpatialPad", {"spatial_size": list(size)}, small, aff, out)
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"monai": monai.__version__, "torch": torch.__version__, "cases": cases}, f, indent=1)
     print(f"wrote {len(cases)} cases to {OUT}")

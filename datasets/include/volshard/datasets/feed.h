@@ -41,18 +41,18 @@ struct FeedOptions {
 
 /// The random steps after the cached prefix: the crop (num_samples of them),
 /// RandRotate90, RandFlip per axis, NormalizeIntensity when the prefix's
-/// intensity is kNormalize (on each crop, as MONAI's BraTS pipeline),
+/// intensity is kNormalize on kCrop (on each crop, as MONAI's BraTS pipeline),
 /// RandScaleIntensity, RandShiftIntensity; each step only when configured.
 Compose feed_augmentation(const FeedOptions& options);
 
 /// The deterministic prefix as training caches it: the prefix options, label
 /// indices (for RandCropByPosNegLabel), file-order image when nothing
 /// resamples it, compact uint8 labels (the loader's batches widen them to
-/// float32), normalisation deferred to the crops.
+/// float32), normalisation deferred to the crops unless normalize_on is kVolume.
 PairOptions feed_prefix(const FeedOptions& options = {});
 
 /// The prefix for validation and prediction: the whole volume, normalised,
-/// C order, no label indices.
+/// C order, no label indices, no spatial_pad.
 PairOptions whole_volume_prefix(const PrefixOptions& prefix);
 
 }  // namespace volshard

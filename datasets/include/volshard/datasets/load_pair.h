@@ -6,6 +6,7 @@
 // SampleCache holds and what the trainer, `volshard preview`, `volshard
 // prepare` and the benchmark load.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,11 +25,20 @@ enum class IntensityKind {
   kNormalize,  ///< NormalizeIntensity (MRI)
 };
 
+/// Where NormalizeIntensity takes its statistics in training.
+enum class NormalizeOn {
+  kCrop,    ///< each random crop (MONAI's BraTS pipeline); validation: the whole volume
+  kVolume,  ///< the whole volume, once, in the cached prefix (nnU-Net's per-case z-score)
+};
+
 enum class LabelMap {
   kClasses,         ///< class indices as stored (0: background)
   kBrats,           ///< BraTS challenge labels 1/2/4 as TC, WT, ET channels
   kDecathlonBrats,  ///< Decathlon Task01 labels 1/2/3 as TC, WT, ET channels
 };
+
+/// SpatialPad's largest size per axis, voxels.
+inline constexpr int64_t kMaxPadEdge = 4096;
 
 /// The user-facing part of the prefix: what `--config` files set.
 struct PrefixOptions {
@@ -37,14 +47,22 @@ struct PrefixOptions {
   IntensityKind intensity = IntensityKind::kScale;
   ScaleIntensityRangeOptions range;     ///< kRange
   NormalizeIntensityOptions normalize;  ///< kNormalize
+  NormalizeOn normalize_on = NormalizeOn::kCrop;  ///< kNormalize in training
   bool crop_foreground = false;  ///< CropForeground on image > 0 (after the intensity transform)
   int64_t foreground_margin = 0;
+  /// SpatialPad(symmetric, zeros) of image and label after CropForeground to
+  /// at least these sizes (one value: every axis; 0: that axis as it is), so
+  /// that crops of any volume batch together. Training only: validation and
+  /// prediction see the volume as it is (the sliding window pads itself).
+  std::vector<int64_t> spatial_pad;
   LabelMap labels = LabelMap::kClasses;
   /// > 0: every stored label value must be an integer in [0, num_classes)
   /// (checked as it is read; the file and value named otherwise).
   int64_t num_classes = 0;
   /// Throws std::invalid_argument naming the field ("--pixdim=1,0,2 ...").
   void validate() const;
+  /// spatial_pad as three sizes ({0, 0, 0}: none).
+  std::array<int64_t, 3> pad_size() const;
   /// What the options compute, in words (part of the cache key).
   std::string key() const;
 };

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "volshard/datasets/feed.h"
 #include "volshard/transforms/sample.h"
@@ -34,5 +35,24 @@ std::string preview_caption(const SampleMeta& meta, int64_t channel = -1);
 /// outlined in red, captioned by preview_caption. Returns the number of crops drawn. Throws
 /// std::runtime_error naming bad files, std::invalid_argument for a channel a file lacks.
 int64_t write_preview(const PreviewOptions& options);
+
+/// A prediction beside its label, for one volume.
+struct PredictionPreviewOptions {
+  std::string image;       ///< the image the prediction was made from
+  std::string label;       ///< its manual label (class indices)
+  std::string prediction;  ///< `volshard predict`'s label, on the same grid
+  std::string out = "prediction.png";
+  int64_t channel = 0;  ///< image channel to draw
+};
+
+/// Writes a PNG: the sagittal, coronal and axial slices through the label's
+/// foreground centre (the volume's centre without foreground), each as the
+/// image (0.5th to 99.5th percentile as grey) with the label's class
+/// boundaries in red beside the same slice with the prediction's in green,
+/// captioned with the file and each class's Dice. Returns the Dice of classes
+/// 1..max (NaN for a class in neither). Throws std::runtime_error naming the
+/// file for a bad file, a shape unlike the image's or a value that is not a
+/// class index.
+std::vector<double> write_prediction_preview(const PredictionPreviewOptions& options);
 
 }  // namespace volshard

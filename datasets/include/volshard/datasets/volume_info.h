@@ -24,7 +24,8 @@ struct VolumeInfo {
   int64_t nonfinite = 0;
   std::string orientation;  ///< nibabel's aff2axcodes, joined: "RAS", "LPS", ...
   /// An integer file's distinct values, ascending (the first 256 of them when
-  /// there are more, see labels_complete); none for float or scaled data.
+  /// there are more, see labels_complete); float or scaled data list them only
+  /// when every finite value is an integer (a label saved as float32).
   std::optional<std::vector<int64_t>> labels;
   bool labels_complete = true;
 };

@@ -163,6 +163,12 @@ struct SpatialImage {
 /// its world position (MONAI's CropForeground, MetaTensor affine).
 SpatialImage crop_box(const SpatialImage& image, const VoxelBox& box);
 
+/// MONAI's SpatialPad(spatial_size, method "symmetric", mode "constant" 0):
+/// each spatial axis shorter than size[a] grows to it, (size - L) // 2 zeros
+/// before and the rest after; an axis already as long, or size[a] <= 0, is
+/// kept. The affine moves so that every voxel keeps its world position.
+SpatialImage spatial_pad(const SpatialImage& image, const std::array<int64_t, 3>& size);
+
 // ---- Orientation ------------------------------------------------------------
 
 /// nibabel's io_orientation: for each voxel axis, the world axis (0 = x L/R,
