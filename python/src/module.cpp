@@ -138,15 +138,21 @@ class LoaderCore {
     py::dict d;
     d["image"] = b->image;  // handed over as torch tensors, no copy
     d["label"] = b->label;
-    py::list index, patch, source;
+    py::list index, patch, source, crop_start, rot90_k, flipped;
     for (const SampleMeta& m : b->meta) {
       index.append(m.index);
       patch.append(m.patch_index);
       source.append(m.source);
+      crop_start.append(py::make_tuple(m.crop_start[0], m.crop_start[1], m.crop_start[2]));
+      rot90_k.append(m.rot90_k);
+      flipped.append(py::make_tuple(m.flipped[0], m.flipped[1], m.flipped[2]));
     }
     d["index"] = index;
     d["patch_index"] = patch;
     d["source"] = source;
+    d["crop_start"] = crop_start;
+    d["rot90_k"] = rot90_k;
+    d["flipped"] = flipped;
     d["step"] = b->step;
     d["wait_seconds"] = b->wait_seconds;
     return d;
@@ -282,6 +288,9 @@ PYBIND11_MODULE(_volshard, m) {
       .value("scale", IntensityKind::kScale)
       .value("range", IntensityKind::kRange)
       .value("normalize", IntensityKind::kNormalize);
+  py::enum_<NormalizeOn>(m, "_NormalizeOn")
+      .value("crop", NormalizeOn::kCrop)
+      .value("volume", NormalizeOn::kVolume);
   py::enum_<LabelMap>(m, "_LabelMap")
       .value("classes", LabelMap::kClasses)
       .value("brats", LabelMap::kBrats)
@@ -331,11 +340,17 @@ PYBIND11_MODULE(_volshard, m) {
           "channel_wise", [](const FeedOptions& f) { return f.prefix.normalize.channel_wise; },
           [](FeedOptions& f, bool v) { f.prefix.normalize.channel_wise = v; })
       .def_property(
+          "normalize_on", [](const FeedOptions& f) { return f.prefix.normalize_on; },
+          [](FeedOptions& f, NormalizeOn v) { f.prefix.normalize_on = v; })
+      .def_property(
           "crop_foreground", [](const FeedOptions& f) { return f.prefix.crop_foreground; },
           [](FeedOptions& f, bool v) { f.prefix.crop_foreground = v; })
       .def_property(
           "foreground_margin", [](const FeedOptions& f) { return f.prefix.foreground_margin; },
           [](FeedOptions& f, int64_t v) { f.prefix.foreground_margin = v; })
+      .def_property(
+          "spatial_pad", [](const FeedOptions& f) { return f.prefix.spatial_pad; },
+          [](FeedOptions& f, const std::vector<int64_t>& v) { f.prefix.spatial_pad = v; })
       .def_property(
           "labels", [](const FeedOptions& f) { return f.prefix.labels; },
           [](FeedOptions& f, LabelMap v) { f.prefix.labels = v; })

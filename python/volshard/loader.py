@@ -38,7 +38,8 @@ def _pairs(data):
 _PIPELINE_KEYS = {
     "orientation": str, "pixdim": lambda v: [float(x) for x in v], "intensity": "_IntensityKind",
     "a_min": float, "a_max": float, "b_min": float, "b_max": float, "clip": bool,
-    "nonzero": bool, "channel_wise": bool, "crop_foreground": bool, "foreground_margin": int,
+    "nonzero": bool, "channel_wise": bool, "normalize_on": "_NormalizeOn", "crop_foreground": bool,
+    "foreground_margin": int, "spatial_pad": lambda v: [int(x) for x in ([v] if isinstance(v, int) else v)],
     "labels": "_LabelMap", "num_classes": int, "crop_kind": "_CropKind", "crop": None,
     "num_samples": int, "rot90_prob": float, "flip_prob": float, "rand_scale": float,
     "rand_shift": float, "allow_smaller": bool,
@@ -114,7 +115,10 @@ class Loader:
     """Batches of one rank, as dicts: ``image`` and ``label`` (float32 tensors,
     (batch_size * num_samples) x C x X x Y x Z, MONAI's list_data_collate
     order), and per row ``index`` (dataset index), ``patch_index``,
-    ``source`` (image path); and ``step``, ``wait_seconds``.
+    ``source`` (image path), ``crop_start`` (the crop's first voxel in the
+    prepared volume), ``rot90_k`` and ``flipped`` (per spatial axis), as
+    `volshard train --trace-samples` records them; and ``step``,
+    ``wait_seconds``.
 
     The sampler's indices for the epoch go through the cache (``cache_rate``
     of the items prepared up front: load, channel-first, scale intensity,
@@ -125,8 +129,8 @@ class Loader:
     ``pipeline`` (a dict, or the path of a JSON config such as
     configs/spleen.json, whose network and optimiser keys are ignored) sets
     the CT/MRI steps: orientation, pixdim, intensity (scale, range,
-    normalize) with a_min/a_max/b_min/b_max/clip or nonzero/channel_wise,
-    crop_foreground, labels (classes, brats, decathlon_brats), num_classes,
+    normalize) with a_min/a_max/b_min/b_max/clip or nonzero/channel_wise/
+    normalize_on (crop, volume), crop_foreground, spatial_pad, labels (classes, brats, decathlon_brats), num_classes,
     crop_kind (pos_neg, spatial), flip_prob, rand_scale, rand_shift, and
     crop, num_samples, rot90_prob, allow_smaller, which the arguments of the
     same names override when given (defaults: 96, 4, 0.5, False).

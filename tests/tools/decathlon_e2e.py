@@ -74,7 +74,8 @@ class DecathlonTest(unittest.TestCase):
                 "--val-every", 1, "--val-fraction", 0.4, "--roi", 32, "--lr", 1e-3,
                 "--nproc-per-node", 2, *TINY)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("3 training volume(s); validation: 2 volume(s), the last 2 pair(s)", p.stderr)
+        self.assertIn("3 training volume(s) over 2 ranks, 2 a rank: DistributedSampler's padding feeds 1 of them "
+                      "twice an epoch; validation: 2 volume(s), the last 2 pair(s)", p.stderr)
         lines = epochs(run_dir)
         self.assertEqual(len(lines), 2)
         self.assertTrue(all(isinstance(m["val_dice"], float) for m in lines), lines)
@@ -109,6 +110,9 @@ class DecathlonTest(unittest.TestCase):
         self.assertLessEqual(data.max(), 1.0)  # the -57..164 HU window, clipped
         self.assertTrue(set(np.unique(np.asanyarray(label.dataobj))) <= {0, 1})
         self.assertGreater(np.asanyarray(label.dataobj).sum(), 0)
+        stored = nib.load(self.ct_file(0, "label")).get_data_dtype()
+        self.assertEqual(stored.kind, "u")
+        self.assertEqual(label.get_data_dtype(), stored)  # the label's integer type, not float32
         # CropForeground: the air around the body is gone, and the world positions kept.
         src_extent = np.abs(src.affine[:3, :3] @ (np.array(src.shape[:3]) - 1)).max()
         self.assertLess(np.abs(image.affine[:3, :3] @ (np.array(image.shape[:3]) - 1)).max(), src_extent + 1)
@@ -122,6 +126,8 @@ class DecathlonTest(unittest.TestCase):
         (line,) = epochs(run_dir)
         self.assertEqual(line["val_classes"], ["TC", "WT", "ET"])
         self.assertEqual(len(line["val_dice_per_class"]), 3)
+        # The epoch line names each class beside the mean (not only metrics.jsonl).
+        self.assertRegex(p.stdout, r"validation Dice [0-9.]+ \(TC [0-9.na]+, WT [0-9.na]+, ET [0-9.na]+\)")
         self.assertTrue(os.path.getsize(os.path.join(run_dir, "curves.png")) > 0)
         with open(os.path.join(run_dir, "config.json")) as f:
             self.assertEqual(json.load(f)["in_channels"], 4)

@@ -12,6 +12,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -184,20 +185,27 @@ class TrainJobTest(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
 
         img = os.path.join(self.data, "img7.nii.gz")
-        for extra, name in (([], "whole"), (["--roi", 32, "--output", "prob"], "sliding")):
+        # The run's config gives validation's window (roi 0: its crop, 32), and predict says so.
+        said = {"config": "sliding window 32^3, overlap 0.25, 1 window a pass",
+                "roi32": "sliding window 32^3", "whole": "whole volume", "sliding": "sliding window 32^3"}
+        for extra, name in (([], "config"), (["--roi", 32], "roi32"), (["--whole-volume"], "whole"),
+                            (["--roi", 32, "--output", "prob"], "sliding")):
             pred = os.path.join(self.root, name + ".nii.gz")
             p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
                     "--image", img, "--out", pred, *extra)
             self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(said[name], p.stdout)
             a, src = nib.load(pred), nib.load(img)
             self.assertEqual(a.shape, (64, 64, 64))
             self.assertTrue(np.allclose(a.affine, src.affine))
             x = np.asanyarray(a.dataobj)
-            if name == "whole":
+            if name != "sliding":
                 self.assertEqual(x.dtype, np.uint8)
                 self.assertTrue(set(np.unique(x)) <= {0, 1})
             else:
                 self.assertTrue(0 <= x.min() and x.max() <= 1)
+        read = lambda name: np.asanyarray(nib.load(os.path.join(self.root, name + ".nii.gz")).dataobj)
+        self.assertTrue(np.array_equal(read("config"), read("roi32")))
         p = run("predict", "--model", os.path.join(out, "model.pt"), "--image", img, "--out", pred)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("has shape [4, 1, 3, 3, 3], the model's is [16, 1, 3, 3, 3]", p.stderr)  # tutorial channels by default
@@ -270,6 +278,8 @@ class TrainJobTest(Base):
                      os.path.join(mismatched, "seg2.nii.gz"))
         cases = [
             (["--crop", "96"], "--crop=96 is larger than"),
+            (["--crop", "96"], "and 5 other training volume(s); the smallest shape in the set is 64x64x64"),
+            (["--crop", "96"], "use --crop <= 64, --spatial-pad 96 or --allow-smaller"),
             (["--crop", "36"], "multiple of 8"),
             (["--batch-size", "0"], "--batch-size=0"),
             (["--lr", "-1"], "--lr="),
@@ -357,9 +367,20 @@ class FrontDoorTest(Base):
         p = run("train", "--datalist", datalist, "--out", self.out("datalist"), "--epochs", 1, "--max-steps", 1,
                 "--nproc-per-node", 1, *SMALL)
         self.assertEqual(p.returncode, 0, p.stderr)
+        # Stopped after its first step: no curves.png yet, and the stop message names none.
+        self.assertIn("stopped after 1 steps: ", p.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.out("datalist"), "curves.png")))
+        self.assertNotIn("curves.png", p.stdout)
         # A Decathlon dataset.json has no "validation" list: its tail is held out, as --data's.
         self.assertIn("3 training volume(s); validation: 1 volume(s), the last 1 pair(s) of " + datalist,
                       p.stderr)
+        # Its config.json (which holds "data": "") resumes it, and a changed option is named.
+        resumed = self.out("datalist")
+        p = run("train", "--config", os.path.join(resumed, "config.json"), "--resume", resumed, "--lr", 0.002,
+                "--nproc-per-node", 1)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("done after 3 steps", p.stdout)  # --max-steps is not saved: the resumed run goes on
+        self.assertIn("with changed options: --lr 0.001 there, 0.002 here", p.stderr)
 
     def test_repro_on_a_small_dataset_counts_pad_mode_repeats_as_padding(self):
         small = os.path.join(self.root, "small")
@@ -507,9 +528,18 @@ class FaultTest(Base):
         proc.send_signal(signal.SIGTERM)
         stdout, err = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 128 + signal.SIGTERM, err)
-        self.assertIn("resume with", stdout)
-        self.train(out, "--resume", out, epochs=3)
+        self.assertIn("received SIGTERM: stopping after this step with a checkpoint", err)
+        self.assertIn("resume with: --resume " + out, stdout)
+        # What the stop message says, alone: the run's config.json gives every other option.
+        p = run("train", "--resume", out, "--nproc-per-node", 2)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertRegex(p.stderr, r"resuming epoch [12] at step [0-9]+ from " + re.escape(out))
         self.assertEqual(model_bytes(ref), model_bytes(out))
+        # The best validation so far survives the stop: the same best weights and record.
+        for name in ("best_model.pt", "best_model.json"):
+            with open(os.path.join(ref, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+        self.assertIn("best validation Dice", p.stdout)
 
     def test_killed_or_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(self):
         out = self.out("run")

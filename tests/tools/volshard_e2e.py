@@ -87,6 +87,22 @@ class VolshardToolTest(unittest.TestCase):
         text = run("info", files[0]).stdout
         self.assertIn("shape 64 x 64 x 64  float32", text)
 
+    def test_info_lists_the_values_of_a_float32_label_and_not_of_a_float_image(self):
+        # Two of the Decathlon's Hippocampus labels are stored as float32.
+        label = np.zeros((6, 5, 4), np.float32)
+        label[1:3, 2:4, 1:3] = 1
+        label[3, 2:4, 1:3] = 2
+        image = (np.arange(120, dtype=np.float32).reshape(6, 5, 4) * 0.5) + 0.25
+        paths = [os.path.join(self.dir, n) for n in ("seg_float.nii.gz", "img_float.nii.gz")]
+        for path, data in zip(paths, (label, image)):
+            nib.save(nib.Nifti1Image(data, np.eye(4)), path)
+        p = run("info", "--json", *paths)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        seg, img = (json.loads(l) for l in p.stdout.splitlines())
+        self.assertEqual(seg["labels"], [0, 1, 2])
+        self.assertIsNone(img["labels"])
+        self.assertIn("values 0 1 2", run("info", paths[0]).stdout)
+
     def test_info_names_a_bad_file_exits_one_and_still_reports_the_others(self):
         out = os.path.join(self.dir, "data")
         self.synth(out)
@@ -130,6 +146,24 @@ class VolshardToolTest(unittest.TestCase):
         p = run("train", "--epochs", 0, "--config", config, "--optimizer", "SGD", "--momentum", 1)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--epochs=0", p.stderr)  # flags before --config win as well
+
+    def test_version_prints_the_projects_version(self):
+        p = run("--version")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"^volshard [0-9]+\.[0-9]+\.[0-9]+\n$")
+
+    def test_an_unknown_flag_is_named_with_the_nearest_the_command_has(self):
+        for args, said in ((["train", "--epoch", 2], "volshard train: unknown flag --epoch; did you mean --epochs?"),
+                           (["predict", "--img", "x.nii.gz"], "volshard predict: unknown flag --img; did you mean "
+                                                               "--image?"),
+                           (["train", "--lr-schedul=poly"], "unknown flag --lr-schedul; did you mean --lr-schedule?")):
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(said, p.stderr)
+        p = run("train", "--zzzzzzzz", 1)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("unknown flag --zzzzzzzz", p.stderr)
+        self.assertNotIn("did you mean", p.stderr)
 
     def test_train_config_file_with_an_unknown_key_or_bad_value_is_refused_by_name(self):
         p = run("train", "--config", self.write_config({"data": self.dir, "epochz": 3}))
@@ -419,7 +453,7 @@ class FrontDoorToolTest(unittest.TestCase):
             self.assertTrue(info["labels_complete"])
             self.assertIn("values -3 0 7", run("info", path).stdout)
         img = os.path.join(self.dir, "float.nii.gz")
-        nib.save(nib.Nifti1Image(np.ones((4, 4, 4), np.float32), np.eye(4)), img)
+        nib.save(nib.Nifti1Image(np.full((4, 4, 4), 0.5, np.float32), np.eye(4)), img)
         self.assertIsNone(json.loads(run("info", "--json", img).stdout)["labels"])
 
     def test_preview_draws_every_channel_or_the_chosen_one(self):

@@ -1,6 +1,8 @@
 // The training loop in process: two Gloo ranks as threads train a tiny UNet on
 // synthetic volumes; runs repeat bit for bit, and a run stopped at max_steps
-// and resumed ends where an uninterrupted run does.
+// and resumed ends where an uninterrupted run does. Sliding-window inference
+// (validation's and predict's) against MONAI's.
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/trainer/data_split.h"
+#include "volshard/trainer/inference.h"
 #include "volshard/trainer/train.h"
 
 namespace volshard {
@@ -163,6 +166,14 @@ TEST_F(TrainTest, ValEveryZeroHoldsNothingOutAndFewerValidationVolumesThanRanksA
   EXPECT_EQ(all.train.size(), 6u);
   EXPECT_TRUE(all.val.empty());
   EXPECT_THAT(validation_text(o, all, 2), ::testing::HasSubstr("validation: none (--val-every 0)"));
+  // Padding is said, not silent: 6 volumes over 4 ranks feed 2 twice; over 8, more ranks.
+  EXPECT_THAT(validation_text(o, all, 2), ::testing::StartsWith("6 training volume(s); "));
+  EXPECT_THAT(validation_text(o, all, 4),
+              ::testing::HasSubstr("over 4 ranks, 2 a rank: DistributedSampler's padding feeds 2 "
+                                   "of them twice an epoch;"));
+  EXPECT_THAT(
+      validation_text(o, all, 8),
+      ::testing::HasSubstr("feeds 2 of them twice an epoch (more ranks than training volumes)"));
   o = options("run");
   o.val_fraction = 0.1;  // one volume, two ranks
   EXPECT_NO_THROW(check_training_config(o, 2));
@@ -236,6 +247,40 @@ TEST(CurvesTest, DrawsEachClassesDiceWhenTheMetricsHaveClasses) {
   EXPECT_GT(count(with, third), 0) << "ET's name, though its Dice is null";
   EXPECT_EQ(count(without, first), 0);
   EXPECT_EQ(count(without, second), 0);
+}
+
+// monai.inferers.sliding_window_inference on sliding_window.json's cases
+// (make_sliding_window.py): a predictor whose output depends on the voxel's
+// place in its window shows the padding (symmetric, half before, where the
+// volume is shorter than the window), the window starts and the averaging.
+TEST(InferenceTest, SlidingWindowEqualsMonaisIncludingItsSymmetricPadding) {
+  std::ifstream in(std::string(VOLSHARD_TRAINER_FIXTURES) + "/sliding_window.json");
+  ASSERT_TRUE(in);
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  const Predictor predictor = [](const at::Tensor& x) {
+    const int64_t n = x.size(0), a = x.size(2), b = x.size(3), c = x.size(4);
+    const at::Tensor i = at::arange(a, x.options()).view({1, 1, a, 1, 1});
+    const at::Tensor j = at::arange(b, x.options()).view({1, 1, 1, b, 1});
+    const at::Tensor k = at::arange(c, x.options()).view({1, 1, 1, 1, c});
+    return at::cat({2 * x + i, (j - k).expand({n, 1, a, b, c})}, 1);
+  };
+  ASSERT_EQ(fixture.at("cases").size(), 3u);
+  for (const nlohmann::json& c : fixture.at("cases")) {
+    const auto shape = c.at("shape").get<std::vector<int64_t>>();
+    const auto roi = c.at("roi").get<std::vector<int64_t>>();
+    SCOPED_TRACE(c.at("shape").dump() + " roi " + c.at("roi").dump());
+    const at::Tensor image = at::tensor(c.at("image").get<std::vector<float>>())
+                                 .view({1, 1, shape[0], shape[1], shape[2]});
+    SlidingWindowOptions o;
+    o.roi = {roi[0], roi[1], roi[2]};
+    o.overlap = c.at("overlap").get<double>();
+    o.sw_batch_size = c.at("sw_batch_size").get<int64_t>();
+    const at::Tensor got = sliding_window_inference(image, o, predictor);
+    const at::Tensor want = at::tensor(c.at("output").get<std::vector<float>>())
+                                .view({1, 2, shape[0], shape[1], shape[2]});
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+  }
 }
 
 }  // namespace

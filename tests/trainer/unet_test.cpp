@@ -1,9 +1,10 @@
-// MONAI parity of the UNet and DiceLoss: module tree (state_dict keys and
-// shapes), and output, loss and gradients on a MONAI-made fixture.
+// MONAI parity of the UNet, DiceLoss and DiceCELoss: module tree (state_dict
+// keys and shapes), and output, loss and gradients on MONAI-made fixtures.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
@@ -371,6 +372,69 @@ TEST(DiceLossTest, RejectsMismatchedShapesNamingBoth) {
   o.sigmoid = o.softmax = true;
   EXPECT_THROW(dice_loss(at::zeros({1, 1, 4, 4, 4}), at::zeros({1, 1, 4, 4, 4}), o),
                std::invalid_argument);
+}
+
+// ---- DiceCELoss and the trainer's loss options -----------------------------
+
+// Every case of loss_parity.json (make_loss_parity.py: MONAI's DiceLoss and
+// DiceCELoss) through segmentation_loss, as the trainer's step calls it with
+// --loss, --lambda-dice, --lambda-ce, --include-background, --squared-pred,
+// --smooth-nr, --smooth-dr: the value and the gradient of the logits.
+TEST(DiceCELossTest, TheTrainersLossMatchesMonaiOnTheFixture) {
+  std::ifstream in(kFixtures + "/loss_parity.json");
+  ASSERT_TRUE(in) << kFixtures << "/loss_parity.json";
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  ASSERT_GE(fixture.at("cases").size(), 7u);
+  auto tensor = [](const nlohmann::json& values, const nlohmann::json& shape) {
+    std::vector<float> v = values.get<std::vector<float>>();
+    return at::tensor(v).reshape(shape.get<std::vector<int64_t>>());
+  };
+  for (const nlohmann::json& c : fixture.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const nlohmann::json& o = c.at("options");
+    LossOptions loss;
+    loss.kind = o.at("kind") == "dice" ? LossKind::kDice : LossKind::kDiceCE;
+    loss.lambda_dice = o.value("lambda_dice", 1.0);
+    loss.lambda_ce = o.value("lambda_ce", 1.0);
+    loss.include_background = o.value("include_background", true);
+    loss.squared_pred = o.value("squared_pred", false);
+    loss.smooth_nr = o.value("smooth_nr", 1e-5);
+    loss.smooth_dr = o.value("smooth_dr", 1e-5);
+    const bool softmax = o.value("softmax", false);
+    ASSERT_EQ(softmax, o.value("to_onehot_y", false));  // the trainer's pairing
+    const at::Tensor logits = tensor(c.at("logits"), c.at("logits_shape")).set_requires_grad(true);
+    const at::Tensor target = tensor(c.at("target"), c.at("target_shape"));
+    const at::Tensor value = segmentation_loss(logits, target, loss, softmax);
+    value.backward();
+    EXPECT_NEAR(value.item<double>(), c.at("loss").get<double>(), 2e-6);
+    const at::Tensor expected = at::tensor(c.at("grad").get<std::vector<double>>());
+    const at::Tensor got = logits.grad().to(at::kDouble).flatten();
+    EXPECT_LE((got - expected).abs().max().item<double>(), 1e-6);
+  }
+}
+
+TEST(DiceCELossTest, RefusesNegativeWeightsAndUnreducedLossNamingThem) {
+  DiceCELossOptions o;
+  o.dice.softmax = true;
+  o.dice.to_onehot_y = true;
+  o.lambda_ce = -1;
+  try {
+    dice_ce_loss(at::zeros({1, 2, 2, 2, 2}), at::zeros({1, 1, 2, 2, 2}), o);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("lambda_ce=-1"));
+  }
+  o.lambda_ce = 1;
+  o.dice.reduction = Reduction::kNone;
+  EXPECT_THROW(dice_ce_loss(at::zeros({1, 2, 2, 2, 2}), at::zeros({1, 1, 2, 2, 2}), o),
+               std::invalid_argument);
+  o.dice.reduction = Reduction::kMean;
+  try {
+    dice_ce_loss(at::zeros({1, 2, 2, 2, 2}), at::zeros({1, 3, 2, 2, 2}), o);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("[1, 3, 2, 2, 2]"));
+  }
 }
 
 TEST(DiceScoreTest, CountsThresholdedOverlapAndSkipsEmptyLabels) {

@@ -2,6 +2,8 @@
 // flags given on the command line override the file's values.
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -102,6 +104,9 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
     bool excluded = false;  // the file's --data when the command line gave --datalist
     for (const CLI::Option* other : option->get_excludes()) excluded |= other->count() > 0;
     if (excluded) continue;
+    // "data": "" beside "datalist": a run's config.json names the one it used.
+    if (it->is_string() && it->get<std::string>().empty() && !option->get_excludes().empty())
+      continue;
     const auto text = [](const nlohmann::json& v) {
       return v.is_string() ? v.get<std::string>() : v.dump();
     };
@@ -127,12 +132,27 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
   }
 }
 
-void add_config(CLI::App* cmd, std::set<std::string> keys, bool ignore_others, const char* help) {
+// `fallback` (may be empty) names the config to read when --config is not given.
+void add_config(CLI::App* cmd, std::set<std::string> keys, bool ignore_others, const char* help,
+                std::function<std::string()> fallback = {}) {
   auto path = std::make_shared<std::string>();
   cmd->add_option("--config", *path, help)->type_name("FILE.json");
-  cmd->final_callback([cmd, path, keys = std::move(keys), ignore_others] {
-    if (!path->empty()) apply_json_config(cmd, *path, keys, ignore_others);
+  cmd->final_callback([cmd, path, keys = std::move(keys), ignore_others, fallback] {
+    const std::string file = !path->empty() ? *path : fallback ? fallback() : std::string();
+    if (!file.empty()) apply_json_config(cmd, file, keys, ignore_others);
   });
+}
+
+// `train --resume RUN` alone: RUN/config.json (beside the checkpoint file
+// when --resume names one) as if given with --config.
+std::string resumed_run_config(CLI::App* cmd) {
+  const CLI::Option* resume = cmd->get_option_no_throw("--resume");
+  if (resume == nullptr || resume->count() == 0) return "";
+  const std::filesystem::path given(resume->as<std::string>());
+  const std::filesystem::path config = std::filesystem::is_directory(given)
+                                           ? given / "config.json"
+                                           : given.parent_path() / "config.json";
+  return std::filesystem::exists(config) ? config.string() : "";
 }
 
 }  // namespace
@@ -146,7 +166,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions& options) {
   std::set<std::string> keys;
   TrainOptions::for_each_field(options, CollectKeys{&keys});
   add_config(cmd, std::move(keys), false,
-             "JSON of these options (keys as in RUN/config.json); flags override it");
+             "JSON of these options (keys as in RUN/config.json; with --resume RUN alone, "
+             "RUN/config.json); flags override it",
+             [cmd] { return resumed_run_config(cmd); });
 }
 
 void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
@@ -160,6 +182,7 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
   };
   table(AddFlag{cmd});
   table(CollectKeys{&keys});
+  keys.insert({"roi", "overlap", "crop"});  // validation's window (predict_command.cpp's flags)
   add_config(cmd, std::move(keys), true,
              "RUN/config.json: the network's and the prefix's keys (channels, pixdim, ...); flags "
              "override it");

@@ -13,21 +13,29 @@ Run add_predict_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("predict", verb_summary("predict"));
   cmd->footer(
       "\nExample:\n  volshard predict --model run/model.pt --config run/config.json \\\n"
-      "    --image data/img0.nii.gz --out pred.nii.gz --roi 96");
+      "    --image data/img0.nii.gz --out pred.nii.gz [--roi 96]\n"
+      "A run's config.json gives validation's window (roi, or its crop when roi is 0), overlap\n"
+      "and sw_batch_size; --roi, --overlap, --sw-batch-size or --whole-volume override them.");
   cmd->add_option("--model", o->model_path, "state_dict .pt (model.pt, or MONAI's)")->required();
   cmd->add_option("--image", o->image_path, "NIfTI image to segment")->required();
   cmd->add_option("--out", o->out_path, "NIfTI to write")->required();
   add_enum_option(cmd, "--output", o->output, "what to write: logits, probabilities or labels");
   // --roi as train's; --roi-size is its old name, still accepted.
   cmd->add_option("--roi,--roi-size", o->roi,
-                  "sliding-window edge, voxels (0: whole volume; --roi-size: old name)")
+                  "sliding-window edge, voxels (0: the config's --crop, as validation, or the "
+                  "whole volume without one; --roi-size: old name)")
       ->capture_default_str();
   cmd->add_option("--overlap", o->overlap, "sliding-window overlap fraction")
       ->capture_default_str();
+  cmd->add_option("--crop", o->crop,
+                  "the training crop (a run's config.json): the window when --roi is 0")
+      ->capture_default_str();
+  cmd->add_flag("--whole-volume", o->whole_volume,
+                "the whole volume in one pass (no sliding window), whatever the config says");
   add_predict_flags(cmd, *o);
   return [o] {
     predict(*o);
-    std::cout << "wrote " << o->out_path << "\n";
+    std::cout << "wrote " << o->out_path << " (" << o->inference_text() << ")\n";
     return 0;
   };
 }

@@ -12,6 +12,7 @@
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
+#include "volshard/datasets/nifti_header.h"
 #include "volshard/datasets/volume.h"
 
 namespace volshard::cli {
@@ -57,7 +58,12 @@ Run add_prepare_command(CLI::App& app) {
       const Sample v = load_pair({s->image, s->label}, 0, options);
       const fs::path image_tmp = out / ".tmp-image.nii.gz", label_tmp = out / ".tmp-label.nii.gz";
       write_volume(image_tmp.string(), v.image.contiguous(), v.meta.affine);
-      write_volume(label_tmp.string(), v.label.contiguous(), v.meta.affine);
+      // The label keeps its stored integer type (nearest resampling and the
+      // crop keep its values); a float file stays float32.
+      const at::ScalarType stored = volume_dtype(read_nifti_header(s->label));
+      const at::Tensor label =
+          at::isIntegralType(stored, /*includeBool=*/false) ? v.label.to(stored) : v.label;
+      write_volume(label_tmp.string(), label.contiguous(), v.meta.affine);
       fs::remove(out / "label.nii.gz");
       fs::rename(image_tmp, out / "image.nii.gz");
       fs::rename(label_tmp, out / "label.nii.gz");

@@ -1,6 +1,9 @@
 // volshard preview: what the network is fed, as a picture.
+#include <algorithm>
 #include <iostream>
 #include <memory>
+#include <stdexcept>
+#include <vector>
 
 #include "commands.h"
 #include "verbs.h"
@@ -10,10 +13,22 @@ namespace volshard::cli {
 
 Run add_preview_command(CLI::App& app) {
   auto o = std::make_shared<PreviewOptions>();
+  auto versus = std::make_shared<PredictionPreviewOptions>();
   auto* cmd = app.add_subcommand("preview", verb_summary("preview"));
   cmd->footer(
-      "\nExample:\n  volshard preview --data data --out crops.png --count 8 --seed 0 --crop 32");
-  cmd->add_option("--data", o->data_dir, "folder of image/label pairs")->required();
+      "\nExamples:\n  volshard preview --data data --out crops.png --count 8 --seed 0 --crop 32\n"
+      "  volshard preview --image img15.nii.gz --label seg15.nii.gz --prediction pred15.nii.gz "
+      "--out pred15.png");
+  auto* data = cmd->add_option("--data", o->data_dir,
+                               "folder of image/label pairs: the augmented crops training feeds");
+  auto* prediction =
+      cmd->add_option("--prediction", versus->prediction,
+                      "instead of --data: a prediction (volshard predict) outlined beside "
+                      "--label on --image's slices, with its Dice per class");
+  data->excludes(prediction);
+  cmd->add_option("--image", versus->image, "--prediction: the image it was made from")
+      ->needs(prediction);
+  cmd->add_option("--label", versus->label, "--prediction: the manual label")->needs(prediction);
   cmd->add_option("--out", o->out, "PNG to write")->capture_default_str();
   cmd->add_option("--count", o->count, "crops to show")->capture_default_str();
   cmd->add_option("--seed", o->seed, "base seed of the augmentation")->capture_default_str();
@@ -29,7 +44,20 @@ Run add_preview_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rot90-prob", o->feed.rot90_prob, "RandRotate90 probability")
       ->capture_default_str();
-  return [o] {
+  return [o, versus, data, prediction] {
+    if (prediction->count() > 0) {
+      if (versus->image.empty() || versus->label.empty())
+        throw std::invalid_argument("preview: --prediction needs --image and --label");
+      versus->out = o->out;
+      versus->channel = std::max<int64_t>(o->channel, 0);
+      const std::vector<double> dice = write_prediction_preview(*versus);
+      std::cout << "wrote " << o->out << " (Dice per class:";
+      for (size_t c = 0; c < dice.size(); ++c) std::cout << ' ' << c + 1 << '=' << dice[c];
+      std::cout << ")\n";
+      return 0;
+    }
+    if (data->count() == 0)
+      throw std::invalid_argument("preview: give --data DIR (crops) or --prediction FILE");
     const int64_t drawn = write_preview(*o);
     std::cout << "wrote " << drawn << " crops to " << o->out << "\n";
     return 0;

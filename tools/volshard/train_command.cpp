@@ -29,7 +29,17 @@ struct TrainLaunch {
 };
 
 std::atomic<int> g_stop_signal{0};
-void request_stop(int sig) { g_stop_signal.store(sig); }
+std::atomic<bool> g_announce_stop{false};  // rank 0 says what it does with the signal
+void request_stop(int sig) {
+  if (g_stop_signal.exchange(sig) != 0 || !g_announce_stop.load()) return;
+  static const char kInt[] =
+      "\nvolshard train: received SIGINT: stopping after this step with a checkpoint\n";
+  static const char kTerm[] =
+      "\nvolshard train: received SIGTERM: stopping after this step with a checkpoint\n";
+  const char* text = sig == SIGINT ? kInt : kTerm;
+  const size_t size = sig == SIGINT ? sizeof kInt - 1 : sizeof kTerm - 1;
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, text, size);  // signal-safe
+}
 
 // Launcher or worker: with --nproc-per-node > 1 (or --nnodes > 1) and no
 // RANK in the environment it checks the configuration, starts the workers and
@@ -76,15 +86,21 @@ int train_command(const TrainOptions& options, const TrainLaunch& launch,
   CommOptions co;
   co.backend = o.backend;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  g_announce_stop.store(r.rank == 0);
   try {
     Communicator comm(r, co);
     const TrainSummary s = train(o, comm, [] { return g_stop_signal.load() != 0; });
     if (r.rank == 0) {
       const std::filesystem::path run(o.out_dir);
+      std::string files;  // those the run wrote (a run stopped early has no curves yet)
+      for (const char* name : {"model.pt", "checkpoint.pt", "metrics.jsonl", "curves.png"})
+        if (std::filesystem::exists(run / name))
+          files += (files.empty() ? "" : ", ") + (run / name).string();
       std::cout << (s.interrupted ? "stopped" : "done") << " after " << s.global_step
-                << " steps: " << (run / "model.pt").string() << ", "
-                << (run / "checkpoint.pt").string() << ", " << (run / "metrics.jsonl").string()
-                << ", " << (run / "curves.png").string() << "\n";
+                << " steps: " << files << "\n";
+      if (s.best_epoch >= 0)
+        std::cout << "best validation Dice " << s.best_val_dice << " at epoch " << s.best_epoch + 1
+                  << ": " << (run / "best_model.pt").string() << "\n";
       if (s.interrupted) std::cout << "resume with: --resume " << o.out_dir << "\n";
     }
     return s.interrupted && g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 0;
@@ -109,7 +125,7 @@ Run add_train_command(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->footer(
       "\nExamples:\n"
       "  volshard train --data data --out run --epochs 2 --nproc-per-node 2 --crop 32\n"
-      "  volshard train --config run/config.json --resume run");
+      "  volshard train --resume run            # continue a stopped run with its own config.json");
   add_train_flags(cmd, s->train);
   TrainLaunch& l = s->launch;
   cmd->add_option("--nproc-per-node", l.nproc_per_node, "local worker processes to start")

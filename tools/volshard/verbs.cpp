@@ -66,6 +66,20 @@ std::string unknown_verb_message(int argc, char** argv) {
   return message + " (commands: " + names + ")";
 }
 
+std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known) {
+  const std::string flag = word.substr(0, word.find('='));
+  std::string nearest;
+  size_t best = flag.size();
+  for (const std::string& k : known) {
+    const size_t d = edit_distance(flag, k);
+    if (d < best) best = d, nearest = k;
+  }
+  std::string message = "unknown flag " + flag;
+  if (!nearest.empty() && best <= std::max<size_t>(2, flag.size() / 4))
+    message += "; did you mean " + nearest + "?";
+  return message;
+}
+
 const char* const kTopFooter =
     "\nRun 'volshard COMMAND --help' for a command's flags and examples.\n"
     "Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.";

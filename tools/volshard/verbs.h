@@ -25,6 +25,10 @@ std::string verb_summary(const std::string& name);
 /// absent.
 std::string unknown_verb_message(int argc, char** argv);
 
+/// "unknown flag --epoch; did you mean --epochs?": the flag of `known` (names
+/// such as "--epochs") nearest to `word` by edit distance, when one is close.
+std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known);
+
 /// The top-level help's footer.
 extern const char* const kTopFooter;
 

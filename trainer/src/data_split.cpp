@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <filesystem>
@@ -61,9 +62,11 @@ class SameChannels {
   std::string first_;
 };
 
-// Image and label headers agree; spacings are usable; a training image holds
-// the crop, as the prefix resamples it; the image's channels go to `same`.
-void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training, SameChannels& same) {
+// Image and label headers agree; spacings are usable; the image's channels go
+// to `same`. Returns the image's spatial shape as the prefix leaves it where
+// the header tells (Spacing, SpatialPad; not CropForeground).
+std::array<int64_t, 3> check_pair(const TrainOptions& o, const ImageLabelPair& p,
+                                  SameChannels& same) {
   const NiftiHeader hi = header_of(p.image), hl = header_of(p.label);
   same.add(p.image, hi);
   auto si = spatial_shape(hi);
@@ -87,14 +90,45 @@ void check_pair(const TrainOptions& o, const ImageLabelPair& p, bool training, S
         spacing_grid(si, hi.affine, {prefix.pixdim[0], prefix.pixdim[1], prefix.pixdim[2]});
     si = g.shape;  // orientation only permutes it; the crop is cubic
   }
-  if (training && !o.feed.allow_smaller && !prefix.crop_foreground) {
-    for (int64_t side : si)
-      if (side < o.feed.crop)
-        throw std::invalid_argument("train: --crop=" + std::to_string(o.feed.crop) +
-                                    " is larger than " + p.image + " (" + shape_text(si) +
-                                    (prefix.pixdim.empty() ? "" : " after --pixdim") +
-                                    "); use a smaller crop or --allow-smaller");
+  const std::array<int64_t, 3> pad = prefix.pad_size();
+  if (pad != std::array<int64_t, 3>{}) {  // after orientation: its axes, or the largest
+    const int64_t most = std::max({pad[0], pad[1], pad[2]});
+    for (size_t a = 0; a < 3; ++a)
+      si[a] = std::max(si[a], prefix.orientation.empty() ? pad[a] : most);
   }
+  return si;
+}
+
+// Every training image holds the crop, as the prefix resamples and pads it
+// (CropForeground's box needs the voxels: the workers check that). The first
+// that does not is named with its shape, and the smallest shape of the set.
+void check_crop_fits(const TrainOptions& o, const std::vector<ImageLabelPair>& train,
+                     const std::vector<std::array<int64_t, 3>>& shapes) {
+  if (o.feed.allow_smaller || o.feed.prefix.crop_foreground) return;
+  size_t first = shapes.size(), smallest = 0;
+  int64_t too_small = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const int64_t side = std::min({shapes[i][0], shapes[i][1], shapes[i][2]});
+    if (side < o.feed.crop) {
+      ++too_small;
+      if (first == shapes.size()) first = i;
+    }
+    const auto& s = shapes[smallest];
+    if (side < std::min({s[0], s[1], s[2]})) smallest = i;
+  }
+  if (too_small == 0) return;
+  const PrefixOptions& prefix = o.feed.prefix;
+  const std::string after =
+      std::string(prefix.pixdim.empty() ? "" : " after --pixdim") +
+      (prefix.pad_size() == std::array<int64_t, 3>{} ? "" : " and --spatial-pad");
+  throw std::invalid_argument(
+      "train: --crop=" + std::to_string(o.feed.crop) + " is larger than " + train[first].image +
+      " (" + shape_text(shapes[first]) + after + ")" +
+      (too_small > 1 ? " and " + std::to_string(too_small - 1) + " other training volume(s)" : "") +
+      "; the smallest shape in the set is " + shape_text(shapes[smallest]) + " (" +
+      train[smallest].image + "): use --crop <= " +
+      std::to_string(std::min({shapes[smallest][0], shapes[smallest][1], shapes[smallest][2]})) +
+      ", --spatial-pad " + std::to_string(o.feed.crop) + " or --allow-smaller");
 }
 
 // A fresh run would replace checkpoint.pt and model.pt: only when asked to. A
@@ -162,7 +196,17 @@ DataSplit list_data(const TrainOptions& o) {
 }
 
 std::string validation_text(const TrainOptions& o, const DataSplit& d, int64_t world_size) {
-  const std::string what = std::to_string(d.train.size()) + " training volume(s); validation: ";
+  const auto n_train = static_cast<int64_t>(d.train.size());
+  std::string what = std::to_string(n_train) + " training volume(s)";
+  // DistributedSampler's pad: each epoch repeats the first volumes of its order.
+  const int64_t padded = (world_size - n_train % world_size) % world_size;
+  if (padded > 0)
+    what += " over " + std::to_string(world_size) + " ranks, " +
+            std::to_string((n_train + padded) / world_size) +
+            " a rank: DistributedSampler's padding feeds " + std::to_string(padded) +
+            " of them twice an epoch" +
+            (n_train < world_size ? " (more ranks than training volumes)" : "");
+  what += "; validation: ";
   if (o.val_every == 0) return what + "none (--val-every 0)";
   const auto n = static_cast<int64_t>(d.val.size());
   const bool listed = !o.datalist.empty() && datalist_has_validation(o.datalist);
@@ -208,8 +252,10 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
   }
   if (d.train.empty()) throw std::invalid_argument("train: no training pairs");
   SameChannels same;
-  for (const auto& p : d.train) check_pair(o, p, true, same);
-  for (const auto& p : d.val) check_pair(o, p, false, same);
+  std::vector<std::array<int64_t, 3>> shapes;
+  for (const auto& p : d.train) shapes.push_back(check_pair(o, p, same));
+  for (const auto& p : d.val) check_pair(o, p, same);
+  check_crop_fits(o, d.train, shapes);
   if (o.model.in_channels > 0 && same.channels() != o.model.in_channels)
     throw std::invalid_argument("train: --in-channels=" + std::to_string(o.model.in_channels) +
                                 " but " + same.first() + " has " + std::to_string(same.channels()) +

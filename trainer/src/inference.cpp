@@ -34,14 +34,19 @@ std::vector<int64_t> window_starts(int64_t length, int64_t roi, double overlap) 
 
 namespace {
 
-// Zero-pads the spatial axes at their end up to `target`.
-at::Tensor pad_to(const at::Tensor& x, const std::array<int64_t, 3>& target) {
+// Zero-pads the spatial axes up to `target`: at their end, or (symmetric)
+// half of it before, as MONAI's sliding_window_inference. `before` gets the
+// zeros put before each axis.
+at::Tensor pad_to(const at::Tensor& x, const std::array<int64_t, 3>& target, bool symmetric,
+                  std::array<int64_t, 3>* before = nullptr) {
   std::vector<int64_t> pad;  // last axis first, as at::constant_pad_nd wants
   bool any = false;
   for (int a = 2; a >= 0; --a) {
     const int64_t extra = std::max<int64_t>(0, target[static_cast<size_t>(a)] - x.size(2 + a));
-    pad.push_back(0);
-    pad.push_back(extra);
+    const int64_t first = symmetric ? extra / 2 : 0;
+    if (before) (*before)[static_cast<size_t>(a)] = first;
+    pad.push_back(first);
+    pad.push_back(extra - first);
     any = any || extra > 0;
   }
   return any ? at::constant_pad_nd(x, pad, 0.0) : x;
@@ -62,7 +67,8 @@ at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindow
   const std::array<int64_t, 3> size{image.size(2), image.size(3), image.size(4)};
   std::array<int64_t, 3> padded{};
   for (size_t a = 0; a < 3; ++a) padded[a] = std::max(size[a], options.roi[a]);
-  const at::Tensor x = pad_to(image, padded);
+  std::array<int64_t, 3> before{};
+  const at::Tensor x = pad_to(image, padded, /*symmetric=*/true, &before);
   std::array<std::vector<int64_t>, 3> starts;
   for (size_t a = 0; a < 3; ++a)
     starts[a] = window_starts(padded[a], options.roi[a], options.overlap);
@@ -98,9 +104,9 @@ at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindow
     }
   }
   return (sum / count)
-      .narrow(2, 0, size[0])
-      .narrow(3, 0, size[1])
-      .narrow(4, 0, size[2])
+      .narrow(2, before[0], size[0])
+      .narrow(3, before[1], size[1])
+      .narrow(4, before[2], size[2])
       .contiguous();
 }
 
@@ -113,7 +119,7 @@ at::Tensor whole_volume_inference(const at::Tensor& image, int64_t multiple,
   std::array<int64_t, 3> target{};
   for (size_t a = 0; a < 3; ++a)
     target[a] = (image.size(2 + static_cast<int64_t>(a)) + multiple - 1) / multiple * multiple;
-  const at::Tensor out = predict(pad_to(image, target));
+  const at::Tensor out = predict(pad_to(image, target, /*symmetric=*/false));
   return out.narrow(2, 0, image.size(2))
       .narrow(3, 0, image.size(3))
       .narrow(4, 0, image.size(4))

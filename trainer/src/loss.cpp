@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "volshard/core/error.h"
 #include "volshard/core/log.h"
 
 namespace volshard {
@@ -86,6 +87,59 @@ at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target_in,
     }
   }
   return f.mean();
+}
+
+void DiceCELossOptions::validate() const {
+  dice.validate();
+  if (!(lambda_dice >= 0) || !(lambda_ce >= 0))
+    throw std::invalid_argument("DiceCELoss: lambda_dice=" + value_text(lambda_dice) +
+                                " and lambda_ce=" + value_text(lambda_ce) + " must be >= 0");
+  if (dice.reduction == Reduction::kNone)
+    throw std::invalid_argument("DiceCELoss: reduction must be mean or sum");
+}
+
+at::Tensor dice_ce_loss(const at::Tensor& input, const at::Tensor& target,
+                        const DiceCELossOptions& o) {
+  o.validate();
+  if (input.dim() != target.dim() || input.dim() < 3 ||
+      (target.size(1) != 1 && target.size(1) != input.size(1))) {
+    std::ostringstream s;
+    s << "DiceCELoss: target of shape " << target.sizes() << " must be B x 1 x spatial or match "
+      << "the input's shape " << input.sizes();
+    throw std::invalid_argument(s.str());
+  }
+  const int64_t reduction =
+      o.dice.reduction == Reduction::kSum ? at::Reduction::Sum : at::Reduction::Mean;
+  const at::Tensor dice = dice_loss(input, target, o.dice);
+  at::Tensor ce;
+  if (input.size(1) == 1) {
+    ce = at::binary_cross_entropy_with_logits(input, target.to(input.scalar_type()), {}, {},
+                                              reduction);
+  } else if (target.size(1) == 1) {  // class indices
+    ce = at::cross_entropy_loss(input, target.squeeze(1).to(at::kLong), {}, reduction);
+  } else {  // class probabilities
+    ce = at::cross_entropy_loss(input, target.to(input.scalar_type()), {}, reduction);
+  }
+  return o.lambda_dice * dice + o.lambda_ce * ce;
+}
+
+at::Tensor segmentation_loss(const at::Tensor& logits, const at::Tensor& target,
+                             const LossOptions& o, bool softmax) {
+  DiceCELossOptions d;
+  if (softmax) {
+    d.dice.to_onehot_y = true;  // MONAI's spleen: DiceLoss(to_onehot_y=True, softmax=True)
+    d.dice.softmax = true;
+  } else {
+    d.dice.sigmoid = true;
+  }
+  d.dice.include_background = o.include_background;
+  d.dice.squared_pred = o.squared_pred;
+  d.dice.smooth_nr = o.smooth_nr;
+  d.dice.smooth_dr = o.smooth_dr;
+  if (o.kind == LossKind::kDice) return dice_loss(logits, target, d.dice);
+  d.lambda_dice = o.lambda_dice;
+  d.lambda_ce = o.lambda_ce;
+  return dice_ce_loss(logits, target, d);
 }
 
 double dice_score(const at::Tensor& logits_in, const at::Tensor& label_in, bool softmax) {

@@ -65,6 +65,16 @@ const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap) {
       {"decathlon_brats", LabelMap::kDecathlonBrats}};
   return kNames;
 }
+const std::vector<std::pair<std::string, NormalizeOn>>& enum_names(NormalizeOn) {
+  static const std::vector<std::pair<std::string, NormalizeOn>> kNames{
+      {"crop", NormalizeOn::kCrop}, {"volume", NormalizeOn::kVolume}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind) {
+  static const std::vector<std::pair<std::string, LossKind>> kNames{{"dice", LossKind::kDice},
+                                                                    {"dicece", LossKind::kDiceCE}};
+  return kNames;
+}
 const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind) {
   static const std::vector<std::pair<std::string, CropKind>> kNames{
       {"pos_neg", CropKind::kPosNeg}, {"spatial", CropKind::kSpatial}};
@@ -218,6 +228,15 @@ std::string TrainOptions::to_json() const {
   return j.dump(2);
 }
 
+std::string PredictOptions::inference_text() const {
+  const int64_t edge = roi > 0 ? roi : crop;
+  if (whole_volume || edge <= 0) return "whole volume";
+  char overlap_text[32];
+  std::snprintf(overlap_text, sizeof overlap_text, "%g", overlap);
+  return "sliding window " + std::to_string(edge) + "^3, overlap " + overlap_text + ", " +
+         std::to_string(sw_batch_size) + (sw_batch_size == 1 ? " window" : " windows") + " a pass";
+}
+
 void PredictOptions::validate() const {
   if (model_path.empty() || image_path.empty() || out_path.empty())
     throw std::invalid_argument("predict: --model, --image and --out are required");
@@ -234,15 +253,19 @@ void PredictOptions::validate() const {
                      "predict: --out=" + printable(out_path));
   if (roi < 0)
     throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
+  if (crop < 0)
+    throw std::invalid_argument("predict: --crop=" + std::to_string(crop) + " must be >= 0");
   if (!(overlap >= 0 && overlap < 1))
     throw std::invalid_argument("predict: --overlap must be in [0, 1)");
   model.validate();
   prefix.validate();
-  if (roi > 0) model.check_spatial_size({roi, roi, roi}, "predict: --roi");
-  if (roi > 0)
-    check_fits_in_memory(voxels_bytes(roi, sw_batch_size, model),
-                         "predict: --roi=" + std::to_string(roi) + " with --sw-batch-size=" +
-                             std::to_string(sw_batch_size));
+  const int64_t edge = whole_volume ? 0 : roi > 0 ? roi : crop;
+  const std::string flag = roi > 0 ? "predict: --roi" : "predict: --crop (the run's, as --roi)";
+  if (edge > 0) model.check_spatial_size({edge, edge, edge}, flag);
+  if (edge > 0)
+    check_fits_in_memory(voxels_bytes(edge, sw_batch_size, model),
+                         flag + "=" + std::to_string(edge) +
+                             " with --sw-batch-size=" + std::to_string(sw_batch_size));
 }
 
 }  // namespace volshard

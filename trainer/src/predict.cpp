@@ -34,9 +34,10 @@ void predict(const PredictOptions& o) {
   torch::NoGradGuard no_grad;
   const Predictor forward = [&](const at::Tensor& x) { return net.forward(x); };
   at::Tensor logits;
-  if (o.roi > 0) {
+  const int64_t edge = o.whole_volume ? 0 : o.roi > 0 ? o.roi : o.crop;
+  if (edge > 0) {
     SlidingWindowOptions sw;
-    sw.roi = {o.roi, o.roi, o.roi};
+    sw.roi = {edge, edge, edge};
     sw.overlap = o.overlap;
     sw.sw_batch_size = o.sw_batch_size;
     logits = sliding_window_inference(image, sw, forward);

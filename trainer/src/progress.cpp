@@ -33,10 +33,18 @@ void print_step_progress(const StepProgress& p, bool tty) {
   }
 }
 
-void print_epoch_line(int64_t epoch, int64_t epochs, double loss, double val_dice) {
+void print_epoch_line(int64_t epoch, int64_t epochs, double loss, double val_dice,
+                      const std::vector<double>& per_class,
+                      const std::vector<std::string>& class_names) {
+  std::string classes;  // with more than one class, each beside the mean
+  if (!std::isnan(val_dice) && per_class.size() > 1 && per_class.size() == class_names.size()) {
+    for (size_t c = 0; c < per_class.size(); ++c)
+      classes += (c == 0 ? " (" : ", ") + class_names[c] + " " + number_text(per_class[c], 4);
+    classes += ")";
+  }
   std::cout << "epoch " << epoch + 1 << "/" << epochs << ": loss " << number_text(loss, 4)
             << (std::isnan(val_dice) ? std::string()
-                                     : ", validation Dice " + number_text(val_dice, 4))
+                                     : ", validation Dice " + number_text(val_dice, 4) + classes)
             << "\n"
             << std::flush;
 }

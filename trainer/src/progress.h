@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "volshard/core/progress.h"  // duration_text, readable_seconds
 
@@ -31,6 +32,10 @@ void print_step_progress(const StepProgress& progress, bool tty);
 
 /// "epoch 1/2: loss 0.4446, validation Dice 0.6713" on stdout; no Dice when
 /// `val_dice` is NaN.
-void print_epoch_line(int64_t epoch, int64_t epochs, double loss, double val_dice);
+/// "epoch 3/10: loss 0.41, validation Dice 0.85 (class 1 0.86, class 2 0.84)":
+/// the classes only with more than one.
+void print_epoch_line(int64_t epoch, int64_t epochs, double loss, double val_dice,
+                      const std::vector<double>& per_class = {},
+                      const std::vector<std::string>& class_names = {});
 
 }  // namespace volshard

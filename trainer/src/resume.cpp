@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <iostream>
 #include <stdexcept>
 #include <vector>
 
@@ -27,12 +28,11 @@ namespace {
 // randomness and what the network is (other options, such as the learning
 // rate or the number of epochs, may change). Every difference is named.
 void check_resumed_config(const TrainOptions& o, const json& saved, const std::string& path) {
-  static const char* const kKept[] = {"data",         "datalist",     "image_glob",  "label_glob",
-                                      "val_fraction", "seed",         "crop",        "crop_kind",
-                                      "num_samples",  "in_channels",  "out_channels", "channels",
-                                      "strides",      "res_units",    "norm",        "dropout",
-                                      "activation",   "orientation",  "pixdim",      "intensity",
-                                      "labels"};
+  static const char* const kKept[] = {
+      "data",    "datalist",  "image_glob",   "label_glob",  "val_fraction", "seed",
+      "crop",    "crop_kind", "num_samples",  "in_channels", "out_channels", "channels",
+      "strides", "res_units", "norm",         "dropout",     "activation",   "orientation",
+      "pixdim",  "intensity", "normalize_on", "spatial_pad", "labels"};
   const json now = json::parse(o.to_json());
   std::string differences;
   for (const char* key : kKept) {
@@ -49,6 +49,19 @@ void check_resumed_config(const TrainOptions& o, const json& saved, const std::s
                                 "to continue regardless)");
 }
 
+// The options that may change on resume (learning rate, epochs, ...) and did,
+// named so that a resumed run says how it differs from the one it continues.
+std::string changed_options(const TrainOptions& o, const json& saved) {
+  const json now = json::parse(o.to_json());
+  std::string changes;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!saved.contains(it.key()) || saved.at(it.key()) == it.value()) continue;
+    changes += (changes.empty() ? "" : "; ") + Field(it.key().c_str(), "").flag() + " " +
+               saved.at(it.key()).dump() + " there, " + it.value().dump() + " here";
+  }
+  return changes;
+}
+
 }  // namespace
 
 ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimizer& opt,
@@ -59,12 +72,24 @@ ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimize
     const Checkpoint c = load_checkpoint(path);
     const json meta = json::parse(c.meta_json);
     if (!o.resume_anyway) check_resumed_config(o, meta.value("config", json::object()), path);
+    if (comm.rank() == 0) {
+      const std::string changes = changed_options(o, meta.value("config", json::object()));
+      std::cerr << "volshard train: resuming epoch " << meta.at("sampler").value("epoch", 0) + 1
+                << " at step " << meta.at("global_step").get<int64_t>() << " from " << path
+                << (changes.empty() ? std::string() : " with changed options: " + changes) << "\n";
+    }
     net.load_state_dict(c.model);
     load_optimizer(opt, c.optimizer, path);
     s.sampler = SamplerState::from_json(meta.at("sampler").dump());
     s.global_step = meta.at("global_step").get<int64_t>();
     s.epoch_loss_sum = meta.value("epoch_loss_sum", 0.0);
     s.epoch_loss_steps = meta.value("epoch_loss_steps", int64_t{0});
+    if (meta.contains("best") && meta.at("best").is_object()) {
+      const json& b = meta.at("best");
+      s.best_metric = b.at("metric").get<double>();
+      s.best_epoch = b.at("epoch").get<int64_t>();
+      s.best_step = b.at("step").get<int64_t>();
+    }
     if (s.sampler->dataset_size != train_size)
       throw std::runtime_error(path + ": the checkpoint's training set has " +
                                std::to_string(s.sampler->dataset_size) +
@@ -84,6 +109,8 @@ void write_checkpoint(const std::string& path, const ResumeState& s, const Train
   meta["global_step"] = s.global_step;
   meta["epoch_loss_sum"] = s.epoch_loss_sum;
   meta["epoch_loss_steps"] = s.epoch_loss_steps;
+  if (s.best_epoch >= 0)
+    meta["best"] = {{"metric", s.best_metric}, {"epoch", s.best_epoch}, {"step", s.best_step}};
   meta["seed"] = o.seed;
   meta["world_size"] = world_size;
   meta["config"] = json::parse(config_json);

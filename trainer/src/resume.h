@@ -21,6 +21,11 @@ struct ResumeState {
   int64_t global_step = 0;       ///< optimizer steps done
   double epoch_loss_sum = 0;     ///< the epoch's mean step losses so far, summed
   int64_t epoch_loss_steps = 0;  ///< and counted
+  /// The best validation so far (best_model.pt): mean Dice, its epoch (0-based)
+  /// and step; best_epoch -1: none yet.
+  double best_metric = 0;
+  int64_t best_epoch = -1;
+  int64_t best_step = 0;
   /// The sampler's epoch and positions consumed; empty: a fresh run.
   std::optional<SamplerState> sampler;
 

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "progress.h"
+#include "volshard/core/file_io.h"
 #include "volshard/core/png.h"
 #include "volshard/trainer/serialize.h"
 
@@ -72,6 +73,11 @@ RunFolder::RunFolder(const TrainOptions& o, const ResumeState& resumed, Communic
   const bool resuming = resumed.sampler.has_value();
   if (lead) {
     write_string_atomic(path("config.json"), config_json_);
+    if (!resuming) {  // a fresh run (--overwrite) keeps no best of an older one
+      std::error_code ec;
+      fs::remove(path("best_model.pt"), ec);
+      fs::remove(path("best_model.json"), ec);
+    }
     if (resuming)
       truncate_metrics(path("metrics.jsonl"), resumed.global_step, resumed.first_epoch());
     metrics_ = LineFile(path("metrics.jsonl"), !resuming);
@@ -102,7 +108,8 @@ void RunFolder::trace(int64_t epoch, int64_t step, int64_t rank,
                     {"crop_start", m.crop_start},
                     {"crop_centre", m.crop_centre},
                     {"foreground", m.foreground_centre},
-                    {"rot90_k", m.rot90_k}};
+                    {"rot90_k", m.rot90_k},
+                    {"flipped", m.flipped}};
     lines += t.dump() + "\n";
   }
   trace_.write(lines);
@@ -130,6 +137,14 @@ void RunFolder::write_epoch(const MetricsLine& line, double val_dice,
 
 void RunFolder::save_model(const NamedTensors& state) const {
   save_tensor_dict(path("model.pt"), state);
+}
+
+void RunFolder::save_best(const NamedTensors& state, double metric, int64_t epoch,
+                          int64_t step) const {
+  save_tensor_dict(path("best_model.pt"), state);
+  nlohmann::json j{
+      {"metric", "mean validation Dice"}, {"value", metric}, {"epoch", epoch + 1}, {"step", step}};
+  write_string_atomic(path("best_model.json"), j.dump(2) + "\n");
 }
 
 std::string RunFolder::checkpoint_path() const { return path("checkpoint.pt"); }

@@ -55,6 +55,9 @@ class RunFolder {
                    const std::vector<std::string>& class_names, double seconds);
   /// model.pt: the state_dict, as torch.save writes it.
   void save_model(const NamedTensors& state) const;
+  /// best_model.pt (as model.pt) and best_model.json {metric, epoch, step},
+  /// each atomically, the weights first.
+  void save_best(const NamedTensors& state, double metric, int64_t epoch, int64_t step) const;
   /// curves.png (see the free draw_curves) from metrics.jsonl.
   void draw_curves() const;
 

@@ -38,17 +38,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-DiceLossOptions training_loss(Activation activation) {
-  DiceLossOptions dl;
-  if (activation == Activation::kSoftmax) {
-    dl.to_onehot_y = true;  // MONAI's spleen: DiceLoss(to_onehot_y=True, softmax=True)
-    dl.softmax = true;
-  } else {
-    dl.sigmoid = true;
-  }
-  return dl;
-}
-
 // The classes validation scores, as metrics.jsonl and curves.png name them.
 std::vector<std::string> class_names(const TrainOptions& o) {
   if (o.feed.prefix.labels != LabelMap::kClasses) return {"TC", "WT", "ET"};
@@ -212,7 +201,8 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   set_lr(*opt, s.lr, o.optimizer);
   opt->zero_grad();
   const at::Tensor logits = net.forward(batch->image);
-  const at::Tensor loss = dice_loss(logits, batch->label, training_loss(o.activation));
+  const at::Tensor loss =
+      segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
   reducer.prepare();
   loss.backward();
   reducer.finish();
@@ -270,6 +260,16 @@ void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& s
   }
   summary.epochs_done = epoch + 1;
   summary.global_step = position.global_step;
+  // Every rank holds the same mean Dice (reduced), so all agree on the best.
+  const bool best =
+      !std::isnan(val_dice) && (position.best_epoch < 0 || val_dice > position.best_metric);
+  if (best) {
+    position.best_metric = val_dice;
+    position.best_epoch = epoch;
+    position.best_step = position.global_step;
+  }
+  summary.best_epoch = position.best_epoch;
+  summary.best_val_dice = position.best_epoch >= 0 ? position.best_metric : -1;
   if (!lead) return;
   MetricsLine line;
   line.epoch = epoch;
@@ -281,7 +281,10 @@ void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& s
   line.samples_per_s = static_cast<double>(totals.samples) / std::max(totals.seconds, 1e-12);
   line.data_wait = totals.wait_seconds / std::max(totals.seconds, 1e-12);
   run.write_epoch(line, val_dice, scores.per_class, class_names(o), seconds_since(totals.start));
-  print_epoch_line(epoch, o.epochs, line.loss, val_dice);
+  print_epoch_line(epoch, o.epochs, line.loss, val_dice, scores.per_class, class_names(o));
+  // best_model.pt before the checkpoint that records it: a kill between the
+  // two leaves the older record, never one naming weights not written.
+  if (best) run.save_best(net.state_dict(), val_dice, epoch, position.global_step);
   save(epoch, 0, true);
   run.save_model(net.state_dict());
   run.draw_curves();
@@ -291,6 +294,9 @@ void Engine::save(int64_t epoch, int64_t consumed, bool end_of_epoch) {
   if (!lead) return;
   ResumeState s;
   s.global_step = position.global_step;
+  s.best_metric = position.best_metric;
+  s.best_epoch = position.best_epoch;
+  s.best_step = position.best_step;
   if (!end_of_epoch) {  // an epoch's end starts the next one's loss afresh
     s.epoch_loss_sum = position.epoch_loss_sum;
     s.epoch_loss_steps = position.epoch_loss_steps;
@@ -321,6 +327,8 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
     std::cerr << "volshard train: " << validation_text(o, e.data, comm.world_size()) << "\n";
   TrainSummary summary;
   summary.global_step = e.position.global_step;
+  summary.best_epoch = e.position.best_epoch;
+  summary.best_val_dice = e.position.best_epoch >= 0 ? e.position.best_metric : -1;
   for (int64_t epoch = e.position.first_epoch(); epoch < o.epochs; ++epoch) {
     const int64_t consumed0 = e.start_epoch(epoch);
     EpochTotals totals;

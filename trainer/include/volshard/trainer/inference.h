@@ -27,8 +27,10 @@ struct SlidingWindowOptions {
 std::vector<int64_t> window_starts(int64_t length, int64_t roi, double overlap);
 
 /// Runs `predict` on windows of `image` (1 x C x X x Y x Z; an axis shorter
-/// than the ROI is zero-padded at its end and cropped back) and averages where
-/// windows overlap. Deterministic: windows in C order of their starts.
+/// than the ROI is zero-padded symmetrically, (roi - L) // 2 before, and
+/// cropped back, as MONAI) and averages where windows overlap, as MONAI's on
+/// tests/trainer/fixtures/sliding_window.json. Deterministic: windows in C
+/// order of their starts.
 at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindowOptions& options,
                                     const Predictor& predict);
 

@@ -1,5 +1,6 @@
 #pragma once
-// MONAI's DiceLoss (monai.losses.DiceLoss) on ATen tensors.
+// MONAI's DiceLoss and DiceCELoss (monai.losses) on ATen tensors, and the
+// training loss the trainer's options choose between them.
 
 #include <ATen/core/Tensor.h>
 
@@ -35,6 +36,40 @@ struct DiceLossOptions {
 /// std::invalid_argument naming both shapes when they differ.
 at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target,
                      const DiceLossOptions& options = {});
+
+/// MONAI 1.4's DiceCELoss: lambda_dice * DiceLoss(dice) + lambda_ce * CE,
+/// where CE is torch's CrossEntropyLoss(mean) on the logits when they have
+/// more than one channel (class indices when the target has one channel,
+/// probabilities when it has C, as MONAI: with sigmoid and C > 1 this is
+/// still softmax cross-entropy) and BCEWithLogitsLoss(mean) on one channel.
+/// dice.reduction must be kMean or kSum (the CE term is reduced the same way).
+struct DiceCELossOptions {
+  DiceLossOptions dice;
+  double lambda_dice = 1.0;
+  double lambda_ce = 1.0;
+  void validate() const;  ///< throws std::invalid_argument naming the field
+};
+at::Tensor dice_ce_loss(const at::Tensor& input, const at::Tensor& target,
+                        const DiceCELossOptions& options = {});
+
+enum class LossKind { kDice, kDiceCE };
+
+/// The trainer's loss, as options name it: the activation (sigmoid, or
+/// softmax on one-hot class indices) comes from the network's options.
+struct LossOptions {
+  LossKind kind = LossKind::kDice;
+  double lambda_dice = 1.0;  ///< kDiceCE
+  double lambda_ce = 1.0;    ///< kDiceCE
+  bool include_background = true;
+  bool squared_pred = false;
+  double smooth_nr = 1e-5;
+  double smooth_dr = 1e-5;
+};
+
+/// The training loss of logits against a batch's labels (class indices in
+/// one channel with softmax; one channel per output with sigmoid).
+at::Tensor segmentation_loss(const at::Tensor& logits, const at::Tensor& target,
+                             const LossOptions& options, bool softmax);
 
 /// MONAI's DiceMetric(include_background=True, reduction="mean",
 /// ignore_empty=True) for one volume (1 x C x spatial or C x spatial):

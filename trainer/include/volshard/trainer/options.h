@@ -12,6 +12,7 @@
 #include "volshard/core/limits.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/trainer/comm.h"
+#include "volshard/trainer/loss.h"
 #include "volshard/trainer/unet.h"
 
 namespace volshard {
@@ -34,6 +35,8 @@ const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind);
 const std::vector<std::pair<std::string, Activation>>& enum_names(Activation);
 const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind);
 const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap);
+const std::vector<std::pair<std::string, NormalizeOn>>& enum_names(NormalizeOn);
+const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind);
 const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind);
 
 /// The name of `value` in enum_names.
@@ -90,7 +93,7 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
   visit(F("pixdim", "Spacing: voxel size in mm, x,y,z (empty: as stored)"), p.pixdim);
   visit(F("intensity",
           "intensity transform (scale: to [0, 1]; range: --a-min.. window; "
-          "normalize: z-score, on each crop in training)"),
+          "normalize: z-score, see --normalize-on)"),
         p.intensity);
   visit(F("a_min", "range: input window low, e.g. -57 HU"), p.range.a_min);
   visit(F("a_max", "range: input window high, e.g. 164 HU"), p.range.a_max);
@@ -99,9 +102,17 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
   visit(F("clip", "range: clamp the output to [b_min, b_max]"), p.range.clip);
   visit(F("nonzero", "normalize: statistics over non-zero voxels only"), p.normalize.nonzero);
   visit(F("channel_wise", "normalize: each channel on its own"), p.normalize.channel_wise);
+  visit(F("normalize_on",
+          "normalize: statistics of each training crop (MONAI's BraTS) or of the whole "
+          "volume (nnU-Net); validation always takes the whole volume's"),
+        p.normalize_on);
   visit(F("crop_foreground", "CropForeground: cut the volume to image > 0 (after intensity)"),
         p.crop_foreground);
   visit(F("foreground_margin", "CropForeground margin, voxels").at_least(0), p.foreground_margin);
+  visit(F("spatial_pad",
+          "SpatialPad (symmetric, zeros) after CropForeground to at least this size, one value or "
+          "x,y,z, so crops of any volume batch (training only; empty: none)"),
+        p.spatial_pad);
   visit(F("labels",
           "label mapping (classes: indices as stored; brats: labels 1/2/4, "
           "decathlon_brats: Task01's 1/2/3, as TC, WT, ET channels)"),
@@ -131,6 +142,7 @@ struct TrainOptions {
   uint64_t seed = 0;
   UNetOptions model{/*in_channels=*/0};  ///< in_channels 0: the images' channels
   Activation activation = Activation::kSigmoid;
+  LossOptions loss;  ///< what the step minimises (activation picks sigmoid or softmax)
   // Validation
   int64_t val_every = 1;  ///< epochs; 0: never
   int64_t roi = 0;        ///< sliding-window size for validation; 0: the crop size
@@ -211,6 +223,16 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
           "sigmoid: labels as channels (binary, BraTS); softmax: class indices, "
           "one-hot Dice without background"),
         o.activation);
+  visit(F("loss", "dice: DiceLoss; dicece: DiceCELoss (Dice plus cross-entropy, BCE with sigmoid)"),
+        o.loss.kind);
+  visit(F("lambda_dice", "dicece: weight of the Dice term").at_least(0), o.loss.lambda_dice);
+  visit(F("lambda_ce", "dicece: weight of the cross-entropy term").at_least(0), o.loss.lambda_ce);
+  visit(F("include_background", "Dice loss over channel 0 too (MONAI's default)"),
+        o.loss.include_background);
+  visit(F("squared_pred", "Dice loss: squares of predictions and labels in the denominator"),
+        o.loss.squared_pred);
+  visit(F("smooth_nr", "Dice loss: added to the numerator").at_least(0), o.loss.smooth_nr);
+  visit(F("smooth_dr", "Dice loss: added to the denominator").at_least(0), o.loss.smooth_dr);
   visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
   visit(F("roi", "validation sliding-window edge, voxels (0: --crop)").at_least(0), o.roi);
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
@@ -219,7 +241,11 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("checkpoint_every", "also checkpoint every this many steps (0: epoch ends only)")
             .at_least(0),
         o.checkpoint_every);
-  visit(F("max_steps", "stop with a checkpoint after this many steps (-1: no limit)").at_least(-1),
+  visit(F("max_steps",
+          "stop with a checkpoint after this many steps (-1: no limit); this run only, not "
+          "saved in config.json (a resumed run goes on)")
+            .at_least(-1)
+            .flag_only(),
         o.max_steps);
   visit(F("resume", "RUN folder or checkpoint.pt to continue from").flag_only(), o.resume);
   visit(F("resume_anyway",
@@ -242,9 +268,17 @@ struct PredictOptions {
   std::string image_path;
   std::string out_path;
   PredictOutput output = PredictOutput::kLabel;
-  int64_t roi = 0;  ///< 0: whole volume; else sliding window of this size
+  /// Sliding-window edge; 0: `crop` (a run's config.json: the window its
+  /// validation used, as `volshard train`'s roi 0), or the whole volume when
+  /// that is 0 too or whole_volume is set.
+  int64_t roi = 0;
   double overlap = 0.25;
   int64_t sw_batch_size = 1;
+  int64_t crop = 0;           ///< the training crop (a run's config.json), for roi 0
+  bool whole_volume = false;  ///< the whole volume in one pass, whatever roi and crop say
+  /// What the inference is, in words: "sliding window 32^3, overlap 0.5, 4
+  /// windows a pass" or "whole volume".
+  std::string inference_text() const;
   UNetOptions model;
   Activation activation = Activation::kSigmoid;
   /// The training run's prefix: the image is prepared as validation prepares

@@ -6,7 +6,8 @@
 namespace volshard {
 
 /// Reads the image, prepares it as training's validation did (options.prefix:
-/// orientation, spacing, intensity, foreground crop), runs the UNet, maps the
+/// orientation, spacing, intensity, foreground crop), runs the UNet (as
+/// options.inference_text() says), maps the
 /// result back onto the image's own grid (crop padded, spacing and orientation
 /// inverted, as MONAI's Invertd) and writes a float32 (logits, prob) or uint8
 /// (label: argmax with softmax, logits > 0 per channel with sigmoid) NIfTI

@@ -23,6 +23,10 @@ struct TrainSummary {
   double last_loss = 0;
   double last_val_dice = -1;  ///< -1: no validation ran
   bool interrupted = false;   ///< stopped by a signal or max_steps (checkpoint written)
+  /// The best validation of the run, resumed parts included (best_model.pt):
+  /// best_epoch -1 when none ran; 0-based.
+  int64_t best_epoch = -1;
+  double best_val_dice = -1;
 };
 
 /// Runs (or resumes) training on this rank. Rank 0 writes RUN/: model.pt,
