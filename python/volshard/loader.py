@@ -102,6 +102,13 @@ def _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline):
     return feed
 
 
+def _python_names(message):
+    """The C++ checks name the command line's flags (--num-samples=0); a Python
+    user passed the argument num_samples=0."""
+    import re
+    return re.sub(r"--([a-z][a-z0-9-]*)=", lambda m: m.group(1).replace("-", "_") + "=", message)
+
+
 def _edge(crop):
     if isinstance(crop, int):
         return crop
@@ -162,16 +169,22 @@ class Loader:
         self.drop_last_batch = drop_last_batch
         self._pid = os.getpid()
         self._generation = 0
-        self._core = _volshard._LoaderCore(
-            pairs,
-            _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline),
-            _volshard_options(_volshard._LoaderOptions, batch_size=batch_size, drop_last_batch=drop_last_batch,
-                              workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
-                              pin_memory=pin_memory),
-            _volshard_options(_volshard._CacheOptions, cache_rate=cache_rate, threads=cache_threads,
-                              max_bytes=max_cache_bytes, cache_dir=os.fspath(cache_dir)))
+        try:
+            self._core = _volshard._LoaderCore(
+                pairs,
+                _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline),
+                _volshard_options(_volshard._LoaderOptions, batch_size=batch_size, drop_last_batch=drop_last_batch,
+                                  workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
+                                  pin_memory=pin_memory),
+                _volshard_options(_volshard._CacheOptions, cache_rate=cache_rate, threads=cache_threads,
+                                  max_bytes=max_cache_bytes, cache_dir=os.fspath(cache_dir)))
+        except ValueError as e:
+            raise ValueError(_python_names(str(e))) from None
 
     def set_epoch(self, epoch):
+        """Sets the sampler's epoch (its shuffle) and the augmentation's (each
+        sample's seed stream): call it before every epoch, as with torch's
+        DistributedSampler."""
         self.sampler.set_epoch(epoch)
 
     @property
@@ -179,7 +192,16 @@ class Loader:
         return self.sampler.epoch
 
     def __len__(self):
-        n = len(self.sampler)
+        """Batches of this rank's epoch, as torch's DataLoader: also after
+        load_state_dict (the sampler then yields only the rest of its epoch)."""
+        s = self.sampler
+        size, world = (s.dataset if isinstance(s.dataset, int) else len(s.dataset)), s.num_replicas
+        if s.mode == "pad":
+            n = -(-size // world)
+        elif s.mode == "drop_last":
+            n = size // world
+        else:  # uneven: rank r takes r, r + W, ...
+            n = size // world + (1 if s.rank < size % world else 0)
         return n // self.batch_size if self.drop_last_batch else -(-n // self.batch_size)
 
     def _check_process(self):
@@ -211,9 +233,14 @@ class Loader:
             yield batch
 
     def state_dict(self):
+        """Where this rank stands: the sampler's state after the batches returned
+        so far in this epoch, the epoch and the seed (a dict for torch.save)."""
         return {"sampler": self.sampler.state_dict(), "epoch": self.sampler.epoch, "seed": self.seed}
 
     def load_state_dict(self, state):
+        """Continues after the batches `state` had returned, at this or another
+        world size (elastic); the seed must be the state's. len() stays the
+        batches of a whole epoch."""
         if state.get("seed", self.seed) != self.seed:
             raise ValueError(f"Loader: the state was saved with seed={state['seed']} but this loader "
                              f"augments with seed={self.seed}; build it with seed={state['seed']}")

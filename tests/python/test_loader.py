@@ -74,6 +74,9 @@ def test_state_dict_resumes_after_the_batches_returned(synth_data):
     resumed = volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0, seed=3), workers=1,
                               **KW)
     resumed.load_state_dict(state)
+    assert len(resumed) == 3  # batches of an epoch, as torch's DataLoader, not those left
+    for method in ("set_epoch", "state_dict", "load_state_dict"):
+        assert getattr(volshard.Loader, method).__doc__, method  # help(volshard.Loader) explains them
     resumed.set_epoch(2)
     same(list(resumed), full[1:])
 
@@ -170,13 +173,15 @@ def test_workers_of_a_torch_dataloader_get_their_own_reproducible_seeds():
     ({"crop": 0}, ValueError, "crop=0"),
     ({"crop": (16, 16, 8)}, ValueError, r"crop=\(16, 16, 8\)"),
     ({"batch_size": 0}, ValueError, "batch_size=0"),
-    ({"num_samples": 0}, ValueError, "num.samples=0"),
+    ({"num_samples": 0}, ValueError, "num_samples=0"),
+    ({"pipeline": {"spatial_pad": [8, 8]}}, ValueError, "spatial_pad=8,8"),
     ({"cache_rate": 1.5}, ValueError, "cache_rate=1.5"),
     ({"workers": -1}, ValueError, "workers=-1"),
 ])
 def test_bad_options_raise_naming_the_value(synth_data, kwargs, error, message):
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as raised:
         volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), **dict(KW, **kwargs))
+    assert "--" not in str(raised.value)  # Python's argument names, not the command line's flags
 
 
 def test_bad_data_raises_naming_the_file_or_item(synth_data, tmp_path):
@@ -378,3 +383,37 @@ def test_a_misspelt_key_in_a_pipeline_config_is_refused(synth_data, tmp_path):
     config.write_text('{"pixdim": [1, 1, 1], "channels": [4, 8], "lr": 0.001}')  # network keys: not the Loader's
     volshard.Loader(synth_data, volshard.DistributedSampler(6, num_replicas=1, rank=0), pipeline=str(config),
                     workers=0, **KW).close()
+
+
+HIPPOCAMPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data",
+                           "msd_hippocampus")
+
+
+def test_the_hippocampus_config_feeds_the_crops_the_cli_trains_on(volshard_bin, configs_dir, tmp_path):
+    # Real scans of eight shapes (uint8 and float32 images, a float32 label):
+    # the CLI's trace and the Python Loader's batches name the same crops.
+    if not os.path.exists(os.path.join(HIPPOCAMPUS, "dataset.json")):
+        pytest.skip(f"{HIPPOCAMPUS} is absent (the Decathlon's Hippocampus set beside the clone; CI has it)")
+    import json
+    cases = json.load(open(os.path.join(HIPPOCAMPUS, "dataset.json")))["training"][:8]
+    datalist = tmp_path / "eight.json"
+    datalist.write_text(json.dumps({"training": [{k: os.path.join(HIPPOCAMPUS, v) for k, v in c.items()}
+                                                 for c in cases]}))
+    config = os.path.join(configs_dir, "hippocampus.json")
+    trace = tmp_path / "trace.jsonl"
+    p = subprocess.run([volshard_bin, "train", "--config", config, "--datalist", str(datalist), "--out",
+                        str(tmp_path / "run"), "--epochs", "1", "--val-every", "0", "--trace-samples", str(trace)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    traced = [json.loads(l) for l in trace.read_text().splitlines()]
+    batch_size = json.load(open(config))["batch_size"]
+    sampler = volshard.DistributedSampler(8, num_replicas=1, rank=0, seed=0)
+    loader = volshard.Loader(str(datalist), sampler, pipeline=config, batch_size=batch_size, workers=2)
+    fed = []
+    for b in loader:
+        assert tuple(b["image"].shape[1:]) == (1, *[json.load(open(config))["crop"]] * 3)
+        fed += [(i, p, list(s), k, list(f)) for i, p, s, k, f in
+                zip(b["index"], b["patch_index"], b["crop_start"], b["rot90_k"], b["flipped"])]
+    loader.close()
+    assert fed == [(t["index"], t["patch"], t["crop_start"], t["rot90_k"], t["flipped"]) for t in traced]
+    assert len(fed) == 8 * json.load(open(config))["num_samples"]
