@@ -5,7 +5,7 @@ CMAKE_ARGS ?=
 # The pinned Python environment (torch 2.11, MONAI, nibabel) that `make deps` makes outside the clone.
 PYTHON = $(shell scripts/pyenv.sh --path)/bin/python
 
-.PHONY: all deps configure build python test demo bench clean
+.PHONY: all deps configure build python test demo bench bench-hippocampus clean
 
 all: build
 
@@ -42,9 +42,12 @@ demo: build
 	  --crop 32 --num-samples 4 --batch-size 2 --val-fraction 0.25 --seed 0
 	@$(BUILD)/bin/volshard predict --model $(DEMO)/run/model.pt --config $(DEMO)/run/config.json \
 	  --image $(DEMO)/data/img15.nii.gz --out $(DEMO)/pred15.nii.gz --roi 32
+	@$(BUILD)/bin/volshard preview --image $(DEMO)/data/img15.nii.gz --label $(DEMO)/data/seg15.nii.gz \
+	  --prediction $(DEMO)/pred15.nii.gz --out $(DEMO)/pred15.png
 	@echo
-	@echo "outputs: $(DEMO)/crops.png (augmented crops), $(DEMO)/run/ (model.pt, checkpoint.pt,"
-	@echo "metrics.jsonl, config.json, curves.png), $(DEMO)/pred15.nii.gz (prediction of a validation volume)"
+	@echo "outputs: $(DEMO)/crops.png (augmented crops), $(DEMO)/run/ (model.pt, best_model.pt, checkpoint.pt,"
+	@echo "metrics.jsonl, config.json, curves.png), $(DEMO)/pred15.nii.gz and pred15.png (prediction of a"
+	@echo "validation volume beside its label)"
 
 bench: build
 	@$(BUILD)/bin/bench_sampler bench/torch_sampler_baseline.py
@@ -65,6 +68,12 @@ bench: build
 	@echo
 	@cmake --build $(BUILD) --target python
 	@PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
+
+# Real scans: configs/hippocampus.json on the Decathlon's Hippocampus task
+# (../shared/data/msd_hippocampus beside the clone), 2 ranks on CPU, about
+# 15 minutes; the table goes to bench/README.md.
+bench-hippocampus: build
+	@$(PYTHON) bench/hippocampus.py --bin $(BUILD)/bin/volshard --out $(BUILD)/bench_hippocampus
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The Decathlon's Hippocampus task (Task04, real T1 MRI) trained end to end
+with `volshard train --config configs/hippocampus.json` on 2 ranks of this
+machine's CPU, against nnU-Net's published Dice (`make bench-hippocampus`).
+
+    bench/hippocampus.py --bin build/bin/volshard [--data ../shared/data/msd_hippocampus]
+                         [--out build/bench_hippocampus] [--nproc 2] [-- extra train flags]
+
+The split: the trainer's Decathlon rule, the last fifth of dataset.json's
+`training` list validates (52 of 260 cases) and the first four fifths train;
+the script writes the held-out names to OUT/split.json. Prints the Dice per
+class at every validation, the best epoch, wall time, the peak RSS of the
+largest process (a rank), and crops per second; then predicts one held-out
+case with the best weights and draws it (OUT/prediction.png).
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NNUNET = {"Anterior": 0.90, "Posterior": 0.89}  # nnU-Net's Decathlon Task04 test-set Dice (3d_fullres)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", required=True, help="the volshard binary")
+    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "msd_hippocampus"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench_hippocampus"))
+    ap.add_argument("--config", default=os.path.join(ROOT, "configs", "hippocampus.json"))
+    ap.add_argument("--nproc", type=int, default=2, help="ranks (--nproc-per-node)")
+    ap.add_argument("train_flags", nargs="*", help="after --: more `volshard train` flags")
+    a = ap.parse_args()
+    datalist = os.path.join(a.data, "dataset.json")
+    if not os.path.exists(datalist):
+        print(f"hippocampus bench: skipped: {datalist} is absent (the Decathlon's Task04; "
+              "CI has it in ../shared/data beside the clone)")
+        return 2
+    os.makedirs(a.out, exist_ok=True)
+    decathlon = json.load(open(datalist))
+    cases = decathlon["training"]
+    held_out = cases[len(cases) - round(0.2 * len(cases)):]
+    names = [decathlon["labels"][k] for k in sorted(decathlon["labels"], key=int) if k != "0"]
+    with open(os.path.join(a.out, "split.json"), "w") as f:
+        json.dump({"rule": "the last fifth of dataset.json's training list validates (val_fraction 0.2)",
+                   "training": len(cases) - len(held_out),
+                   "validation": [os.path.basename(c["image"]) for c in held_out]}, f, indent=1)
+    run = os.path.join(a.out, "run")
+    cmd = [a.bin, "train", "--config", a.config, "--datalist", datalist, "--out", run, "--overwrite",
+           "--nproc-per-node", str(a.nproc), *a.train_flags]
+    print("$ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    with open(os.path.join(a.out, "train.log"), "w") as log:
+        code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - t0
+    peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB -> MiB
+    if code != 0:
+        print(open(os.path.join(a.out, "train.log")).read()[-3000:])
+        print(f"hippocampus bench: volshard train exited with {code}")
+        return 1
+    records = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+    epochs = [r for r in records if r.get("type") == "epoch"]
+    validated = [r for r in epochs if r.get("val_dice") is not None]
+    crops_per_s = sum(r["samples_per_s"] for r in epochs) / max(len(epochs), 1)  # over the training steps
+    print(f"\nHippocampus (MSD Task04): {len(cases) - len(held_out)} training cases, {len(held_out)} held out, "
+          f"{a.nproc} ranks on CPU, {os.path.basename(a.config)}")
+    print("| epoch | " + " | ".join(names) + " | mean |")
+    print("|---|" + "---|" * (len(names) + 1))
+    for r in validated:
+        print(f"| {r['epoch'] + 1} | " + " | ".join(f"{d:.4f}" for d in r["val_dice_per_class"]) +
+              f" | {r['val_dice']:.4f} |")
+    best = max(validated, key=lambda r: r["val_dice"]) if validated else None
+    if best:
+        print(f"| nnU-Net (published) | " + " | ".join(f"{NNUNET.get(n, float('nan')):.2f}" for n in names) +
+              f" | {sum(NNUNET.values()) / len(NNUNET):.3f} |")
+        print(f"\nbest: epoch {best['epoch'] + 1}, mean foreground Dice {best['val_dice']:.4f} "
+              f"({', '.join(f'{n} {d:.4f}' for n, d in zip(names, best['val_dice_per_class']))})")
+    print(f"wall {wall:.0f} s ({wall / 60:.1f} min, validation and the cache fill included), "
+          f"{crops_per_s:.0f} crops/s in the training steps, peak RSS {peak_rss:.0f} MiB (largest process)")
+    # One held-out case predicted with the best weights (model.pt without them) and drawn.
+    case = held_out[0]
+    image = os.path.join(a.data, case["image"])
+    label = os.path.join(a.data, case["label"])
+    weights = os.path.join(run, "best_model.pt")
+    if not os.path.exists(weights):
+        weights = os.path.join(run, "model.pt")
+    pred = os.path.join(a.out, "prediction.nii.gz")
+    png = os.path.join(a.out, "prediction.png")
+    for step in ([a.bin, "predict", "--model", weights, "--config", os.path.join(run, "config.json"),
+                  "--image", image, "--out", pred],
+                 [a.bin, "preview", "--image", image, "--label", label, "--prediction", pred, "--out", png]):
+        p = subprocess.run(step, capture_output=True, text=True)
+        if p.returncode != 0:
+            print(p.stdout + p.stderr)
+            return 1
+    print(f"held-out {os.path.basename(image)}: {p.stdout.strip()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
