@@ -147,6 +147,14 @@ class VolshardToolTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--epochs=0", p.stderr)  # flags before --config win as well
 
+    def test_predict_and_prepare_list_only_the_options_they_use(self):
+        for verb in ("predict", "prepare"):
+            text = run(verb, "--help").stdout
+            self.assertIn("--pixdim", text, verb)
+            for training_only in ("--spatial-pad", "--normalize-on", "--epochs", "--lr"):
+                self.assertNotIn(training_only, text, verb)
+        self.assertIn("--spatial-pad", run("train", "--help").stdout)
+
     def test_version_prints_the_projects_version(self):
         p = run("--version")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -171,7 +179,10 @@ class VolshardToolTest(unittest.TestCase):
         self.assertIn("unknown key 'epochz'", p.stderr)
         p = run("train", "--config", self.write_config({"optimizer": "rmsprop"}))
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("rmsprop", p.stderr)
+        self.assertIn('optimizer="rmsprop" must be one of adam, sgd', p.stderr)  # not CLI11's internals
+        p = run("train", "--config", self.write_config({"intensity": "window"}))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn('intensity="window" must be one of none, scale, range, normalize', p.stderr)
         p = run("train", "--data", self.dir, "--out", self.dir, "--backend", "mpi")
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--backend", p.stderr)

@@ -238,6 +238,7 @@ TEST(RandCropByPosNegLabelTest, RejectsACropLargerThanTheImageUnlessAllowSmaller
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("(16, 8, 8) is larger than the image (10, 12, 14)"));
+    EXPECT_THAT(e.what(), HasSubstr("--allow-smaller"));  // as the command line spells it
   }
   o.allow_smaller = true;
   const auto crops = sample_pos_neg_crops({10, 12, 14}, label_indices(s.label), o, rng);

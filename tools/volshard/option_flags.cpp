@@ -59,6 +59,19 @@ struct AddFlag {
   }
 };
 
+// AddFlag for the fields a whole-volume command (predict, prepare) uses: the
+// prefix's training-only fields get no flag (a config's values for them are
+// accepted and ignored).
+struct AddWholeVolumeFlag {
+  CLI::App* cmd;
+  template <class T>
+  void operator()(const Field& f, T& value) const {
+    const std::string key = f.key;
+    if (key == "spatial_pad" || key == "normalize_on") return;
+    AddFlag{cmd}(f, value);
+  }
+};
+
 // The keys of a table (JSON keys, as in RUN/config.json).
 struct CollectKeys {
   std::set<std::string>* keys;
@@ -127,6 +140,15 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
       option->add_result(inputs);
       option->run_callback();
     } catch (const CLI::Error& e) {
+      // An enum (type name "a|b|c"): its choices, as a Python user would read them.
+      const std::string choices = option->get_type_name();
+      if (choices.find('|') != std::string::npos) {
+        std::string listed = choices;
+        for (size_t at = listed.find('|'); at != std::string::npos; at = listed.find('|', at))
+          listed.replace(at, 1, ", ");
+        throw std::invalid_argument("--config " + path + ": " + it.key() + "=" + it->dump() +
+                                    " must be one of " + listed);
+      }
       throw std::invalid_argument("--config " + path + ": key '" + it.key() + "': " + e.what());
     }
   }
@@ -180,7 +202,7 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
     visit(Field("sw_batch_size", "sliding windows per forward pass").at_least(1), o.sw_batch_size);
     for_each_prefix_field(o.prefix, visit);
   };
-  table(AddFlag{cmd});
+  table(AddWholeVolumeFlag{cmd});
   table(CollectKeys{&keys});
   keys.insert({"roi", "overlap", "crop"});  // validation's window (predict_command.cpp's flags)
   add_config(cmd, std::move(keys), true,
@@ -189,7 +211,7 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
 }
 
 void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix) {
-  for_each_prefix_field(prefix, AddFlag{cmd});
+  for_each_prefix_field(prefix, AddWholeVolumeFlag{cmd});
   std::set<std::string> keys;
   for_each_prefix_field(prefix, CollectKeys{&keys});
   add_config(cmd, std::move(keys), true,

@@ -187,7 +187,9 @@ std::array<int64_t, 3> crop_size(const std::array<int64_t, 3>& shape,
   if (larger && !options.allow_smaller) {
     throw std::invalid_argument(
         "RandCropByPosNegLabel: the crop ROI " + shape_text(options.spatial_size, true) +
-        " is larger than the image " + shape_text(shape, true) + " (set allow_smaller)");
+        " is larger than the image " + shape_text(shape, true) +
+        " after the prefix: --allow-smaller (allow_smaller in Python and configs) shrinks it, "
+        "--spatial-pad pads the volumes to it");
   }
   return size;
 }

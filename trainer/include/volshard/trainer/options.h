@@ -93,7 +93,7 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
   visit(F("pixdim", "Spacing: voxel size in mm, x,y,z (empty: as stored)"), p.pixdim);
   visit(F("intensity",
           "intensity transform (scale: to [0, 1]; range: --a-min.. window; "
-          "normalize: z-score, see --normalize-on)"),
+          "normalize: z-score; in training per crop or per volume: normalize_on)"),
         p.intensity);
   visit(F("a_min", "range: input window low, e.g. -57 HU"), p.range.a_min);
   visit(F("a_max", "range: input window high, e.g. 164 HU"), p.range.a_max);
