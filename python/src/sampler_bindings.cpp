@@ -31,6 +31,7 @@ void bind_sampler(py::module_& m) {
       .def_readwrite("rank", &DistributedSamplerOptions::rank)
       .def_readwrite("shuffle", &DistributedSamplerOptions::shuffle)
       .def_readwrite("seed", &DistributedSamplerOptions::seed)
+      .def_readwrite("auto_advance_epoch", &DistributedSamplerOptions::auto_advance_epoch)
       .def_property(
           "mode", [](const DistributedSamplerOptions& o) { return to_string(o.mode); },
           [](DistributedSamplerOptions& o, const std::string& mode) {

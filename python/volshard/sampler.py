@@ -36,11 +36,12 @@ class DistributedSampler(Sampler):
     (every rank is assumed to have read as many); ``load_state_dict()``
     continues that epoch from there, also with another num_replicas, and the
     saved seed, shuffle and mode replace this sampler's. Iterating twice
-    without ``set_epoch`` in between reads the same order and warns once.
+    without ``set_epoch`` in between reads the same order and warns once;
+    ``auto_advance_epoch=True`` starts the next epoch instead.
     """
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
-                 drop_last=False, even_divisible=True):
+                 drop_last=False, even_divisible=True, auto_advance_epoch=False):
         world, me = _world()
         self.num_replicas = world if num_replicas is None else num_replicas
         self.rank = me if rank is None else rank
@@ -52,7 +53,8 @@ class DistributedSampler(Sampler):
         mode = "uneven" if not even_divisible else ("drop_last" if drop_last else "pad")
         self._core = _volshard._DistributedSampler(_volshard_options(
             _volshard._DistributedSamplerOptions, dataset_size=size, num_replicas=self.num_replicas,
-            rank=self.rank, shuffle=bool(shuffle), seed=int(seed) & _UINT64, mode=mode))
+            rank=self.rank, shuffle=bool(shuffle), seed=int(seed) & _UINT64, mode=mode,
+            auto_advance_epoch=bool(auto_advance_epoch)))
         self._yielded = 0
 
     @property

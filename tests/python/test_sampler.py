@@ -93,8 +93,14 @@ def test_a_forgotten_set_epoch_warns_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         first = list(s)  # the first pass is fine
-    with pytest.warns(UserWarning, match="set_epoch"):
+    with pytest.warns(UserWarning, match="set_epoch") as said:
         assert list(s) == first
+    assert "auto_advance_epoch" in str(said[0].message)  # an argument Python has:
+    advancing = volshard.DistributedSampler(10, num_replicas=2, rank=0, auto_advance_epoch=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(advancing) == first
+        assert list(advancing) != first and advancing.epoch == 1  # the next epoch, no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         list(s)  # once per sampler
