@@ -59,16 +59,13 @@ struct AddFlag {
   }
 };
 
-// AddFlag for the fields a whole-volume command (predict, prepare) uses: the
-// prefix's training-only fields get no flag (a config's values for them are
-// accepted and ignored).
+// AddFlag for a whole-volume command (predict, prepare): training-only
+// fields get no flag (a config's values for them are accepted and ignored).
 struct AddWholeVolumeFlag {
   CLI::App* cmd;
   template <class T>
   void operator()(const Field& f, T& value) const {
-    const std::string key = f.key;
-    if (key == "spatial_pad" || key == "normalize_on") return;
-    AddFlag{cmd}(f, value);
+    if (!f.training_only) AddFlag{cmd}(f, value);
   }
 };
 

@@ -46,21 +46,32 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// The name nearest to `word` (the first at the least distance, closer than
+// the word's length) when it is at most `max_distance` edits away, else "".
+std::string nearest_name(const std::string& word, const std::vector<std::string>& names,
+                         size_t max_distance) {
+  std::string nearest;
+  size_t best = word.size();
+  for (const std::string& name : names) {
+    const size_t d = edit_distance(word, name);
+    if (d < best) best = d, nearest = name;
+  }
+  return best <= max_distance ? nearest : std::string();
+}
+
 }  // namespace
 
 std::string unknown_verb_message(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return "";
   const std::string word = argv[1];
-  std::string nearest;
-  size_t best = word.size();
+  std::vector<std::string> verb_names;
   for (const Verb& v : verbs()) {
     if (word == v.name) return "";
-    const size_t d = edit_distance(word, v.name);
-    if (d < best) best = d, nearest = v.name;
+    verb_names.push_back(v.name);
   }
   std::string message = "unknown command '" + word + "'";
-  if (!nearest.empty() && best <= std::max<size_t>(2, word.size() / 3))
-    message += "; did you mean '" + nearest + "'?";
+  const std::string nearest = nearest_name(word, verb_names, std::max<size_t>(2, word.size() / 3));
+  if (!nearest.empty()) message += "; did you mean '" + nearest + "'?";
   std::string names;
   for (const Verb& v : verbs()) names += std::string(names.empty() ? "" : ", ") + v.name;
   return message + " (commands: " + names + ")";
@@ -68,15 +79,9 @@ std::string unknown_verb_message(int argc, char** argv) {
 
 std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known) {
   const std::string flag = word.substr(0, word.find('='));
-  std::string nearest;
-  size_t best = flag.size();
-  for (const std::string& k : known) {
-    const size_t d = edit_distance(flag, k);
-    if (d < best) best = d, nearest = k;
-  }
   std::string message = "unknown flag " + flag;
-  if (!nearest.empty() && best <= std::max<size_t>(2, flag.size() / 4))
-    message += "; did you mean " + nearest + "?";
+  const std::string nearest = nearest_name(flag, known, std::max<size_t>(2, flag.size() / 4));
+  if (!nearest.empty()) message += "; did you mean " + nearest + "?";
   return message;
 }
 

@@ -229,8 +229,8 @@ std::string TrainOptions::to_json() const {
 }
 
 std::string PredictOptions::inference_text() const {
-  const int64_t edge = roi > 0 ? roi : crop;
-  if (whole_volume || edge <= 0) return "whole volume";
+  const int64_t edge = window();
+  if (edge <= 0) return "whole volume";
   char overlap_text[32];
   std::snprintf(overlap_text, sizeof overlap_text, "%g", overlap);
   return "sliding window " + std::to_string(edge) + "^3, overlap " + overlap_text + ", " +
@@ -259,7 +259,7 @@ void PredictOptions::validate() const {
     throw std::invalid_argument("predict: --overlap must be in [0, 1)");
   model.validate();
   prefix.validate();
-  const int64_t edge = whole_volume ? 0 : roi > 0 ? roi : crop;
+  const int64_t edge = window();
   const std::string flag = roi > 0 ? "predict: --roi" : "predict: --crop (the run's, as --roi)";
   if (edge > 0) model.check_spatial_size({edge, edge, edge}, flag);
   if (edge > 0)

@@ -34,7 +34,7 @@ void predict(const PredictOptions& o) {
   torch::NoGradGuard no_grad;
   const Predictor forward = [&](const at::Tensor& x) { return net.forward(x); };
   at::Tensor logits;
-  const int64_t edge = o.whole_volume ? 0 : o.roi > 0 ? o.roi : o.crop;
+  const int64_t edge = o.window();
   if (edge > 0) {
     SlidingWindowOptions sw;
     sw.roi = {edge, edge, edge};

@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "optim.h"
@@ -24,42 +26,35 @@ std::string resume_checkpoint_path(const TrainOptions& o) {
 
 namespace {
 
+// "--flag A there, B here; ..." for each key of `now` that `counted` takes and
+// whose value differs from `saved`'s (keys `saved` lacks are not compared).
+template <class Counted>
+std::string differences(const json& saved, const json& now, Counted&& counted) {
+  std::string out;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!counted(it.key()) || !saved.contains(it.key()) || saved.at(it.key()) == it.value())
+      continue;
+    out += (out.empty() ? "" : "; ") + Field(it.key().c_str(), "").flag() + " " +
+           saved.at(it.key()).dump() + " there, " + it.value().dump() + " here";
+  }
+  return out;
+}
+
 // What a resumed run must share with the run it continues: the data, the
 // randomness and what the network is (other options, such as the learning
 // rate or the number of epochs, may change). Every difference is named.
-void check_resumed_config(const TrainOptions& o, const json& saved, const std::string& path) {
-  static const char* const kKept[] = {
+void check_resumed_config(const json& now, const json& saved, const std::string& path) {
+  static const std::set<std::string> kKept = {
       "data",    "datalist",  "image_glob",   "label_glob",  "val_fraction", "seed",
       "crop",    "crop_kind", "num_samples",  "in_channels", "out_channels", "channels",
       "strides", "res_units", "norm",         "dropout",     "activation",   "orientation",
       "pixdim",  "intensity", "normalize_on", "spatial_pad", "labels"};
-  const json now = json::parse(o.to_json());
-  std::string differences;
-  for (const char* key : kKept) {
-    if (!saved.contains(key) || !now.contains(key)) continue;
-    if (saved.at(key) == now.at(key)) continue;
-    differences += (differences.empty() ? "" : "; ") + Field(key, "").flag() + " " +
-                   saved.at(key).dump() +
-                   " there, " + now.at(key).dump() + " here";
-  }
-  if (!differences.empty())
-    throw std::invalid_argument("train: --resume " + path + " was trained otherwise: " +
-                                differences +
+  const std::string d =
+      differences(saved, now, [](const std::string& key) { return kKept.count(key) > 0; });
+  if (!d.empty())
+    throw std::invalid_argument("train: --resume " + path + " was trained otherwise: " + d +
                                 ". Resume with the run's own options (or give --resume-anyway "
                                 "to continue regardless)");
-}
-
-// The options that may change on resume (learning rate, epochs, ...) and did,
-// named so that a resumed run says how it differs from the one it continues.
-std::string changed_options(const TrainOptions& o, const json& saved) {
-  const json now = json::parse(o.to_json());
-  std::string changes;
-  for (auto it = now.begin(); it != now.end(); ++it) {
-    if (!saved.contains(it.key()) || saved.at(it.key()) == it.value()) continue;
-    changes += (changes.empty() ? "" : "; ") + Field(it.key().c_str(), "").flag() + " " +
-               saved.at(it.key()).dump() + " there, " + it.value().dump() + " here";
-  }
-  return changes;
 }
 
 }  // namespace
@@ -71,9 +66,10 @@ ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimize
     const std::string path = resume_checkpoint_path(o);
     const Checkpoint c = load_checkpoint(path);
     const json meta = json::parse(c.meta_json);
-    if (!o.resume_anyway) check_resumed_config(o, meta.value("config", json::object()), path);
-    if (comm.rank() == 0) {
-      const std::string changes = changed_options(o, meta.value("config", json::object()));
+    const json saved = meta.value("config", json::object()), now = json::parse(o.to_json());
+    if (!o.resume_anyway) check_resumed_config(now, saved, path);
+    if (comm.rank() == 0) {  // the options that may change (learning rate, epochs, ...) and did
+      const std::string changes = differences(saved, now, [](const std::string&) { return true; });
       std::cerr << "volshard train: resuming epoch " << meta.at("sampler").value("epoch", 0) + 1
                 << " at step " << meta.at("global_step").get<int64_t>() << " from " << path
                 << (changes.empty() ? std::string() : " with changed options: " + changes) << "\n";

@@ -170,7 +170,8 @@ std::string PrefixOptions::key() const {
       break;
   }
   if (crop_foreground) k += "; crop_foreground margin " + std::to_string(foreground_margin);
-  if (pad_size() != std::array<int64_t, 3>{}) k += "; spatial_pad " + shape_text(pad_size());
+  if (const auto pad = pad_size(); pad != std::array<int64_t, 3>{})
+    k += "; spatial_pad " + shape_text(pad);
   if (labels == LabelMap::kBrats) k += "; labels brats 1/2/4";
   if (labels == LabelMap::kDecathlonBrats) k += "; labels decathlon brats 1/2/3";
   return k;
@@ -250,9 +251,10 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
   PrefixTrace trace;
   SpatialImage img = prepare_image(image, options, &trace);
   SpatialImage lab = follow_trace({label.data, image.affine}, p.orientation, trace);
-  if (p.pad_size() != std::array<int64_t, 3>{}) {  // training's batching step: not in the trace
-    img = spatial_pad(img, p.pad_size());
-    lab = spatial_pad(lab, p.pad_size());
+  const std::array<int64_t, 3> pad = p.pad_size();
+  if (pad != std::array<int64_t, 3>{}) {  // training's batching step: not in the trace
+    img = spatial_pad(img, pad);
+    lab = spatial_pad(lab, pad);
   }
   s.image = img.data;
   s.meta.affine = img.affine;

@@ -69,9 +69,7 @@ Canvas draw_slice(const at::Tensor& image, const at::Tensor& label) {
 
 // A label or prediction file as class indices (rounded), X x Y x Z.
 at::Tensor read_classes(const std::string& path, const char* what) {
-  ReadOptions r;
-  r.as_float = true;
-  const Volume v = read_volume(path, r);
+  const Volume v = read_volume_as_float(path);
   if (v.data.size(0) != 1)
     fail_file(path, std::string("has ") + std::to_string(v.data.size(0)) + " channels; the " +
                         what + " must be one map of class indices");
@@ -150,9 +148,7 @@ int64_t write_preview(const PreviewOptions& o) {
 }
 
 std::vector<double> write_prediction_preview(const PredictionPreviewOptions& o) {
-  ReadOptions r;
-  r.as_float = true;
-  const Volume image = read_volume(o.image, r);
+  const Volume image = read_volume_as_float(o.image);
   if (o.channel < 0 || o.channel >= image.data.size(0))
     throw std::invalid_argument("preview: --channel=" + std::to_string(o.channel) + " but " +
                                 printable(o.image) + " has " + std::to_string(image.data.size(0)) +

@@ -56,6 +56,9 @@ struct Field {
   double hi = std::numeric_limits<double>::infinity();
   bool lo_open = false, hi_open = false;
   bool in_json = true;  ///< false: a flag only (not saved in RUN/config.json)
+  /// A training step only: whole-volume commands (predict, prepare) show no
+  /// flag for it and ignore a config's value.
+  bool training_only = false;
 
   Field(const char* k, const char* h) : key(k), help(h) {}
   Field& at_least(double v) { return lo = v, *this; }
@@ -63,6 +66,7 @@ struct Field {
   Field& at_most(double v) { return hi = v, *this; }
   Field& below(double v) { return hi = v, hi_open = true, *this; }
   Field& flag_only() { return in_json = false, *this; }
+  Field& for_training_only() { return training_only = true, *this; }
   /// "--batch-size"
   std::string flag() const;
   /// Throws std::invalid_argument "<who>: --flag=value must be in [lo, hi]"
@@ -104,14 +108,16 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
   visit(F("channel_wise", "normalize: each channel on its own"), p.normalize.channel_wise);
   visit(F("normalize_on",
           "normalize: statistics of each training crop (MONAI's BraTS) or of the whole "
-          "volume (nnU-Net); validation always takes the whole volume's"),
+          "volume (nnU-Net); validation always takes the whole volume's")
+            .for_training_only(),
         p.normalize_on);
   visit(F("crop_foreground", "CropForeground: cut the volume to image > 0 (after intensity)"),
         p.crop_foreground);
   visit(F("foreground_margin", "CropForeground margin, voxels").at_least(0), p.foreground_margin);
   visit(F("spatial_pad",
           "SpatialPad (symmetric, zeros) after CropForeground to at least this size, one value or "
-          "x,y,z, so crops of any volume batch (training only; empty: none)"),
+          "x,y,z, so crops of any volume batch (training only; empty: none)")
+            .for_training_only(),
         p.spatial_pad);
   visit(F("labels",
           "label mapping (classes: indices as stored; brats: labels 1/2/4, "
@@ -276,6 +282,9 @@ struct PredictOptions {
   int64_t sw_batch_size = 1;
   int64_t crop = 0;           ///< the training crop (a run's config.json), for roi 0
   bool whole_volume = false;  ///< the whole volume in one pass, whatever roi and crop say
+  /// The sliding window's edge these options give (roi, else crop), or 0 for
+  /// the whole volume in one pass.
+  int64_t window() const { return whole_volume ? 0 : roi > 0 ? roi : crop; }
   /// What the inference is, in words: "sliding window 32^3, overlap 0.5, 4
   /// windows a pass" or "whole volume".
   std::string inference_text() const;
