@@ -22,6 +22,7 @@
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
 #include "volshard/datasets/volume.h"
+#include "volshard/transforms/inference.h"
 
 namespace py = pybind11;
 
@@ -280,6 +281,58 @@ PYBIND11_MODULE(_volshard, m) {
         return pairs_to_list(pairs_from_datalist(path, section));
       },
       py::arg("path"), py::arg("section") = "training");
+  m.def(
+      "_hold_out_tail",
+      [](const std::vector<std::pair<std::string, std::string>>& files, double val_fraction,
+         const std::string& source) {
+        std::vector<ImageLabelPair> pairs;
+        for (const auto& [image, label] : files) pairs.push_back({image, label});
+        const PairSplit s = hold_out_tail(std::move(pairs), val_fraction, source);
+        return py::make_tuple(pairs_to_list(s.train), pairs_to_list(s.val));
+      },
+      py::arg("files"), py::arg("val_fraction"), py::arg("source"));
+  m.def(
+      "_split_datalist",
+      [](const std::string& path, double val_fraction) {
+        const PairSplit s = split_datalist(path, val_fraction);
+        return py::make_tuple(pairs_to_list(s.train), pairs_to_list(s.val));
+      },
+      py::arg("path"), py::arg("val_fraction"));
+  // One validation volume as `volshard train` validates it: the prefix
+  // without the training-only steps, the whole volume.
+  m.def(
+      "_load_whole_volume",
+      [](const std::string& image, const std::string& label, int64_t index,
+         const FeedOptions& feed) {
+        Sample s;
+        {
+          py::gil_scoped_release nogil;
+          s = load_pair({image, label}, index, whole_volume_prefix(feed.prefix));
+        }
+        py::dict d;
+        d["image"] = s.image;
+        d["label"] = s.label.to(at::kFloat);
+        d["affine"] = affine_tensor(s.meta.affine);
+        return d;
+      },
+      py::arg("image"), py::arg("label"), py::arg("index"), py::arg("feed"));
+  // MONAI's sliding_window_inference on one 1 x C x X x Y x Z image, the
+  // trainer's own (volshard/transforms/inference.h); `predictor` is Python.
+  m.def(
+      "_sliding_window_inference",
+      [](const at::Tensor& image, const std::vector<int64_t>& roi, int64_t sw_batch_size,
+         const py::function& predictor, double overlap) {
+        SlidingWindowOptions o;
+        if (roi.size() != 3) throw std::invalid_argument("roi_size must hold 3 edges");
+        o.roi = {roi[0], roi[1], roi[2]};
+        o.sw_batch_size = sw_batch_size;
+        o.overlap = overlap;
+        return sliding_window_inference(image, o, [&predictor](const at::Tensor& x) {
+          return predictor(x).cast<at::Tensor>();
+        });
+      },
+      py::arg("image"), py::arg("roi"), py::arg("sw_batch_size"), py::arg("predictor"),
+      py::arg("overlap"));
 
   // The options structs, filled by name from Python (volshard/loader.py).
   // Enum values by the names configs/*.json use.

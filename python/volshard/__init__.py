@@ -21,23 +21,25 @@ from ._volshard import (  # noqa: F401
     pairs_from_folder,
     read_volume,
     tune_allocator_for_volumes,
-    write_volume,
 )
 from .loader import Loader  # noqa: F401
 from .sampler import DistributedSampler  # noqa: F401
 from .seeds import WorkerInit, worker_init_fn  # noqa: F401
+from .validation import ValidationLoader, sliding_window_inference, write_volume  # noqa: F401
 
 __version__ = "0.1.0"
 __all__ = [
     "DistributedSampler",
     "Loader",
     "SeedStreams",
+    "ValidationLoader",
     "Volume",
     "WorkerInit",
     "large_block_stats",
     "pairs_from_datalist",
     "pairs_from_folder",
     "read_volume",
+    "sliding_window_inference",
     "tune_allocator_for_volumes",
     "worker_init_fn",
     "write_volume",

@@ -33,6 +33,26 @@ def _pairs(data):
     return pairs
 
 
+def _split(data, split, val_fraction):
+    """Every pair (split=None), or the "training" or "validation" part as
+    `volshard train` splits them: a datalist's "validation" list, else the
+    last val_fraction of the pairs (at least one) validate."""
+    if split is None:
+        return _pairs(data)
+    if split not in ("training", "validation"):
+        raise ValueError(f"split={split!r} must be None, 'training' or 'validation'")
+    try:
+        if isinstance(data, (str, os.PathLike)) and os.fspath(data).endswith(".json") \
+                and not os.path.isdir(os.fspath(data)):
+            train, val = _volshard._split_datalist(os.fspath(data), float(val_fraction))
+        else:
+            source = os.fspath(data) if isinstance(data, (str, os.PathLike)) else "data"
+            train, val = _volshard._hold_out_tail(_pairs(data), float(val_fraction), source)
+    except ValueError as e:
+        raise ValueError(_python_names(str(e))) from None
+    return [(p["image"], p["label"]) for p in (train if split == "training" else val)]
+
+
 # The pipeline keys a Loader takes (configs/*.json and RUN/config.json name
 # them the same way); a config file's other keys (network, optimiser) are ignored.
 _PIPELINE_KEYS = {
@@ -143,6 +163,12 @@ class Loader:
     same names override when given (defaults: 96, 4, 0.5, False).
     The GIL is released while C++ works; tensors come without a copy.
 
+    ``split="training"`` or ``"validation"`` takes the part of ``data`` that
+    `volshard train` trains or validates on: a datalist's "validation" list,
+    or else the last ``val_fraction`` of the pairs (at least one) held out
+    (None, the default: every pair). ``volshard.ValidationLoader`` reads the
+    validation part as whole volumes.
+
     ``state_dict()`` holds the sampler's state at the batches returned so far
     in this epoch; ``load_state_dict()`` continues after them (same or another
     world size)."""
@@ -152,8 +178,8 @@ class Loader:
     def __init__(self, data, sampler=None, *, crop=None, num_samples=None, batch_size=2, workers=2,
                  cache_rate=1.0, seed=None, rot90_prob=None, allow_smaller=None,
                  drop_last_batch=False, prefetch_batches=2, pin_memory=None, cache_threads=2,
-                 max_cache_bytes=-1, cache_dir="", pipeline=None):
-        pairs = _pairs(data)
+                 max_cache_bytes=-1, cache_dir="", pipeline=None, split=None, val_fraction=0.2):
+        pairs = _split(data, split, val_fraction)
         if sampler is None:
             sampler = DistributedSampler(len(pairs), seed=0 if seed is None else seed)
         if not isinstance(sampler, DistributedSampler):

@@ -19,8 +19,8 @@
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/trainer/data_split.h"
-#include "volshard/trainer/inference.h"
 #include "volshard/trainer/train.h"
+#include "volshard/transforms/inference.h"
 
 namespace volshard {
 namespace {

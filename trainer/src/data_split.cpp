@@ -154,45 +154,19 @@ bool datalist_has_validation(const std::string& path) {
 }  // namespace
 
 DataSplit list_data(const TrainOptions& o) {
-  DataSplit d;
-  std::vector<ImageLabelPair> all;
-  std::string source;
-  if (!o.datalist.empty()) {
-    all = pairs_from_datalist(o.datalist, "training");
-    std::ifstream in(o.datalist);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_object() && j.contains("validation")) {
-      if (o.val_every > 0) d.val = pairs_from_datalist(o.datalist, "validation");
-      // A case in both lists would train on what it is validated on.
-      for (const ImageLabelPair& v : d.val) {
-        for (const ImageLabelPair& t : all) {
-          std::error_code ec;
-          if (v.image == t.image || std::filesystem::equivalent(v.image, t.image, ec))
-            throw std::invalid_argument("train: " + o.datalist + ": " + printable(v.image) +
-                                        " is in both \"training\" and \"validation\": the "
-                                        "metric would score volumes the model trained on");
-        }
-      }
-      d.train = std::move(all);
-      return d;
-    }
-    source = o.datalist + " (\"training\")";  // a Decathlon dataset.json: hold out its tail
-  } else {
-    all = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
-    source = o.data_dir;
+  // Nothing is held out for a validation that never runs.
+  const double fraction = o.val_every > 0 ? o.val_fraction : 0.0;
+  PairSplit split;
+  try {
+    split = o.datalist.empty()
+                ? hold_out_tail(pairs_from_folder(o.data_dir, o.image_glob, o.label_glob), fraction,
+                                o.data_dir)
+                : split_datalist(o.datalist, fraction);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("train: ") + e.what());
   }
-  const auto n = static_cast<int64_t>(all.size());
-  int64_t n_val = 0;
-  if (o.val_fraction > 0 && o.val_every > 0)  // nothing held out for a validation never run
-    n_val = std::max<int64_t>(1, std::llround(static_cast<double>(n) * o.val_fraction));
-  if (n - n_val < 1)
-    throw std::invalid_argument(
-        "train: " + source + " has " + std::to_string(n) +
-        " pairs: too few to hold out --val-fraction=" + std::to_string(o.val_fraction));
-  d.val.assign(all.end() - n_val, all.end());
-  all.resize(static_cast<size_t>(n - n_val));
-  d.train = std::move(all);
-  return d;
+  if (o.val_every == 0) split.val.clear();  // a datalist's "validation" list, unused
+  return split;
 }
 
 std::string validation_text(const TrainOptions& o, const DataSplit& d, int64_t world_size) {

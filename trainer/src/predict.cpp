@@ -9,9 +9,9 @@
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/checkpoint.h"
-#include "volshard/trainer/inference.h"
 #include "volshard/trainer/serialize.h"
 #include "volshard/trainer/unet.h"
+#include "volshard/transforms/inference.h"
 #include "volshard/transforms/transforms.h"
 
 namespace volshard {

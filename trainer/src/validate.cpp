@@ -8,8 +8,8 @@
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/sampler/distributed_sampler.h"
-#include "volshard/trainer/inference.h"
 #include "volshard/trainer/loss.h"
+#include "volshard/transforms/inference.h"
 
 namespace volshard {
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -133,6 +135,46 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
   }
   if (pairs.empty()) throw std::runtime_error(datalist_path + ": \"" + section + "\" is empty");
   return pairs;
+}
+
+PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
+                        const std::string& source) {
+  const auto n = static_cast<int64_t>(pairs.size());
+  int64_t n_val = 0;
+  if (val_fraction > 0)
+    n_val = std::max<int64_t>(1, std::llround(static_cast<double>(n) * val_fraction));
+  if (n - n_val < 1) {
+    std::ostringstream fraction;
+    fraction << val_fraction;
+    throw std::invalid_argument(source + " has " + std::to_string(n) +
+                                " pairs: too few to hold out --val-fraction=" + fraction.str());
+  }
+  PairSplit split;
+  split.val.assign(pairs.end() - n_val, pairs.end());
+  pairs.resize(static_cast<size_t>(n - n_val));
+  split.train = std::move(pairs);
+  return split;
+}
+
+PairSplit split_datalist(const std::string& datalist_path, double val_fraction) {
+  std::vector<ImageLabelPair> train = pairs_from_datalist(datalist_path, "training");
+  std::ifstream in(datalist_path);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  if (!doc.is_object() || !doc.contains("validation"))
+    return hold_out_tail(std::move(train), val_fraction, datalist_path + " (\"training\")");
+  PairSplit split;
+  split.val = pairs_from_datalist(datalist_path, "validation");
+  for (const ImageLabelPair& v : split.val) {
+    for (const ImageLabelPair& t : train) {
+      std::error_code ec;
+      if (v.image == t.image || fs::equivalent(v.image, t.image, ec))
+        throw std::invalid_argument(datalist_path + ": " + printable(v.image) +
+                                    " is in both \"training\" and \"validation\": the "
+                                    "metric would score volumes the model trained on");
+    }
+  }
+  split.train = std::move(train);
+  return split;
 }
 
 }  // namespace volshard

@@ -30,4 +30,23 @@ std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
 std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path,
                                                 const std::string& section = "training");
 
+/// Which pairs train and which validate, as `volshard train` and Python's
+/// `Loader(split=)` choose them.
+struct PairSplit {
+  std::vector<ImageLabelPair> train, val;
+};
+
+/// The last `val_fraction` of `pairs` (rounded, at least one when > 0)
+/// validate and the rest train, in order. Throws std::invalid_argument naming
+/// `source` and --val-fraction when no training pair would be left.
+PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
+                        const std::string& source);
+
+/// A datalist's "training" and "validation" lists (a case in both is refused:
+/// the metric would score volumes the model trained on), or, without a
+/// "validation" list (a Decathlon dataset.json), its "training" list with the
+/// tail held out as hold_out_tail does. Throws as pairs_from_datalist, and
+/// std::invalid_argument for a case in both lists.
+PairSplit split_datalist(const std::string& datalist_path, double val_fraction);
+
 }  // namespace volshard

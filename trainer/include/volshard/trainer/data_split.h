@@ -11,9 +11,7 @@
 
 namespace volshard {
 
-struct DataSplit {
-  std::vector<ImageLabelPair> train, val;
-};
+using DataSplit = PairSplit;
 
 /// The datalist's "training" and "validation" sections, or the pairs of
 /// options.data_dir with the last options.val_fraction of them (at least one

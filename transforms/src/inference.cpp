@@ -1,4 +1,4 @@
-#include "volshard/trainer/inference.h"
+#include "volshard/transforms/inference.h"
 
 #include <ATen/ATen.h>
 

@@ -1,0 +1,89 @@
+"""Validation as `volshard train` validates: whole prepared volumes, one
+rank's share, and MONAI's sliding-window inference over the trainer's own
+window logic."""
+
+import os
+
+import torch
+
+from . import _volshard
+from .loader import _feed_options, _python_names, _split
+from .sampler import _world
+
+
+class ValidationLoader:
+    """The whole volumes of this rank's validation share, one at a time, as
+    `volshard train` validates: the ``pipeline``'s deterministic prefix
+    (orientation, spacing, intensity with per-volume statistics, foreground
+    crop, label mapping) without the training-only steps (crops, spatial_pad,
+    augmentation). Each item is a dict: ``image`` (1 x C x X x Y x Z float32),
+    ``label`` (1 x 1 x X x Y x Z float32), ``index`` (in the split), ``source``
+    (image path) and ``affine`` (4 x 4 float64, the prepared volume's).
+
+    ``data`` and ``split``/``val_fraction`` as ``volshard.Loader``'s (default
+    the "validation" part). Rank r of W takes volumes r, r + W, ... (MONAI's
+    ``even_divisible=False``; with fewer volumes than ranks, ranks r < n take
+    one each): every volume is scored once, so summing per-volume scores over
+    ranks gives one process's metric. ``num_replicas`` and ``rank`` default to
+    torch.distributed's when it is initialised."""
+
+    def __init__(self, data, *, split="validation", val_fraction=0.2, pipeline=None, num_replicas=None,
+                 rank=None):
+        self.pairs = _split(data, split, val_fraction)
+        world, me = _world()
+        self.num_replicas = world if num_replicas is None else int(num_replicas)
+        self.rank = me if rank is None else int(rank)
+        if self.num_replicas < 1 or not 0 <= self.rank < self.num_replicas:
+            raise ValueError(f"ValidationLoader: rank={self.rank} must be in [0, num_replicas={self.num_replicas})")
+        self._feed = _feed_options(None, None, None, None, pipeline)
+
+    @property
+    def indices(self):
+        """This rank's volumes, as indices into ``pairs``."""
+        return list(range(self.rank, len(self.pairs), self.num_replicas))
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __iter__(self):
+        for i in self.indices:
+            image, label = self.pairs[i]
+            try:
+                item = _volshard._load_whole_volume(image, label, i, self._feed)
+            except ValueError as e:
+                raise ValueError(_python_names(str(e))) from None
+            yield {"image": item["image"].unsqueeze(0), "label": item["label"].unsqueeze(0), "index": i,
+                   "source": image, "affine": item["affine"]}
+
+
+def sliding_window_inference(inputs, roi_size, sw_batch_size, predictor, overlap=0.25):
+    """MONAI's ``sliding_window_inference(inputs, roi_size, sw_batch_size,
+    predictor, overlap)`` with its defaults (mode "constant", zero padding),
+    through the C++ function `volshard train` validates and `volshard predict`
+    predicts with: windows at MONAI's scan interval, axes shorter than the
+    window padded symmetrically, overlapping outputs averaged. ``inputs`` is
+    N x C x X x Y x Z (each item on its own); ``roi_size`` an int or three,
+    a value <= 0 taking the input's size on that axis, as MONAI. Call it under
+    ``torch.no_grad()`` with the network in eval mode, as one validates."""
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 5:
+        raise ValueError("sliding_window_inference: inputs must be an N x C x X x Y x Z tensor")
+    roi = [int(roi_size)] * 3 if isinstance(roi_size, int) else [int(r) for r in roi_size]
+    if len(roi) != 3:
+        raise ValueError(f"sliding_window_inference: roi_size={roi_size!r} must be an int or three ints")
+    roi = [r if r > 0 else int(inputs.shape[2 + a]) for a, r in enumerate(roi)]
+    outputs = [_volshard._sliding_window_inference(inputs[n:n + 1], roi, int(sw_batch_size), predictor,
+                                                    float(overlap))
+               for n in range(inputs.shape[0])]
+    return torch.cat(outputs, 0)
+
+
+def write_volume(path, data, affine, gzip_level=-1, nifti_version=1, spacing_mm=(), descrip=""):
+    """Writes X x Y x Z or C x X x Y x Z data (a tensor or a numpy array) as
+    NIfTI with a 4 x 4 affine (a tensor, array or nested list), atomically:
+    nibabel reads data[c, i, j, k] as [i, j, k, c]."""
+    data = torch.as_tensor(data)
+    affine = torch.as_tensor(affine, dtype=torch.float64)
+    if tuple(affine.shape) != (4, 4):
+        raise ValueError(f"write_volume: affine must be 4 x 4, got {tuple(affine.shape)}")
+    _volshard.write_volume(os.fspath(path), data, affine.tolist(), gzip_level, nifti_version,
+                           [float(s) for s in spacing_mm], descrip)

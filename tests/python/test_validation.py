@@ -1,0 +1,120 @@
+"""Validation from Python as `volshard train` validates: the split, whole
+volumes per rank, MONAI's sliding-window inference; write_volume with numpy."""
+
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+import volshard
+
+np = pytest.importorskip("numpy")
+nib = pytest.importorskip("nibabel")
+
+
+def datalist_pairs(path, section):
+    return [(p["image"], p["label"]) for p in volshard.pairs_from_datalist(path, section)]
+
+
+def test_a_decathlon_datalist_splits_as_the_cli_holds_out_its_tail(ct_data):
+    # 4 cases, val_fraction 0.2: round(0.8) = 1 validates, as `volshard train`.
+    datalist = os.path.join(ct_data, "dataset.json")
+    every = datalist_pairs(datalist, "training")
+    sampler = volshard.DistributedSampler(3, shuffle=False)
+    train = volshard.Loader(datalist, sampler, split="training", crop=8, num_samples=1, workers=0)
+    val = volshard.ValidationLoader(datalist)
+    assert len(train.sampler) == 3
+    assert val.pairs == every[3:]
+    assert [i["source"] for i in val] == [every[3][0]]
+    assert volshard.ValidationLoader(datalist, val_fraction=0.5).pairs == every[2:]
+    with pytest.raises(ValueError, match=r"too few to hold out val_fraction=0\.9"):
+        volshard.ValidationLoader(datalist, val_fraction=0.9)
+    with pytest.raises(ValueError, match=r"split='test' must be None, 'training' or 'validation'"):
+        volshard.ValidationLoader(datalist, split="test")
+
+
+def test_a_validation_list_is_taken_as_it_is_and_overlap_refused(ct_data, tmp_path):
+    every = datalist_pairs(os.path.join(ct_data, "dataset.json"), "training")
+    entries = [{"image": i, "label": l} for i, l in every]
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps({"training": entries[:2], "validation": entries[2:]}))
+    assert volshard.ValidationLoader(str(path)).pairs == every[2:]
+    assert volshard.Loader(str(path), volshard.DistributedSampler(2), split="training", crop=8,
+                           workers=0).sampler.dataset == 2
+    path.write_text(json.dumps({"training": entries[:3], "validation": entries[2:]}))
+    with pytest.raises(ValueError, match="is in both \"training\" and \"validation\""):
+        volshard.ValidationLoader(str(path))
+
+
+def test_ranks_share_the_volumes_once_each_as_the_trainer(ct_data):
+    datalist = os.path.join(ct_data, "dataset.json")
+    for world in (1, 2, 3, 5):
+        seen = []
+        for rank in range(world):
+            seen += volshard.ValidationLoader(datalist, split=None, num_replicas=world, rank=rank).indices
+        assert sorted(seen) == [0, 1, 2, 3], world
+    assert volshard.ValidationLoader(datalist, split=None, num_replicas=3, rank=0).indices == [0, 3]
+    with pytest.raises(ValueError, match=r"rank=3 must be in \[0, num_replicas=3\)"):
+        volshard.ValidationLoader(datalist, num_replicas=3, rank=3)
+
+
+def test_a_validation_volume_is_what_volshard_prepare_writes(ct_data, configs_dir, volshard_bin, tmp_path):
+    # The spleen config's prefix on the whole volume: volshard prepare is the
+    # CLI's own view of what validation and predict see.
+    datalist = os.path.join(ct_data, "dataset.json")
+    config = os.path.join(configs_dir, "spleen.json")
+    item = next(iter(volshard.ValidationLoader(datalist, pipeline=config)))
+    image, label = item["source"], datalist_pairs(datalist, "training")[3][1]
+    subprocess.run([volshard_bin, "prepare", "--config", config, "--image", image, "--label", label, "--out",
+                    str(tmp_path)], check=True, capture_output=True)
+    want = nib.load(str(tmp_path / "image.nii.gz"))
+    want_label = np.asarray(nib.load(str(tmp_path / "label.nii.gz")).dataobj)
+    assert item["image"].shape == (1, 1) + want.shape
+    assert np.array_equal(item["image"][0, 0].numpy(), want.get_fdata(dtype=np.float32))
+    assert np.array_equal(item["label"][0, 0].numpy(), want_label.astype(np.float32))
+    assert np.allclose(item["affine"].numpy(), want.affine)
+
+
+monai_inferers = pytest.importorskip("monai.inferers")
+
+
+@pytest.mark.parametrize("shape,roi,overlap,sw_batch", [
+    ((2, 2, 20, 17, 9), 8, 0.25, 1),
+    ((1, 1, 12, 12, 12), (8, 6, 16), 0.5, 3),   # an axis shorter than the window: padded symmetrically
+    ((1, 2, 9, 10, 11), (-1, 5, 5), 0.0, 4),    # -1: the input's size, as MONAI
+])
+def test_sliding_window_inference_equals_monai(shape, roi, overlap, sw_batch):
+    torch.manual_seed(0)
+    net = torch.nn.Conv3d(shape[1], 3, 3, padding=1).eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        got = volshard.sliding_window_inference(x, roi, sw_batch, net, overlap=overlap)
+        want = monai_inferers.sliding_window_inference(x, roi, sw_batch, net, overlap=overlap)
+    assert got.shape == want.shape
+    assert torch.allclose(got, want, rtol=0, atol=1e-6), (got - want).abs().max()
+
+
+def test_sliding_window_inference_names_bad_arguments():
+    net = torch.nn.Identity()
+    with pytest.raises(ValueError, match="N x C x X x Y x Z"):
+        volshard.sliding_window_inference(torch.zeros(1, 8, 8, 8), 4, 1, net)
+    with pytest.raises(ValueError, match="overlap"):
+        volshard.sliding_window_inference(torch.zeros(1, 1, 8, 8, 8), 4, 1, net, overlap=1.0)
+    with pytest.raises(ValueError, match=r"roi_size=\(4, 4\) must be an int or three ints"):
+        volshard.sliding_window_inference(torch.zeros(1, 1, 8, 8, 8), (4, 4), 1, net)
+
+
+def test_write_volume_takes_numpy_data_and_affine(tmp_path):
+    data = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
+    affine = np.diag([2.0, 3.0, 4.0, 1.0])
+    path = str(tmp_path / "v.nii.gz")
+    volshard.write_volume(path, data, affine)
+    back = nib.load(path)
+    assert np.array_equal(np.asarray(back.dataobj), data)
+    assert np.array_equal(back.affine, affine)
+    volshard.write_volume(str(tmp_path / "f.nii"), data.astype(np.float32), affine.tolist())
+    assert np.array_equal(nib.load(str(tmp_path / "f.nii")).get_fdata(), data)
+    with pytest.raises(ValueError, match=r"affine must be 4 x 4, got \(3, 3\)"):
+        volshard.write_volume(path, data, np.eye(3))
