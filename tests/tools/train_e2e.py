@@ -407,6 +407,27 @@ def free_port():
 
 
 class ReproTest(Base):
+    def test_train_log_holds_what_rank_0_printed_on_both_streams(self):
+        out = self.out("run")
+        p = self.train(out, "--max-steps", 2)
+        with open(os.path.join(out, "train.log")) as f:
+            log = f.read()
+        for line in ("2 rank(s) over gloo", "training volume(s)", "step 2/", "stopped after 2 steps",
+                     "resume with: --resume " + out):
+            self.assertIn(line, log)
+        for line in p.stdout.splitlines() + p.stderr.splitlines():
+            if line.startswith(("epoch ", "stopped", "volshard train:")):
+                self.assertIn(line.split("] ")[-1], log, line)
+        p = self.train(out, "--resume", out)
+        with open(os.path.join(out, "train.log")) as f:
+            resumed = f.read()
+        self.assertTrue(resumed.startswith(log), "a resumed run appends")
+        self.assertIn("resuming epoch", resumed[len(log):])
+        self.assertIn("epoch 2/2: loss", resumed[len(log):])
+        self.train(out, "--overwrite", "--max-steps", 1)
+        with open(os.path.join(out, "train.log")) as f:
+            self.assertNotIn("resuming epoch", f.read(), "a fresh run starts the log anew")
+
     def test_same_seed_twice_gives_bit_identical_model_and_metrics(self):
         a, b = self.out("a"), self.out("b")
         self.train(a)
@@ -488,6 +509,21 @@ class ReproTest(Base):
         self.assertTrue(lines[0].startswith("check"), p.stdout)
         self.assertEqual(len([l for l in lines if "| pass" in l]), 4, p.stdout)
         self.assertIn("killed after step", p.stdout)
+        # Its temporary runs are gone: no log path printed that would not exist.
+        self.assertNotIn("(log: ", p.stderr)
+        self.assertNotIn("kept in", p.stderr)
+        kept = self.out("kept")
+        p = run("repro", "--data", self.data, "--val-fraction", "0.25", *SMALL, "--steps", 2, "--out", kept)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        logs = re.findall(r"\(log: ([^)]+)\)", p.stderr)
+        self.assertTrue(logs, p.stderr)
+        for log in logs:
+            self.assertTrue(os.path.exists(log), log)
+        # repro sets these for its runs: no flags for them in its help.
+        help_text = run("repro", "--help").stdout
+        for flag in ("--resume", "--max-steps", "--trace-samples", "--checkpoint-every", "--overwrite"):
+            self.assertNotRegex(help_text, r"\s" + flag + r"\b", flag)
+        self.assertIn("--steps", help_text)
         bad = run("repro", "--data", self.data, "--val-fraction", "0.25", *SMALL, "--steps", 1)
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--steps=1", bad.stderr)

@@ -264,6 +264,9 @@ class VolshardToolTest(unittest.TestCase):
         for flag in ("--in-channels", "--out-channels", "--image-glob", "--label-glob", "--overlap",
                      "--no-deterministic", "--crop", "--rot90-prob", "--config"):
             self.assertIn(flag, p.stdout)
+        # Help texts read as the defaults are: no CLI11 "{false}" beside a negated flag.
+        self.assertNotIn("{false}", p.stdout)
+        self.assertIn("(default: on; --no-deterministic turns it off)", p.stdout)
 
 
 class DecathlonSynthTest(unittest.TestCase):

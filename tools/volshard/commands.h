@@ -23,6 +23,10 @@ Run add_prepare_command(CLI::App& app);
 /// `--config FILE.json` (keys as in RUN/config.json) giving their defaults:
 /// flags on the command line override the file; an unknown key is an error.
 void add_train_flags(CLI::App* cmd, TrainOptions& options);
+/// add_train_flags without the options repro sets for each of its runs
+/// (--resume, --max-steps, --trace-samples, ...); a config's values for them
+/// are ignored.
+void add_repro_flags(CLI::App* cmd, TrainOptions& options);
 /// predict's network, activation and prefix flags, and --config (a run's config.json; other keys
 /// ignored).
 void add_predict_flags(CLI::App* cmd, PredictOptions& options);

@@ -47,8 +47,15 @@ struct AddFlag {
   template <class T>
   void operator()(const Field& f, T& value) const {
     if constexpr (std::is_same_v<T, bool>) {
-      const std::string names = value ? f.flag() + ",!--no-" + f.flag().substr(2) : f.flag();
-      cmd->add_flag(names, value, std::string(f.help) + (value ? " (default: on)" : ""));
+      // On by default: --no-<name> turns it off. A flag of its own, out of the
+      // help (CLI11 would print "--no-deterministic{false}"), named in --name's.
+      cmd->add_flag(
+          f.flag(), value,
+          std::string(f.help) +
+              (value ? " (default: on; --no-" + f.flag().substr(2) + " turns it off)" : ""));
+      if (value)
+        cmd->add_flag_callback("--no-" + f.flag().substr(2), [&value] { value = false; })
+            ->group("");
     } else if constexpr (std::is_enum_v<T>) {
       add_enum_option(cmd, f.flag(), value, f.help);
     } else if constexpr (IsVector<T>::value) {
@@ -174,20 +181,60 @@ std::string resumed_run_config(CLI::App* cmd) {
   return std::filesystem::exists(config) ? config.string() : "";
 }
 
-}  // namespace
+// The options `volshard repro` sets itself for each of its runs: it shows no
+// flag for them and ignores a config's values.
+const std::set<std::string>& repro_sets_itself() {
+  static const std::set<std::string> keys{"resume",    "resume_anyway", "overwrite",
+                                          "max_steps", "trace_samples", "checkpoint_every"};
+  return keys;
+}
 
-void add_train_flags(CLI::App* cmd, TrainOptions& options) {
-  TrainOptions::for_each_field(options, AddFlag{cmd});
+// AddFlag for the fields outside `skip`.
+struct AddFlagExcept {
+  CLI::App* cmd;
+  const std::set<std::string>& skip;
+  template <class T>
+  void operator()(const Field& f, T& value) const {
+    if (!skip.count(f.key)) AddFlag{cmd}(f, value);
+  }
+};
+
+// The keys outside `skip`.
+struct CollectKeysExcept {
+  std::set<std::string>* keys;
+  const std::set<std::string>& skip;
+  template <class T>
+  void operator()(const Field& f, const T& value) const {
+    if (!skip.count(f.key)) CollectKeys{keys}(f, value);
+  }
+};
+
+void add_training_flags(CLI::App* cmd, TrainOptions& options, const std::set<std::string>& skip) {
+  TrainOptions::for_each_field(options, AddFlagExcept{cmd, skip});
   // One of the two is required (TrainOptions::validate, after --config).
   const char* one_of = "Data (one of --data and --datalist is required)";
   cmd->get_option("--data")->excludes("--datalist")->group(one_of);
   cmd->get_option("--datalist")->group(one_of);
   std::set<std::string> keys;
-  TrainOptions::for_each_field(options, CollectKeys{&keys});
-  add_config(cmd, std::move(keys), false,
-             "JSON of these options (keys as in RUN/config.json; with --resume RUN alone, "
-             "RUN/config.json); flags override it",
-             [cmd] { return resumed_run_config(cmd); });
+  TrainOptions::for_each_field(options, CollectKeysExcept{&keys, skip});
+  if (skip.empty()) {
+    add_config(cmd, std::move(keys), false,
+               "JSON of these options (keys as in RUN/config.json; with --resume RUN alone, "
+               "RUN/config.json); flags override it",
+               [cmd] { return resumed_run_config(cmd); });
+  } else {
+    add_config(cmd, std::move(keys), true,
+               "JSON of these options (keys as in RUN/config.json; the keys of the options "
+               "repro sets for its runs are ignored); flags override it");
+  }
+}
+
+}  // namespace
+
+void add_train_flags(CLI::App* cmd, TrainOptions& options) { add_training_flags(cmd, options, {}); }
+
+void add_repro_flags(CLI::App* cmd, TrainOptions& options) {
+  add_training_flags(cmd, options, repro_sets_itself());
 }
 
 void add_predict_flags(CLI::App* cmd, PredictOptions& o) {

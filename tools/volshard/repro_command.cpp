@@ -14,7 +14,7 @@ Run add_repro_command(CLI::App& app) {
   cmd->footer(
       "\nExample:\n  volshard repro --data data --crop 32 --channels 4,8,16,32 --strides 2,2,2 "
       "--steps 4");
-  add_train_flags(cmd, o->train);
+  add_repro_flags(cmd, o->train);
   cmd->add_option("--steps", o->steps, "training steps per run")->capture_default_str();
   cmd->add_option("--nproc-per-node", o->nproc_per_node, "ranks of the distributed runs")
       ->capture_default_str();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "commands.h"
 #include "verbs.h"
@@ -96,19 +97,23 @@ int train_command(const TrainOptions& options, const TrainLaunch& launch,
       for (const char* name : {"model.pt", "checkpoint.pt", "metrics.jsonl", "curves.png"})
         if (std::filesystem::exists(run / name))
           files += (files.empty() ? "" : ", ") + (run / name).string();
-      std::cout << (s.interrupted ? "stopped" : "done") << " after " << s.global_step
-                << " steps: " << files << "\n";
-      if (s.best_epoch >= 0)
-        std::cout << "best validation Dice " << s.best_val_dice << " at epoch " << s.best_epoch + 1
-                  << ": " << (run / "best_model.pt").string() << "\n";
-      if (s.interrupted) std::cout << "resume with: --resume " << o.out_dir << "\n";
+      print_run_line(std::cout, std::string(s.interrupted ? "stopped" : "done") + " after " +
+                                    std::to_string(s.global_step) + " steps: " + files);
+      if (s.best_epoch >= 0) {
+        std::ostringstream best;
+        best << "best validation Dice " << s.best_val_dice << " at epoch " << s.best_epoch + 1
+             << ": " << (run / "best_model.pt").string();
+        print_run_line(std::cout, best.str());
+      }
+      if (s.interrupted) print_run_line(std::cout, "resume with: --resume " + o.out_dir);
     }
     return s.interrupted && g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 0;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "volshard train: rank " << r.rank << ": " << e.what() << "\n";
+    print_run_line(std::cerr, "volshard train: rank " + std::to_string(r.rank) + ": " + e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "volshard train: rank " << r.rank << ": error: " << e.what() << "\n";
+    print_run_line(std::cerr,
+                   "volshard train: rank " + std::to_string(r.rank) + ": error: " + e.what());
     return 1;
   }
 }

@@ -10,6 +10,12 @@
 
 namespace volshard {
 
+/// From now on rank 0's lines (print_run_line, the step and epoch lines,
+/// warnings) are also written to `path` (RUN/train.log), each with the UTC
+/// time: `append` (a resumed run) continues the file, else it starts afresh.
+/// Throws std::runtime_error naming the file when it cannot be opened.
+void open_run_log(const std::string& path, bool append);
+
 /// `v` as std::ostream prints it with `digits` significant digits ("0.4446", "nan").
 std::string number_text(double v, int digits = 6);
 

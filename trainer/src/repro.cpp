@@ -120,7 +120,10 @@ TraceKey key_of(const json& r) {
 
 class Runner {
  public:
-  Runner(const ReproOptions& o, fs::path root) : o_(o), root_(std::move(root)) {
+  // `logs_kept`: the runs' logs outlive repro (--keep, --out), so their
+  // paths are worth printing.
+  Runner(const ReproOptions& o, fs::path root, bool logs_kept)
+      : o_(o), root_(std::move(root)), logs_kept_(logs_kept) {
     binary_ = o.binary.empty() ? self_exe() : o.binary;
     TrainOptions base = o.train;
     base.out_dir.clear();
@@ -152,9 +155,9 @@ class Runner {
   // Runs to completion; throws naming the log when it fails.
   void run(const std::string& run, int64_t nproc, const std::vector<std::string>& extra,
            const std::string& what) const {
-    std::cerr << "repro: run " << run << ", " << nproc << " rank" << (nproc > 1 ? "s" : "") << ": "
-              << what << " (log: " << (root_ / (run + ".log")).string() << ")\n";
     const std::string log = (root_ / (run + ".log")).string();
+    std::cerr << "repro: run " << run << ", " << nproc << " rank" << (nproc > 1 ? "s" : "") << ": "
+              << what << (logs_kept_ ? " (log: " + log + ")" : std::string()) << "\n";
     const int code = wait_exit(spawn(argv(run, nproc, extra), log));
     if (code != 0)
       throw std::runtime_error("run " + run + " failed with status " + std::to_string(code) +
@@ -187,6 +190,7 @@ class Runner {
  private:
   const ReproOptions& o_;
   fs::path root_;
+  bool logs_kept_;
   std::string binary_, config_;
 };
 
@@ -225,7 +229,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   checked.out_dir = (root / "a").string();
   checked.overwrite = true;
   check_training_config(checked, o.nproc_per_node);  // one clear error before any run
-  const Runner runner(o, root);
+  const Runner runner(o, root, !temporary || o.keep);
   const int64_t n = o.nproc_per_node, s = o.steps;
   const std::vector<std::string> capped{"--max-steps", std::to_string(s)};
   std::vector<ReproCheck> checks;
@@ -319,11 +323,15 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
         return missing == 0 && repeated == padding;
       }));
 
-  if (temporary && !o.keep) {
+  // A failed check keeps its runs: the logs its evidence names are there.
+  const bool failed =
+      std::any_of(checks.begin(), checks.end(), [](const ReproCheck& c) { return !c.passed; });
+  if (temporary && !o.keep && !failed) {
     std::error_code ec;
     fs::remove_all(root, ec);
   } else {
-    std::cerr << "repro: runs kept in " << root.string() << "\n";
+    std::cerr << "repro: runs and their logs kept in " << root.string()
+              << (failed && temporary && !o.keep ? " (a check failed)" : "") << "\n";
   }
   return checks;
 }

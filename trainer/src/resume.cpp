@@ -13,6 +13,7 @@
 #include "optim.h"
 #include "volshard/trainer/checkpoint.h"
 #include "volshard/trainer/ddp.h"
+#include "volshard/trainer/train.h"
 
 namespace volshard {
 
@@ -70,9 +71,11 @@ ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimize
     if (!o.resume_anyway) check_resumed_config(now, saved, path);
     if (comm.rank() == 0) {  // the options that may change (learning rate, epochs, ...) and did
       const std::string changes = differences(saved, now, [](const std::string&) { return true; });
-      std::cerr << "volshard train: resuming epoch " << meta.at("sampler").value("epoch", 0) + 1
-                << " at step " << meta.at("global_step").get<int64_t>() << " from " << path
-                << (changes.empty() ? std::string() : " with changed options: " + changes) << "\n";
+      print_run_line(std::cerr,
+                     "volshard train: resuming epoch " +
+                         std::to_string(meta.at("sampler").value("epoch", 0) + 1) + " at step " +
+                         std::to_string(meta.at("global_step").get<int64_t>()) + " from " + path +
+                         (changes.empty() ? std::string() : " with changed options: " + changes));
     }
     net.load_state_dict(c.model);
     load_optimizer(opt, c.optimizer, path);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -317,14 +318,16 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
   const int64_t threads = set_up_machine(o);
   if (comm.rank() == 0) {
     create_run_folder(o.out_dir);
-    std::cerr << "volshard train: " << comm.world_size() << " rank(s) over "
-              << to_string(comm.options().backend) << ", " << threads
-              << " intra-op thread(s) per rank, BLAS: " << loaded_blas() << "\n";
+    open_run_log((std::filesystem::path(o.out_dir) / "train.log").string(), !o.resume.empty());
+    print_run_line(std::cerr, "volshard train: " + std::to_string(comm.world_size()) +
+                                  " rank(s) over " + to_string(comm.options().backend) + ", " +
+                                  std::to_string(threads) +
+                                  " intra-op thread(s) per rank, BLAS: " + loaded_blas());
   }
   comm.barrier();
   Engine e(o, std::move(data), comm, threads);
   if (comm.rank() == 0)
-    std::cerr << "volshard train: " << validation_text(o, e.data, comm.world_size()) << "\n";
+    print_run_line(std::cerr, "volshard train: " + validation_text(o, e.data, comm.world_size()));
   TrainSummary summary;
   summary.global_step = e.position.global_step;
   summary.best_epoch = e.position.best_epoch;

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
+#include <string>
 
 #include "volshard/trainer/comm.h"
 #include "volshard/trainer/data_split.h"
@@ -36,5 +38,10 @@ struct TrainSummary {
 /// and return with interrupted = true.
 TrainSummary train(const TrainOptions& options, Communicator& comm,
                    const std::function<bool()>& stop_requested = {});
+
+/// Prints `line` (without its newline) on `stream`, and on rank 0 of a run
+/// appends it to RUN/train.log too: the log holds what both streams carried
+/// (the per-step line as written off a terminal, warnings included).
+void print_run_line(std::ostream& stream, const std::string& line);
 
 }  // namespace volshard
