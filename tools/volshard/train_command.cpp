@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -29,6 +30,12 @@ struct TrainLaunch {
   int64_t world_size = -1;
 };
 
+// `value` = `from` where `from` was set (>= 0).
+template <class T, class U>
+void set_if_given(T& value, U from) {
+  if (from >= 0) value = static_cast<T>(from);
+}
+
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_announce_stop{false};  // rank 0 says what it does with the signal
 void request_stop(int sig) {
@@ -37,19 +44,33 @@ void request_stop(int sig) {
       "\nvolshard train: received SIGINT: stopping after this step with a checkpoint\n";
   static const char kTerm[] =
       "\nvolshard train: received SIGTERM: stopping after this step with a checkpoint\n";
-  const char* text = sig == SIGINT ? kInt : kTerm;
-  const size_t size = sig == SIGINT ? sizeof kInt - 1 : sizeof kTerm - 1;
+  static const char kUsr1[] =
+      "\nvolshard train: received SIGUSR1 (SLURM's warning before the time limit): stopping after "
+      "this step with a checkpoint; a job requeued with `scontrol requeue` resumes it\n";
+  const char* text = sig == SIGINT ? kInt : sig == SIGUSR1 ? kUsr1 : kTerm;
+  const size_t size = sig == SIGINT    ? sizeof kInt - 1
+                      : sig == SIGUSR1 ? sizeof kUsr1 - 1
+                                       : sizeof kTerm - 1;
   [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, text, size);  // signal-safe
 }
 
 // Launcher or worker: with --nproc-per-node > 1 (or --nnodes > 1) and no
 // RANK in the environment it checks the configuration, starts the workers and
 // waits; under torchrun or srun (RANK or SLURM_PROCID set), or with an init
-// method, it is one rank; otherwise a single process. SIGINT/SIGTERM stop
-// after the current step with a checkpoint.
-int train_command(const TrainOptions& options, const TrainLaunch& launch,
+// method, it is one rank; otherwise a single process. SIGINT, SIGTERM and
+// SIGUSR1 (SLURM's warning) stop after the current step with a checkpoint; a
+// requeued SLURM job resumes its --out run.
+int train_command(const TrainOptions& given, const TrainLaunch& launch,
                   const std::vector<std::string>& argv) {
   const bool launched = launched_by_launcher();
+  TrainOptions options = given;
+  options.resume = requeued_run(given.out_dir, !given.resume.empty(), given.overwrite);
+  if (options.resume.empty()) {
+    options.resume = given.resume;
+  } else if (!launched || std::getenv("GROUP_RANK") == nullptr) {  // said once, by the launcher
+    std::cerr << "volshard train: a requeued SLURM job (SLURM_RESTART_COUNT set): resuming "
+              << options.resume << "\n";
+  }
   LaunchOptions lo;
   lo.nproc_per_node = launch.nproc_per_node;
   lo.nnodes = launch.nnodes;
@@ -83,6 +104,7 @@ int train_command(const TrainOptions& options, const TrainLaunch& launch,
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
 
   CommOptions co;
   co.backend = o.backend;
@@ -143,7 +165,20 @@ Run add_train_command(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--init-method", l.init_method, "env:// | tcp://host:port | file:///path");
   cmd->add_option("--rank", l.rank, "with --init-method tcp:// or file://");
   cmd->add_option("--world-size", l.world_size, "with --init-method tcp:// or file://");
-  return [s, argv] { return train_command(s->train, s->launch, argv); };
+  // torchrun's flags as TorchX and Kubeflow set them (PET_*), where not given here.
+  return [s, argv, cmd] {
+    const PetLaunch pet = pet_launch();
+    if (pet.present) {
+      const auto unset = [cmd](const char* flag) { return cmd->get_option(flag)->count() == 0; };
+      if (unset("--nproc-per-node")) set_if_given(s->launch.nproc_per_node, pet.nproc_per_node);
+      if (unset("--nnodes")) set_if_given(s->launch.nnodes, pet.nnodes);
+      if (unset("--node-rank")) set_if_given(s->launch.node_rank, pet.node_rank);
+      if (unset("--master-port")) set_if_given(s->launch.master_port, int64_t{pet.master_port});
+      if (unset("--master-addr") && !pet.master_addr.empty())
+        s->launch.master_addr = pet.master_addr;
+    }
+    return train_command(s->train, s->launch, argv);
+  };
 }
 
 }  // namespace volshard::cli

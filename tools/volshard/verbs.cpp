@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace volshard::cli {
@@ -88,5 +89,39 @@ std::string unknown_flag_message(const std::string& word, const std::vector<std:
 const char* const kTopFooter =
     "\nRun 'volshard COMMAND --help' for a command's flags and examples.\n"
     "Exit status: 0 ok, 1 a file could not be read or written, 2 bad arguments.";
+
+std::vector<char*> take_local_rank_flag(int argc, char** argv) {
+  std::vector<char*> kept;
+  std::string value, flag;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    bool taken = false;
+    for (const std::string name : {"--local-rank", "--local_rank"}) {
+      if (a.rfind(name + "=", 0) == 0) {
+        value = a.substr(name.size() + 1);
+        taken = true;
+      } else if (a == name && i + 1 < argc) {
+        value = argv[++i];
+        taken = true;
+      }
+      if (taken) {
+        flag = name;
+        break;
+      }
+    }
+    if (!taken) kept.push_back(argv[i]);
+  }
+  kept.push_back(nullptr);
+  if (flag.empty()) return kept;
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
+      value.size() > 7)
+    throw std::invalid_argument(flag + "=" + value + " must be a non-negative integer");
+  const char* env = std::getenv("LOCAL_RANK");
+  if (env != nullptr && *env != '\0' && value != env)
+    throw std::invalid_argument(flag + "=" + value + " but LOCAL_RANK=" + env +
+                                ": the launcher gave two local ranks");
+  ::setenv("LOCAL_RANK", value.c_str(), 1);
+  return kept;
+}
 
 }  // namespace volshard::cli

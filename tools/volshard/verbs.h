@@ -29,6 +29,15 @@ std::string unknown_verb_message(int argc, char** argv);
 /// such as "--epochs") nearest to `word` by edit distance, when one is close.
 std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known);
 
+/// A script under `python -m torch.distributed.launch` that hands its
+/// arguments on runs `volshard --local-rank=N train ...` (older torch:
+/// --local_rank=N): the flag
+/// is taken out of argv wherever it stands (also as "--local-rank N"), and
+/// LOCAL_RANK set from it, or checked against it when the launcher set both.
+/// Returns the remaining arguments (argv[0] first, then a nullptr) or throws
+/// std::invalid_argument naming the flag and the variable.
+std::vector<char*> take_local_rank_flag(int argc, char** argv);
+
 /// The top-level help's footer.
 extern const char* const kTopFooter;
 

@@ -148,10 +148,13 @@ class DonePending : public PendingReduce {
 std::shared_ptr<::gloo::transport::Device> gloo_device(const Rendezvous& r) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0')
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  // Loopback rendezvous means all ranks are here; otherwise bind the address
-  // this host name resolves to, as torch.distributed does.
+  // Loopback rendezvous means all ranks are here; otherwise the interface
+  // that routes to the master (the host name's own address may sit on a
+  // network the peers do not reach), else what torch.distributed binds.
   if (r.kind == Rendezvous::Kind::kFile || r.host == "127.0.0.1" || r.host == "localhost")
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  const std::string local = local_address_towards(r.host, r.port);
+  if (!local.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(local);
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
@@ -176,11 +179,13 @@ Communicator::Communicator(const Rendezvous& r, const CommOptions& options)
     } else {
       c10d::TCPStoreOptions o;
       o.port = static_cast<uint16_t>(r.port);
-      o.isServer = rank_ == 0;
+      o.isServer = rank_ == 0 && !r.launcher_hosts_store;
       o.numWorkers = static_cast<size_t>(world_size_);
-      o.waitWorkers = true;
+      o.waitWorkers = !r.launcher_hosts_store;
       o.timeout = options.timeout;
       impl_->store = c10::make_intrusive<c10d::TCPStore>(r.host, o);
+      if (!r.store_prefix.empty())
+        impl_->store = c10::make_intrusive<c10d::PrefixStore>(r.store_prefix, impl_->store);
     }
     impl_->store->setTimeout(options.timeout);
     auto store = c10::make_intrusive<c10d::PrefixStore>("volshard", impl_->store);

@@ -100,9 +100,10 @@ int run_workers(const LaunchOptions& o) {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   struct sigaction old_int {
-  }, old_term{};
+  }, old_term{}, old_usr1{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGUSR1, &sa, &old_usr1);  // SLURM's warning (--signal=USR1@120), forwarded
 
   std::vector<pid_t> pids;
   for (int64_t local = 0; local < o.nproc_per_node; ++local) {
@@ -187,6 +188,7 @@ int run_workers(const LaunchOptions& o) {
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGUSR1, &old_usr1, nullptr);
   return status_out;
 }
 

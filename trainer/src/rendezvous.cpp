@@ -1,6 +1,12 @@
 #include "volshard/trainer/rendezvous.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 namespace volshard {
@@ -81,7 +87,61 @@ EnvLookup process_environment() {
 
 bool launched_by_launcher(const EnvLookup& env) {
   std::string ignored;
+  if (pet_launch(env).present) return false;
   return env("RANK", &ignored) || env("SLURM_PROCID", &ignored);
+}
+
+PetLaunch pet_launch(const EnvLookup& env) {
+  PetLaunch p;
+  std::string ignored;
+  if (!env("PET_NPROC_PER_NODE", &ignored) || env("GROUP_RANK", &ignored)) return p;
+  p.present = true;
+  p.nproc_per_node = env_int(env, {"PET_NPROC_PER_NODE"}, nullptr, 1, kMaxWorld);
+  p.nnodes = env_int(env, {"PET_NNODES"}, "1", 1, kMaxWorld);
+  p.node_rank = env_int(env, {"PET_NODE_RANK", "RANK"}, "0", 0, kMaxWorld);
+  std::string used;
+  p.master_addr = lookup(env, {"PET_MASTER_ADDR", "MASTER_ADDR"}, "", &used);
+  std::string port;
+  if (env("PET_MASTER_PORT", &port) || env("MASTER_PORT", &port))
+    p.master_port =
+        static_cast<int>(env_int(env, {"PET_MASTER_PORT", "MASTER_PORT"}, nullptr, 1, 65535));
+  return p;
+}
+
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
+  std::string address;
+  for (const addrinfo* a = found; a != nullptr && address.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t size = sizeof local;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* in =
+          local.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (::inet_ntop(local.ss_family, in, text, sizeof text) != nullptr) address = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return address;
+}
+
+std::string requeued_run(const std::string& out_dir, bool resume_given, bool overwrite,
+                         const EnvLookup& env) {
+  if (resume_given || overwrite || out_dir.empty()) return "";
+  if (env_int(env, {"SLURM_RESTART_COUNT"}, "0", 0, kMaxWorld) < 1) return "";
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::path(out_dir) / "checkpoint.pt", ec) ? out_dir
+                                                                                       : "";
 }
 
 Rendezvous parse_rendezvous(const std::string& init_method, int64_t rank, int64_t world_size,
@@ -123,6 +183,15 @@ Rendezvous parse_rendezvous(const std::string& init_method, int64_t rank, int64_
     r.kind = Rendezvous::Kind::kTcp;
     r.host = lookup(env, {"MASTER_ADDR"}, slurm ? "127.0.0.1" : nullptr, &used);
     r.port = static_cast<int>(env_int(env, {"MASTER_PORT"}, slurm ? "29500" : nullptr, 1, 65535));
+    // torch.distributed's _create_c10d_store: torchrun's agent serves the store.
+    std::string agent;
+    if (torchrun && env("TORCHELASTIC_USE_AGENT_STORE", &agent) && agent == "True") {
+      r.launcher_hosts_store = true;
+      r.store_prefix =
+          "/worker/attempt_" +
+          std::to_string(env_int(env, {"TORCHELASTIC_RESTART_COUNT"}, "0", 0, kMaxWorld));
+      r.source += " (torchrun's agent store)";
+    }
   } else if (init_method.rfind(tcp_prefix, 0) == 0) {
     const std::string rest = init_method.substr(tcp_prefix.size());
     const size_t colon = rest.rfind(':');

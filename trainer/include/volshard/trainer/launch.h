@@ -28,7 +28,7 @@ int find_free_port();
 /// listens on it (checked by binding it).
 void check_port_free(int port);
 
-/// Forks and execs the workers, forwards SIGINT and SIGTERM to them (a second
+/// Forks and execs the workers, forwards SIGINT, SIGTERM and SIGUSR1 to them (a second
 /// signal kills them), and waits. Returns 0 when every worker exited 0; the
 /// failing worker's status (or 128 + its signal) when one failed, after the
 /// others were given grace_seconds and then killed; 128 + the signal when
