@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,6 +21,7 @@
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/trainer/data_split.h"
+#include "volshard/trainer/serialize.h"
 #include "volshard/trainer/train.h"
 #include "volshard/transforms/inference.h"
 
@@ -92,7 +95,7 @@ std::vector<std::string> metrics_without_timing(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
-    for (const char* key : {"samples_per_s", "data_wait", "seconds"}) j.erase(key);
+    for (const char* key : {"samples_per_s", "data_wait", "seconds", "val_seconds"}) j.erase(key);
     lines.push_back(j.dump());
   }
   return lines;
@@ -138,6 +141,128 @@ TEST_F(TrainTest, ResumingAfterMaxStepsEqualsAnUninterruptedRun) {
   }
 }
 
+// The largest |a - b| over two model.pt files' tensors, relative to max(1, |b|).
+double max_relative_difference(const std::string& a, const std::string& b) {
+  const NamedTensors ta = load_tensor_dict(a), tb = load_tensor_dict(b);
+  EXPECT_EQ(ta.size(), tb.size());
+  double most = 0;
+  for (size_t i = 0; i < ta.size() && i < tb.size(); ++i) {
+    EXPECT_EQ(ta[i].first, tb[i].first);
+    const at::Tensor d = (ta[i].second - tb[i].second).abs() / tb[i].second.abs().clamp_min(1.0);
+    most = std::max(most, d.max().item<double>());
+  }
+  return most;
+}
+
+// --accumulate 4 over batches of one volume takes the optimizer steps of
+// batches of four on one rank: the same volumes per step (4, then the epoch's
+// last 2), the loss their mean. Equal up to the order of float sums; and
+// one gradient all-reduce per optimizer step, not per batch.
+TEST_F(TrainTest, AccumulatingFourBatchesOfOneEqualsBatchesOfFour) {
+  TrainOptions base = options("base");
+  base.val_every = 0;  // all 6 volumes train
+  base.epochs = 1;
+  base.optimizer = Optimizer::kSgd;
+  base.momentum = 0;
+  base.lr = 0.1;
+  TrainOptions four = base, accumulated = base, single = base;
+  four.out_dir = (dir_ / "four").string();
+  four.batch_size = 4;
+  accumulated.out_dir = (dir_ / "accumulated").string();
+  accumulated.batch_size = 1;
+  accumulated.accumulate = 4;
+  single.out_dir = (dir_ / "single").string();
+  single.batch_size = 1;
+  TrainSummary s_four, s_accumulated, s_single;
+  run_ranks(1, [&](Communicator& comm) { s_four = train(four, comm); });
+  run_ranks(1, [&](Communicator& comm) { s_accumulated = train(accumulated, comm); });
+  run_ranks(1, [&](Communicator& comm) { s_single = train(single, comm); });
+  EXPECT_EQ(s_four.global_step, 2);
+  EXPECT_EQ(s_accumulated.global_step, 2);
+  EXPECT_EQ(s_single.global_step, 6);
+  const double accumulated_vs_four =
+      max_relative_difference(file("accumulated", "model.pt"), file("four", "model.pt"));
+  EXPECT_LT(accumulated_vs_four, 1e-5);
+  // Not vacuous: six steps of one volume end elsewhere.
+  EXPECT_GT(max_relative_difference(file("single", "model.pt"), file("four", "model.pt")), 1e-3);
+  EXPECT_NEAR(s_accumulated.last_loss, s_four.last_loss, 1e-5);
+  EXPECT_EQ(s_accumulated.gradient_allreduces, s_four.gradient_allreduces);
+  EXPECT_EQ(s_single.gradient_allreduces, 3 * s_four.gradient_allreduces);
+  EXPECT_GT(s_four.gradient_allreduces, 0);
+}
+
+// Two ranks: --accumulate 2 halves the all-reduces, and a run stopped
+// mid-epoch resumes bit-identical, the accumulation included.
+TEST_F(TrainTest, AccumulationOnTwoRanksHalvesTheAllReducesAndResumesBitIdentical) {
+  TrainOptions plain = options("plain");
+  plain.val_every = 0;
+  plain.epochs = 2;
+  TrainOptions accumulated = plain;
+  accumulated.out_dir = (dir_ / "accumulated").string();
+  accumulated.accumulate = 2;
+  // 6 volumes on 2 ranks, batches of 1: 3 batches per rank and epoch.
+  const TrainSummary p = train_two_ranks(plain);
+  const TrainSummary a = train_two_ranks(accumulated);
+  EXPECT_EQ(p.global_step, 6);
+  EXPECT_EQ(a.global_step, 4);  // 2 + 1 batches per epoch
+  EXPECT_EQ(3 * a.gradient_allreduces, 2 * p.gradient_allreduces);
+  TrainOptions stopped = accumulated;
+  stopped.out_dir = (dir_ / "stopped").string();
+  stopped.max_steps = 1;
+  EXPECT_TRUE(train_two_ranks(stopped).interrupted);
+  stopped.max_steps = -1;
+  stopped.resume = stopped.out_dir;
+  EXPECT_EQ(train_two_ranks(stopped).global_step, 4);
+  EXPECT_EQ(bytes(file("stopped", "model.pt")), bytes(file("accumulated", "model.pt")));
+}
+
+// Warm-up: step s < N at lr * (s + 1) / N, then the schedule (constant here).
+TEST_F(TrainTest, WarmupRaisesTheLearningRateLinearlyThenTheScheduleRuns) {
+  TrainOptions o = options("warm");
+  o.warmup_steps = 3;
+  o.lr = 0.004;
+  train_two_ranks(o);
+  std::vector<double> lrs;
+  std::ifstream in(file("warm", "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("type", "") == "step") lrs.push_back(j.at("lr").get<double>());
+  }
+  ASSERT_EQ(lrs.size(), 4u);
+  EXPECT_DOUBLE_EQ(lrs[0], 0.004 / 3);
+  EXPECT_DOUBLE_EQ(lrs[1], 0.004 * 2 / 3);
+  EXPECT_DOUBLE_EQ(lrs[2], 0.004);
+  EXPECT_DOUBLE_EQ(lrs[3], 0.004);
+}
+
+// --clip-grad-norm c: one SGD step from the same weights moves them by at most
+// lr * c (L2 over every parameter), and without it by more.
+TEST_F(TrainTest, ClippingBoundsTheStepByLrTimesTheNorm) {
+  TrainOptions first = options("first");
+  first.max_steps = 1;
+  first.optimizer = Optimizer::kSgd;
+  first.momentum = 0;
+  first.lr = 0.5;
+  train_two_ranks(first);
+  const std::string start = file("first", "model.pt");
+  auto step_norm = [&](const std::string& run, double clip) {
+    TrainOptions o = first;
+    o.out_dir = (dir_ / run).string();
+    o.init_weights = start;
+    o.clip_grad_norm = clip;
+    train_two_ranks(o);
+    const NamedTensors a = load_tensor_dict(file(run, "model.pt")), b = load_tensor_dict(start);
+    double sum = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      sum += (a[i].second - b[i].second).pow(2).sum().item<double>();
+    return std::sqrt(sum);
+  };
+  const double clip = 1e-3;
+  EXPECT_LE(step_norm("clipped", clip), 0.5 * clip * (1 + 1e-4));
+  EXPECT_GT(step_norm("free", 0), 0.5 * clip * 10);
+}
+
 TEST_F(TrainTest, AFreshRunIntoAFolderHoldingARunIsRefusedUnlessResumedOrOverwritten) {
   TrainOptions o = options("run");
   EXPECT_NO_THROW(check_training_config(o, 2));  // no folder yet
@@ -180,6 +305,61 @@ TEST_F(TrainTest, ValEveryZeroHoldsNothingOutAndFewerValidationVolumesThanRanksA
   EXPECT_THAT(validation_text(o, list_data(o), 2), ::testing::HasSubstr("on 1 of 2 ranks"));
   const TrainSummary s = train_two_ranks(o);
   EXPECT_GE(s.last_val_dice, 0);
+}
+
+// A volume's validation cost is its sliding windows times their voxels, on
+// the shape the prefix's Spacing gives.
+TEST_F(TrainTest, ValidationCostCountsTheSlidingWindowsOfTheResampledShape) {
+  TrainOptions o = options("costs");
+  o.roi = 16;  // 24^3: windows at 0 and 8 per axis (interval 12)
+  const DataSplit d = list_data(o);
+  EXPECT_EQ(validation_costs(o, d.val), std::vector<int64_t>(d.val.size(), 8 * 16 * 16 * 16));
+  o.feed.prefix.pixdim = {2.0, 2.0, 2.0};  // 12^3: one window, padded
+  EXPECT_EQ(validation_costs(o, d.val), std::vector<int64_t>(d.val.size(), 16 * 16 * 16));
+}
+
+TEST(ValidationBalanceTest, TheCostliestVolumeGoesFirstToTheLeastLoadedRank) {
+  const std::vector<int64_t> costs{10, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  const auto by_cost = assign_validation(costs, 2, ValBalance::kCost);
+  EXPECT_EQ(by_cost[0], std::vector<int64_t>{0});
+  EXPECT_EQ(by_cost[1], (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  const auto by_count = assign_validation(costs, 2, ValBalance::kCount);
+  EXPECT_EQ(by_count[0], (std::vector<int64_t>{0, 2, 4, 6, 8}));  // MONAI's: loads 14 and 5
+  EXPECT_EQ(by_count[1], (std::vector<int64_t>{1, 3, 5, 7, 9}));
+  // Properties over random sets: every volume once, lists ascending, and the
+  // greedy bound (no rank above the mean load plus the costliest volume).
+  uint64_t state = 1;
+  const auto next = [&state] {
+    return state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+  };
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto n = static_cast<int64_t>(next() >> 59) + 1;      // 1..32
+    const auto world = static_cast<int64_t>(next() >> 61) + 1;  // 1..8
+    std::vector<int64_t> c(static_cast<size_t>(n));
+    int64_t total = 0, most = 0;
+    for (auto& v : c) {
+      v = static_cast<int64_t>(1 + (next() >> 40) % ((next() >> 63) ? 1000 : 10));
+      total += v;
+      most = std::max(most, v);
+    }
+    for (const ValBalance b : {ValBalance::kCost, ValBalance::kCount}) {
+      const auto ranks = assign_validation(c, world, b);
+      ASSERT_EQ(static_cast<int64_t>(ranks.size()), world);
+      std::vector<int> seen(static_cast<size_t>(n), 0);
+      for (const auto& r : ranks) {
+        EXPECT_TRUE(std::is_sorted(r.begin(), r.end()));
+        int64_t load = 0;
+        for (const int64_t i : r) {
+          ++seen[static_cast<size_t>(i)];
+          load += c[static_cast<size_t>(i)];
+        }
+        if (b == ValBalance::kCost) {
+          EXPECT_LE(load, total / world + most) << "trial " << trial;
+        }
+      }
+      EXPECT_EQ(seen, std::vector<int>(static_cast<size_t>(n), 1));
+    }
+  }
 }
 
 TEST(CurvesTest, DrawsEveryStepsLossAndTicksOnBothAxes) {

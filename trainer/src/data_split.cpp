@@ -14,6 +14,7 @@
 #include "resume.h"
 #include "volshard/core/error.h"
 #include "volshard/datasets/nifti_header.h"
+#include "volshard/transforms/inference.h"
 #include "volshard/transforms/transforms.h"
 
 namespace volshard {
@@ -198,6 +199,10 @@ std::string validation_text(const TrainOptions& o, const DataSplit& d, int64_t w
   if (n < world_size)
     out += " on " + std::to_string(n) + " of " + std::to_string(world_size) +
            " ranks (one volume each; the others wait)";
+  else if (world_size > 1)
+    out += o.val_balance == ValBalance::kCost
+               ? ", shared over the ranks by sliding-window cost"
+               : ", shared over the ranks as MONAI's split (r, r + W, ...)";
   return out;
 }
 
@@ -206,6 +211,48 @@ int64_t image_channels(const DataSplit& d) {
   for (const auto* list : {&d.train, &d.val})
     for (const auto& p : *list) same.add(p.image, header_of(p.image));
   return same.channels();
+}
+
+std::vector<int64_t> validation_costs(const TrainOptions& o,
+                                      const std::vector<ImageLabelPair>& val) {
+  const int64_t roi = o.roi > 0 ? o.roi : o.feed.crop;
+  const PrefixOptions& prefix = o.feed.prefix;
+  std::vector<int64_t> costs;
+  for (const ImageLabelPair& p : val) {
+    const NiftiHeader h = header_of(p.image);
+    std::array<int64_t, 3> shape = spatial_shape(h);
+    if (!prefix.pixdim.empty())
+      shape = spacing_grid(shape, h.affine, {prefix.pixdim[0], prefix.pixdim[1], prefix.pixdim[2]})
+                  .shape;
+    int64_t windows = 1;
+    for (const int64_t length : shape)
+      windows *= static_cast<int64_t>(window_starts(std::max(length, roi), roi, o.overlap).size());
+    costs.push_back(windows * roi * roi * roi);
+  }
+  return costs;
+}
+
+std::vector<std::vector<int64_t>> assign_validation(const std::vector<int64_t>& costs,
+                                                    int64_t world, ValBalance balance) {
+  const auto n = static_cast<int64_t>(costs.size());
+  std::vector<std::vector<int64_t>> ranks(static_cast<size_t>(world));
+  if (balance == ValBalance::kCount) {
+    for (int64_t i = 0; i < n; ++i) ranks[static_cast<size_t>(i % world)].push_back(i);
+    return ranks;
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return costs[static_cast<size_t>(a)] > costs[static_cast<size_t>(b)];
+  });
+  std::vector<int64_t> load(static_cast<size_t>(world), 0);
+  for (const int64_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    load[static_cast<size_t>(least)] += costs[static_cast<size_t>(i)];
+    ranks[static_cast<size_t>(least)].push_back(i);
+  }
+  for (auto& r : ranks) std::sort(r.begin(), r.end());
+  return ranks;
 }
 
 int64_t training_set_size(const TrainOptions& o) {

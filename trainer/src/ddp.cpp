@@ -52,6 +52,7 @@ struct GradientReducer::Impl {
   std::vector<unsigned> hooks;
   size_t next_launch = 0;
   int64_t launched_early = 0;
+  int64_t launched_total = 0;
   bool in_step = false;
 
   void on_grad(int64_t p, const at::Tensor& grad) {
@@ -64,8 +65,13 @@ struct GradientReducer::Impl {
           " received a second gradient in one backward (used twice in forward?)");
     ready[static_cast<size_t>(p)] = true;
     const at::Tensor& param = params[static_cast<size_t>(p)];
-    bucket.flat.narrow(0, bucket.offsets[static_cast<size_t>(slot)], param.numel())
-        .copy_(grad.reshape({-1}));
+    at::Tensor slice =
+        bucket.flat.narrow(0, bucket.offsets[static_cast<size_t>(slot)], param.numel());
+    if (param.grad().defined()) {  // micro-steps before this one (no_sync) summed into grad
+      at::add_out(slice, param.grad().reshape({-1}), grad.reshape({-1}));
+    } else {
+      slice.copy_(grad.reshape({-1}));
+    }
     --bucket.pending;
     launch_ready();
   }
@@ -76,6 +82,7 @@ struct GradientReducer::Impl {
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
       buckets[next_launch].reduce = comm->allreduce_sum_async(buckets[next_launch].flat);
       ++next_launch;
+      ++launched_total;
       if (in_step) ++launched_early;
     }
   }
@@ -180,5 +187,7 @@ void GradientReducer::finish() {
 const std::vector<std::vector<int64_t>>& GradientReducer::buckets() const { return impl_->layout; }
 
 int64_t GradientReducer::launched_during_backward() const { return impl_->launched_early; }
+
+int64_t GradientReducer::allreduces() const { return impl_->launched_total; }
 
 }  // namespace volshard

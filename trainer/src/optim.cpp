@@ -31,6 +31,10 @@ void set_lr(torch::optim::Optimizer& opt, double lr, Optimizer kind) {
 }
 
 double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total_steps) {
+  const int64_t warm = o.warmup_steps;
+  if (step < warm) return o.lr * static_cast<double>(step + 1) / static_cast<double>(warm);
+  step -= warm;
+  total_steps -= warm;
   if (o.lr_schedule == LrSchedule::kConstant || total_steps <= 0) return o.lr;
   const double t = std::min(1.0, static_cast<double>(step) / static_cast<double>(total_steps));
   if (o.lr_schedule == LrSchedule::kCosine) return o.lr * 0.5 * (1.0 + std::cos(M_PI * t));

@@ -25,8 +25,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& opti
 /// Sets every parameter group's learning rate; `kind` is what make_optimizer built.
 void set_lr(torch::optim::Optimizer& optimizer, double lr, Optimizer kind);
 
-/// options.lr_schedule at `step` of `total_steps` (steps past the end keep the
-/// last value): constant, cosine to 0, or poly with power 0.9.
+/// The learning rate of optimizer step `step` (0-based) of `total_steps`:
+/// during options.warmup_steps lr * (step + 1) / warmup_steps, then
+/// options.lr_schedule over the steps left (steps past the end keep the last
+/// value): constant, cosine to 0, or poly with power 0.9.
 double scheduled_lr(const TrainOptions& options, int64_t step, int64_t total_steps);
 
 /// LibTorch's optimizer archive, as bytes.

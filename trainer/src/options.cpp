@@ -34,6 +34,11 @@ const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutp
       {"label", PredictOutput::kLabel}};
   return kNames;
 }
+const std::vector<std::pair<std::string, ValBalance>>& enum_names(ValBalance) {
+  static const std::vector<std::pair<std::string, ValBalance>> kNames{
+      {"cost", ValBalance::kCost}, {"count", ValBalance::kCount}};
+  return kNames;
+}
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend) {
   static const std::vector<std::pair<std::string, Backend>> kNames{{"gloo", Backend::kGloo},
                                                                    {"nccl", Backend::kNccl}};

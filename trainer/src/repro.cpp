@@ -155,6 +155,7 @@ class Runner {
   // Runs to completion; throws naming the log when it fails.
   void run(const std::string& run, int64_t nproc, const std::vector<std::string>& extra,
            const std::string& what) const {
+    clear_if_fresh(run, extra);
     const std::string log = (root_ / (run + ".log")).string();
     std::cerr << "repro: run " << run << ", " << nproc << " rank" << (nproc > 1 ? "s" : "") << ": "
               << what << (logs_kept_ ? " (log: " + log + ")" : std::string()) << "\n";
@@ -164,7 +165,8 @@ class Runner {
                                ": see " + log);
   }
 
-  // Starts a run and SIGKILLs its whole process tree once it logged `step`.
+  // Starts a run and SIGKILLs its whole process tree once it logged `step`
+  // and wrote a checkpoint.
   // Returns the step it had reached.
   int64_t run_and_kill(const std::string& run, int64_t nproc, const std::vector<std::string>& extra,
                        int64_t step) const {
@@ -172,12 +174,16 @@ class Runner {
               << (nproc > 1 ? "s" : "")
               << ": trains and is SIGKILLed (whole process group) once it logged step " << step
               << "\n";
+    clear_if_fresh(run, extra);
     const std::string log = (root_ / (run + ".log")).string();
     const pid_t pid = spawn(argv(run, nproc, extra), log);
     while (true) {
       int status = 0;
       if (::waitpid(pid, &status, WNOHANG) == pid) return -1;  // ended before the kill
-      if (last_step((root_ / run).string()) >= step) break;
+      // The step's metrics line comes before its checkpoint: a kill between
+      // the two at step 1 would leave nothing to resume.
+      if (last_step((root_ / run).string()) >= step && fs::exists(root_ / run / "checkpoint.pt"))
+        break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     ::kill(-pid, SIGKILL);
@@ -186,6 +192,15 @@ class Runner {
   }
 
   std::string path(const std::string& name) const { return (root_ / name).string(); }
+
+  // A fresh run starts from an empty folder: a kept --out's earlier files
+  // (checkpoint.pt, metrics.jsonl) must not stand in for the new run's.
+  void clear_if_fresh(const std::string& run, const std::vector<std::string>& extra) const {
+    if (std::find(extra.begin(), extra.end(), "--resume") != extra.end()) return;
+    std::error_code ec;
+    fs::remove_all(root_ / run, ec);
+    fs::remove(root_ / (run + ".log"), ec);
+  }
 
  private:
   const ReproOptions& o_;

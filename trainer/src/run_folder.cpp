@@ -121,7 +121,8 @@ void RunFolder::write_step(const MetricsLine& line) {
 
 void RunFolder::write_epoch(const MetricsLine& line, double val_dice,
                             const std::vector<double>& per_class,
-                            const std::vector<std::string>& class_names, double seconds) {
+                            const std::vector<std::string>& class_names, double seconds,
+                            const std::vector<double>& val_rank_seconds) {
   json j = metrics_json("epoch", line);
   auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
   j["val_dice"] = number(val_dice);
@@ -132,6 +133,7 @@ void RunFolder::write_epoch(const MetricsLine& line, double val_dice,
     j["val_classes"] = class_names;
   }
   j["seconds"] = seconds;
+  if (!val_rank_seconds.empty()) j["val_seconds"] = val_rank_seconds;
   metrics_.write(j.dump() + "\n");
 }
 

@@ -51,8 +51,10 @@ class RunFolder {
   /// `val_dice` NaN is written as null; per_class (when more than one class)
   /// as "val_dice_per_class", a list with null for NaN, and the classes'
   /// names as "val_classes".
+  /// `val_rank_seconds`: each rank's validation time ("val_seconds"), when it validated.
   void write_epoch(const MetricsLine& line, double val_dice, const std::vector<double>& per_class,
-                   const std::vector<std::string>& class_names, double seconds);
+                   const std::vector<std::string>& class_names, double seconds,
+                   const std::vector<double>& val_rank_seconds = {});
   /// model.pt: the state_dict, as torch.save writes it.
   void save_model(const NamedTensors& state) const;
   /// best_model.pt (as model.pt) and best_model.json {metric, epoch, step},

@@ -104,6 +104,7 @@ struct StepStats {
   double wait_seconds = 0;  // for data, summed over ranks
   double seconds = 0;       // summed over ranks
   double crops = 0;         // summed over ranks
+  int64_t micro_batches = 0;  // this rank's batches (of batch_size volumes) in the step
   bool stop = false;        // some rank asked to stop after this step
 };
 
@@ -151,8 +152,9 @@ struct Engine {
   DataLoader loader;
   RunFolder run;
   const DistributedSamplerOptions sampler;
-  const int64_t steps_per_epoch, total_steps;
+  const int64_t steps_per_epoch, total_steps;  // optimizer steps
   const Clock::time_point t_start;
+  int64_t batches_left = 0;  // this rank's batches left in the epoch
 };
 
 Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, int64_t threads)
@@ -173,9 +175,11 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       loader(cache.source(), feed_augmentation(o.resolved_feed()), loader_options(o)),
       run(o, position, c),
       sampler(sampler_options(o, n_train, c)),
-      steps_per_epoch((ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) +
-                       o.batch_size - 1) /
-                      o.batch_size),
+      steps_per_epoch(((ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) +
+                        o.batch_size - 1) /
+                           o.batch_size +
+                       o.accumulate - 1) /
+                      o.accumulate),
       total_steps(steps_per_epoch * o.epochs),
       t_start(Clock::now()) {
   loader.reserve();  // the batch buffers faulted in now, not in the first epoch
@@ -186,7 +190,9 @@ int64_t Engine::start_epoch(int64_t epoch) {
   DistributedSampler s = restore ? DistributedSampler::restore(*position.sampler, rank, world)
                                  : DistributedSampler(sampler);
   s.set_epoch(epoch);
-  loader.start_epoch(s.indices().to_vector(), epoch);
+  const std::vector<int64_t> indices = s.indices().to_vector();
+  batches_left = (static_cast<int64_t>(indices.size()) + o.batch_size - 1) / o.batch_size;
+  loader.start_epoch(indices, epoch);
   if (restore) return position.sampler->consumed;
   position.epoch_loss_sum = 0;
   position.epoch_loss_steps = 0;
@@ -195,18 +201,36 @@ int64_t Engine::start_epoch(int64_t epoch) {
 
 std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>& stop_requested) {
   const Clock::time_point t0 = Clock::now();
-  const std::optional<Batch> batch = loader.next();
-  if (!batch) return std::nullopt;
+  // --accumulate N: N batches (fewer at the epoch's end), each loss over
+  // their count; the gradients sum locally and the last backward all-reduces.
+  const int64_t micro = std::min(o.accumulate, batches_left);
+  if (micro <= 0) return std::nullopt;
   StepStats s;
   s.lr = scheduled_lr(o, position.global_step, total_steps);
   set_lr(*opt, s.lr, o.optimizer);
   opt->zero_grad();
-  const at::Tensor logits = net.forward(batch->image);
-  const at::Tensor loss =
-      segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
-  reducer.prepare();
-  loss.backward();
-  reducer.finish();
+  double loss_sum = 0, wait = 0, crops = 0;
+  std::vector<std::vector<SampleMeta>> metas;
+  for (int64_t m = 0; m < micro; ++m) {
+    const std::optional<Batch> batch = loader.next();
+    if (!batch)
+      throw std::logic_error("train: the loader ended " + std::to_string(batches_left) +
+                             " batch(es) before the epoch's count");
+    --batches_left;
+    const at::Tensor logits = net.forward(batch->image);
+    const at::Tensor loss =
+        segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
+    const at::Tensor scaled = micro > 1 ? loss / static_cast<double>(micro) : loss;
+    const bool last = m + 1 == micro;
+    if (last) reducer.prepare();
+    scaled.backward();
+    if (last) reducer.finish();
+    loss_sum += loss.item<double>();
+    wait += batch->wait_seconds;
+    crops += static_cast<double>(batch->image.size(0));
+    metas.push_back(batch->meta);
+  }
+  if (o.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(net.parameters(), o.clip_grad_norm);
   opt->step();
   ++position.global_step;
   const double seconds = seconds_since(t0);
@@ -214,9 +238,9 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   // any rank wants to stop (all ranks then stop after this step).
   const bool want_stop = (stop_requested && stop_requested()) ||
                          (o.max_steps >= 0 && position.global_step >= o.max_steps);
-  at::Tensor sums = at::tensor({loss.item<double>(), batch->wait_seconds, seconds,
-                                static_cast<double>(batch->image.size(0)), want_stop ? 1.0 : 0.0},
-                               at::kDouble);
+  at::Tensor sums = at::tensor(
+      {loss_sum / static_cast<double>(micro), wait, seconds, crops, want_stop ? 1.0 : 0.0},
+      at::kDouble);
   comm.allreduce_sum(sums);
   const auto* v = sums.data_ptr<double>();
   s.loss = v[0] / static_cast<double>(world);
@@ -224,9 +248,10 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   s.seconds = v[2];
   s.crops = v[3];
   s.stop = v[4] > 0;
+  s.micro_batches = micro;
   position.epoch_loss_sum += s.loss;
   ++position.epoch_loss_steps;
-  run.trace(epoch, position.global_step, rank, batch->meta);
+  for (const auto& meta : metas) run.trace(epoch, position.global_step, rank, meta);
   return s;
 }
 
@@ -281,7 +306,8 @@ void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& s
   line.lr = scheduled_lr(o, position.global_step - 1, total_steps);
   line.samples_per_s = static_cast<double>(totals.samples) / std::max(totals.seconds, 1e-12);
   line.data_wait = totals.wait_seconds / std::max(totals.seconds, 1e-12);
-  run.write_epoch(line, val_dice, scores.per_class, class_names(o), seconds_since(totals.start));
+  run.write_epoch(line, val_dice, scores.per_class, class_names(o), seconds_since(totals.start),
+                  scores.rank_seconds);
   print_epoch_line(epoch, o.epochs, line.loss, val_dice, scores.per_class, class_names(o));
   // best_model.pt before the checkpoint that records it: a kill between the
   // two leaves the older record, never one naming weights not written.
@@ -335,14 +361,15 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
   for (int64_t epoch = e.position.first_epoch(); epoch < o.epochs; ++epoch) {
     const int64_t consumed0 = e.start_epoch(epoch);
     EpochTotals totals;
-    int64_t steps = 0;
+    int64_t micro_batches = 0;
     bool stop = false;
     while (const std::optional<StepStats> s = e.step(epoch, stop_requested)) {
       stop = s->stop;
       totals.add(*s, e.world);
       summary.last_loss = s->loss;
       e.log_step(epoch, *s);
-      const int64_t consumed = consumed0 + ++steps * o.batch_size * e.world;
+      micro_batches += s->micro_batches;
+      const int64_t consumed = consumed0 + micro_batches * o.batch_size * e.world;
       const bool periodic =
           o.checkpoint_every > 0 && e.position.global_step % o.checkpoint_every == 0;
       const bool epoch_done = consumed >= e.n_train;  // then the epoch's end saves
@@ -361,6 +388,7 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
     }
   }
   summary.global_step = e.position.global_step;
+  summary.gradient_allreduces = e.reducer.allreduces();
   if (e.lead && summary.interrupted) e.run.save_model(e.net.state_dict());
   comm.barrier();
   return summary;

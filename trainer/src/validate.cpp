@@ -2,18 +2,19 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "volshard/core/progress.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
-#include "volshard/sampler/distributed_sampler.h"
+#include "volshard/trainer/data_split.h"
 #include "volshard/trainer/loss.h"
 #include "volshard/transforms/inference.h"
 
 namespace volshard {
 
-// Each rank scores its uneven shard; the per-volume scores are summed into one
+// Each rank scores its share (assign_validation); the per-volume scores are summed into one
 // vector indexed by dataset index (every other rank adds exact zeros), and the
 // mean is taken in index order, so the result equals a single process's bit
 // for bit.
@@ -25,22 +26,14 @@ ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>&
   const int64_t classes = o.model.out_channels - (softmax ? 1 : 0);
   out.per_class.assign(static_cast<size_t>(classes), NAN);
   if (n == 0) return out;
-  // MONAI's uneven split needs a volume per rank; with fewer volumes than
-  // ranks, the first n ranks take one each (what the split would give them).
-  std::vector<int64_t> indices;
-  if (n >= comm.world_size()) {
-    DistributedSamplerOptions so;
-    so.dataset_size = n;
-    so.num_replicas = comm.world_size();
-    so.rank = comm.rank();
-    so.shuffle = false;
-    so.mode = PartitionMode::kUneven;
-    indices = DistributedSampler(so).indices();
-  } else if (comm.rank() < n) {
-    indices = {comm.rank()};
-  }
+  // By sliding-window cost (or MONAI's split): every volume once.
+  const std::vector<int64_t> indices = assign_validation(
+      o.val_balance == ValBalance::kCost ? validation_costs(o, val)
+                                         : std::vector<int64_t>(static_cast<size_t>(n), 1),
+      comm.world_size(), o.val_balance)[static_cast<size_t>(comm.rank())];
   // Row 2c: class c's Dice per volume; row 2c + 1: 1 where it was scored.
   at::Tensor scores = at::zeros({2 * classes, n}, at::kDouble);
+  const auto started = std::chrono::steady_clock::now();
   const bool was_training = net.is_training();
   net.train(false);
   {
@@ -70,7 +63,14 @@ ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>&
     progress.finish();
   }
   net.train(was_training);
+  // Each rank's own time, before it waits for the others in the all-reduce.
+  at::Tensor seconds = at::zeros({comm.world_size()}, at::kDouble);
+  seconds[comm.rank()] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   comm.allreduce_sum(scores);  // ranks with fewer volumes still take part
+  comm.allreduce_sum(seconds);
+  out.rank_seconds.assign(seconds.data_ptr<double>(),
+                          seconds.data_ptr<double>() + comm.world_size());
   // Sums in index order (volume, then class): the same on any world size.
   const auto* v = scores.data_ptr<double>();
   double sum = 0;

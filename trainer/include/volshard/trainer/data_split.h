@@ -42,6 +42,21 @@ void check_training_config(const TrainOptions& options, int64_t world_size);
 /// image whose count differs from the first's.
 int64_t image_channels(const DataSplit& split);
 
+/// Each validation volume's sliding-window cost, windows times voxels per
+/// window (options.roi, or the crop; overlap), over its shape as the
+/// prefix's Spacing leaves it, read from the header (CropForeground's box
+/// needs the voxels and is not counted). Throws std::invalid_argument naming
+/// an unreadable file.
+std::vector<int64_t> validation_costs(const TrainOptions& options,
+                                      const std::vector<ImageLabelPair>& val);
+
+/// The volumes each of `world_size` ranks validates: kCost gives the costliest
+/// volume first to the least loaded rank (ties: the lower index, the lower
+/// rank), as NVIDIA's MLPerf loader balances validation; kCount is MONAI's
+/// uneven split (r, r + W, ...). Every volume once; each rank's list ascending.
+std::vector<std::vector<int64_t>> assign_validation(const std::vector<int64_t>& costs,
+                                                    int64_t world_size, ValBalance balance);
+
 /// Training volumes the options select (after the validation hold-out).
 int64_t training_set_size(const TrainOptions& options);
 

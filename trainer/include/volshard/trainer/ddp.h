@@ -33,6 +33,10 @@ struct GradientReducerOptions {
 ///
 ///   reducer.prepare();  loss.backward();  reducer.finish();  optimizer.step();
 ///
+/// Gradient accumulation (DDP's no_sync): backward passes outside a
+/// prepare()/finish() pair sum local gradients into each grad; the pass
+/// inside the pair all-reduces those sums plus its own, once.
+///
 /// Every parameter must receive a gradient each step. Not thread-safe.
 class GradientReducer {
  public:
@@ -54,6 +58,8 @@ class GradientReducer {
   /// Buckets launched before finish() was called in the last step: > 0 means
   /// communication overlapped the backward pass.
   int64_t launched_during_backward() const;
+  /// Bucket all-reduces launched since construction.
+  int64_t allreduces() const;
 
   struct Impl;  ///< opaque
 

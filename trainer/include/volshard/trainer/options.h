@@ -20,6 +20,11 @@ namespace volshard {
 enum class Optimizer { kAdam, kSgd };
 enum class LrSchedule { kConstant, kCosine, kPoly };  ///< per step; poly has power 0.9
 enum class PredictOutput { kLogits, kProb, kLabel };
+/// How validation volumes go to ranks.
+enum class ValBalance {
+  kCost,   ///< by sliding-window cost, longest first to the least loaded rank (MLPerf's loader)
+  kCount,  ///< MONAI's uneven split: rank r takes volumes r, r + W, ...
+};
 /// How logits become predictions, and which Dice the loss and metric take.
 enum class Activation {
   kSigmoid,  ///< each output channel on its own (binary, BraTS regions): DiceLoss(sigmoid)
@@ -30,6 +35,7 @@ enum class Activation {
 const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer);
 const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule);
 const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutput);
+const std::vector<std::pair<std::string, ValBalance>>& enum_names(ValBalance);
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend);
 const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind);
 const std::vector<std::pair<std::string, Activation>>& enum_names(Activation);
@@ -145,6 +151,9 @@ struct TrainOptions {
   double momentum = 0.9;  ///< sgd
   double weight_decay = 0.0;
   LrSchedule lr_schedule = LrSchedule::kConstant;
+  int64_t warmup_steps = 0;   ///< linear warm-up over these optimizer steps, then the schedule
+  double clip_grad_norm = 0;  ///< > 0: the gradients' global L2 norm clipped to it
+  int64_t accumulate = 1;     ///< micro-batches of batch_size per optimizer step (no_sync)
   uint64_t seed = 0;
   UNetOptions model{/*in_channels=*/0};  ///< in_channels 0: the images' channels
   Activation activation = Activation::kSigmoid;
@@ -154,6 +163,7 @@ struct TrainOptions {
   int64_t roi = 0;        ///< sliding-window size for validation; 0: the crop size
   double overlap = 0.25;
   int64_t sw_batch_size = 1;
+  ValBalance val_balance = ValBalance::kCost;
   // Checkpoints and faults
   int64_t checkpoint_every = 0;  ///< also every k steps (mid-epoch); 0: at epoch ends only
   std::string resume;            ///< RUN folder (or checkpoint file) to continue from
@@ -223,6 +233,22 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("momentum", "sgd momentum").at_least(0).below(1), o.momentum);
   visit(F("weight_decay", "L2 weight decay").at_least(0), o.weight_decay);
   visit(F("lr_schedule", "learning-rate schedule, per step (poly: power 0.9)"), o.lr_schedule);
+  visit(F("warmup_steps",
+          "linear warm-up: optimizer step s < N takes lr * (s + 1) / N, then the schedule runs "
+          "over the steps left (0: none)")
+            .at_least(0),
+        o.warmup_steps);
+  visit(F("clip_grad_norm",
+          "clip the gradients' global L2 norm to this after the all-reduce, as "
+          "torch.nn.utils.clip_grad_norm_ (0: none)")
+            .at_least(0),
+        o.clip_grad_norm);
+  visit(F("accumulate",
+          "micro-batches of --batch-size per optimizer step: gradients summed over them and "
+          "all-reduced once, on the last (DDP's no_sync); the loss is their mean")
+            .at_least(1)
+            .at_most(65536),
+        o.accumulate);
   visit(F("seed", "base seed of the sampler, augmentation and weights"), o.seed);
   for_each_model_field(o.model, visit);
   visit(F("activation",
@@ -244,6 +270,10 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
   visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
         o.sw_batch_size);
+  visit(F("val_balance",
+          "validation volumes to ranks (cost: by sliding-window cost, longest first to the least "
+          "loaded rank; count: MONAI's split, r, r + W, ...); the metric is the same either way"),
+        o.val_balance);
   visit(F("checkpoint_every", "also checkpoint every this many steps (0: epoch ends only)")
             .at_least(0),
         o.checkpoint_every);

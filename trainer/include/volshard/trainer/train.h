@@ -29,6 +29,9 @@ struct TrainSummary {
   /// best_epoch -1 when none ran; 0-based.
   int64_t best_epoch = -1;
   double best_val_dice = -1;
+  /// Gradient bucket all-reduces this rank launched (one set per optimizer
+  /// step: --accumulate N divides them by N).
+  int64_t gradient_allreduces = 0;
 };
 
 /// Runs (or resumes) training on this rank. Rank 0 writes RUN/: model.pt,
