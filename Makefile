@@ -68,6 +68,8 @@ bench: build
 	@echo
 	@cmake --build $(BUILD) --target python
 	@PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
+	@echo
+	@$(PYTHON) bench/validation_balance.py --bin $(BUILD)/bin/volshard --out $(BUILD)/bench_validation
 
 # Real scans: configs/hippocampus.json on the Decathlon's Hippocampus task
 # (../shared/data/msd_hippocampus beside the clone), 2 ranks on CPU, about

@@ -529,7 +529,153 @@ class ReproTest(Base):
         self.assertIn("--steps=1", bad.stderr)
 
 
+class LauncherTest(Base):
+    """The launchers people use, run for real: torch 2.11's torch.distributed.launch (--local-rank) and
+    torchrun (its agent store), the PET_* variables of TorchX and Kubeflow, SLURM's SIGUSR1 + requeue."""
+
+    def clean_env(self, **extra):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PET_", "TORCHELASTIC_", "SLURM_")) and k not in
+               ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")}
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def launch(self, launcher, out, *extra):
+        port = str(free_port())
+        if launcher == "torch.distributed.launch":
+            # It runs Python scripts only (--no-python needs --use-env, which drops --local-rank): a
+            # user's script that hands its arguments to volshard, as `volshard --local-rank=N train ...`.
+            script = os.path.join(self.root, "hand_over.py")
+            with open(script, "w") as f:
+                f.write("import os, sys\nos.execv(%r, [%r] + sys.argv[1:])\n" % (BINARY, BINARY))
+            program = [script]
+        else:
+            program = ["--no-python", BINARY]
+        cmd = [sys.executable, "-m", launcher, "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+               "--master-port", port, *program, "train", "--data", self.data, "--out", out,
+               "--epochs", "1", "--val-fraction", "0.25", *SMALL, *map(str, extra)]
+        return subprocess.run(cmd, capture_output=True, text=True, env=self.clean_env(), timeout=600)
+
+    def test_torchrun_with_its_agent_store_and_torch_distributed_launch_with_local_rank(self):
+        ref = self.out("ref")
+        self.train(ref, epochs=1)
+        for launcher in ("torch.distributed.run", "torch.distributed.launch"):
+            out = self.out(launcher)
+            p = self.launch(launcher, out)
+            self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+            self.assertIn("2 rank(s) over gloo", p.stderr)
+            self.assertEqual(model_bytes(ref), model_bytes(out), launcher)
+        # torchrun serves the store itself: volshard's ranks joined it as clients.
+        p = self.launch("torch.distributed.run", self.out("agent"), "--overwrite")
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        with open(os.path.join(self.out("agent"), "train.log")) as f:
+            self.assertIn("2 rank(s)", f.read())
+
+    def test_local_rank_flag_must_agree_with_the_environment(self):
+        p = run("--local-rank=1", "train", "--help", env={"LOCAL_RANK": "0"})
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--local-rank=1 but LOCAL_RANK=0", p.stderr)
+        p = run("--local_rank=x", "train", "--help")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--local_rank=x must be a non-negative integer", p.stderr)
+        p = run("--local-rank", "0", "train", "--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_pet_variables_make_volshard_the_launcher_as_kubeflow_sets_them(self):
+        ref = self.out("ref")
+        self.train(ref, epochs=1)
+        out = self.out("pet")
+        # Kubeflow's PyTorchJob: RANK and WORLD_SIZE count pods; PET_* are torchrun's flags.
+        env = self.clean_env(PET_NPROC_PER_NODE=2, PET_NNODES=1, RANK=0, WORLD_SIZE=1,
+                             MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
+        p = subprocess.run([BINARY, "train", "--data", self.data, "--out", out, "--epochs", "1",
+                            "--val-fraction", "0.25", *SMALL], capture_output=True, text=True, env=env, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("2 rank(s) over gloo", p.stderr)
+        self.assertEqual(model_bytes(ref), model_bytes(out))
+        env["PET_NNODES"] = "1:2"
+        p = subprocess.run([BINARY, "train", "--data", self.data, "--out", out, "--overwrite"], capture_output=True,
+                           text=True, env=env, timeout=600)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("PET_NNODES='1:2'", p.stderr)
+
+    def test_two_hosts_in_network_namespaces_meet_without_gloo_socket_ifname(self):
+        # Two "hosts": network namespaces joined by a veth pair, made here and removed after. Their host
+        # name resolves to an address neither namespace has; Gloo must listen on the interface that
+        # routes to the master.
+        suffix = str(os.getpid() % 100000)
+        names = ["vsa" + suffix, "vsb" + suffix]
+        ip = shutil.which("ip") or "/usr/sbin/ip"
+
+        def sh(*args):
+            return subprocess.run([ip, *args], capture_output=True, text=True)
+
+        if os.geteuid() != 0 or not os.path.exists(ip) or sh("netns", "add", names[0]).returncode != 0:
+            self.skipTest("needs root and `ip netns` (iproute2) to make two network namespaces")
+        try:
+            steps = [("netns", "add", names[1]),
+                     ("link", "add", "v" + names[0], "type", "veth", "peer", "name", "v" + names[1])]
+            for k, name in enumerate(names):
+                steps += [("link", "set", "v" + name, "netns", name),
+                          ("-n", name, "addr", "add", "10.213.0.%d/24" % (k + 1), "dev", "v" + name),
+                          ("-n", name, "link", "set", "v" + name, "up"), ("-n", name, "link", "set", "lo", "up")]
+            for step in steps:
+                p = sh(*step)
+                if p.returncode != 0:
+                    self.skipTest("cannot make the veth pair (%s): %s" % (" ".join(step), p.stderr.strip()))
+            out = self.out("run")
+            env = self.clean_env()
+            procs = [subprocess.Popen(
+                [ip, "netns", "exec", name, BINARY, "train", "--data", self.data, "--out", out, "--epochs", "1",
+                 "--val-fraction", "0.25", *SMALL, "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(k),
+                 "--master-addr", "10.213.0.1", "--master-port", "29511", "--timeout", "30"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                for k, name in enumerate(names)]
+            outs = [p.communicate(timeout=300) for p in procs]
+            self.assertEqual([p.returncode for p in procs], [0, 0], outs)
+            self.assertIn("2 rank(s)", outs[0][1])
+            self.assertEqual(len([m for m in metrics(out) if m[0] == "step"]), 3)
+        finally:
+            for name in names:
+                sh("netns", "del", name)
+
+    def test_sigusr1_checkpoints_and_a_requeued_job_resumes_bit_identical(self):
+        ref = self.out("ref")
+        self.train(ref, epochs=3)
+        out = self.out("slurm")
+        proc = self.popen_train(out)
+        wait_for_step(out, 2, proc)
+        proc.send_signal(signal.SIGUSR1)  # to the launcher, which forwards it
+        _, err = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 128 + signal.SIGUSR1, err)
+        self.assertIn("received SIGUSR1 (SLURM's warning before the time limit)", err)
+        # `scontrol requeue` runs the same command again, with SLURM_RESTART_COUNT=1.
+        p = subprocess.run([BINARY, "train", "--data", self.data, "--out", out, "--epochs", "3", "--val-fraction",
+                            "0.25", "--nproc-per-node", "2", *SMALL], capture_output=True, text=True,
+                           env=self.clean_env(SLURM_RESTART_COUNT=1), timeout=600)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("a requeued SLURM job (SLURM_RESTART_COUNT set): resuming " + out, p.stderr)
+        self.assertEqual(model_bytes(ref), model_bytes(out))
+
+
 class FaultTest(Base):
+    def test_a_rank_failing_in_validation_ends_every_rank_naming_it(self):
+        # A copy of the data whose last validation image is cut short after its header: the headers
+        # pass the start-up checks, and the rank that validates it fails while reading its voxels.
+        data = self.out("data")
+        shutil.copytree(self.data, data)
+        bad = os.path.join(data, "img7.nii.gz")
+        with open(bad, "rb") as f:
+            head = f.read()
+        with open(bad, "wb") as f:
+            f.write(head[:len(head) // 2])
+        p = run("train", "--data", data, "--out", self.out("run"), "--epochs", "1", "--val-fraction", "0.25",
+                "--nproc-per-node", 2, "--timeout", 5, *SMALL, timeout=180)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("img7.nii.gz", p.stderr)
+        self.assertRegex(p.stderr, r"rank 1: error: .*img7\.nii\.gz")
+        self.assertIn("launcher: worker rank 1", p.stderr)
+
     def test_a_killed_rank_is_named_and_the_last_checkpoint_resumes(self):
         out = self.out("run")
         proc = self.popen_train(out, "--checkpoint-every", 1, "--timeout", 5)
