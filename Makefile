@@ -70,6 +70,8 @@ bench: build
 	@PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_loader_bench.py --bin $(BUILD)/bin/volshard
 	@echo
 	@$(PYTHON) bench/validation_balance.py --bin $(BUILD)/bin/volshard --out $(BUILD)/bench_validation
+	@echo
+	@$(PYTHON) bench/invariant_overhead.py --bin $(BUILD)/bin/volshard --out $(BUILD)/bench_invariant
 
 # Real scans: configs/hippocampus.json on the Decathlon's Hippocampus task
 # (../shared/data/msd_hippocampus beside the clone), 2 ranks on CPU, about

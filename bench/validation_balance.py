@@ -5,8 +5,8 @@ default (`--val-balance cost`: the costliest volume first to the least loaded
 rank), on CT-like volumes whose sizes differ as real CT does.
 
 The set: `volshard synth --kind ct` at in-plane sizes drawn once (seed 0) from
-64..224 (16 to 56 slices), 12 validation cases in that drawn order plus 2 small
-training cases; a small UNet (4-8-16-32) and 32^3 sliding windows, so the
+64..224 (16 to 56 slices), 12 validation cases in that drawn order plus 2 training
+cases at 128; a small UNet (4-8-16-32) and 32^3 sliding windows, so the
 figures are about the split, not the network. Both runs train one step on 2
 ranks and validate once; each rank's own validation seconds come from
 metrics.jsonl ("val_seconds", measured before the ranks wait for each other).
@@ -34,7 +34,7 @@ def main():
     rng = random.Random(0)
     sizes = [rng.choice([64, 96, 128, 160, 192, 224]) for _ in range(12)]
     train, val = [], []
-    for k, size in enumerate([64] + sizes):
+    for k, size in enumerate([128] + sizes):
         folder = os.path.join(args.out, "case%02d" % k)
         count = 2 if k == 0 else 1
         subprocess.run([args.bin, "synth", "--kind", "ct", "--out", folder, "--count", str(count), "--size",

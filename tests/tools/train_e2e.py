@@ -407,6 +407,22 @@ def free_port():
 
 
 class ReproTest(Base):
+    def test_invariant_training_writes_the_same_model_on_1_2_and_3_ranks(self):
+        models = []
+        for world in (1, 2, 3):
+            out = self.out("w%d" % world)
+            # SMALL without its --threads 1 and --batch-size 1: 4 is the global batch here.
+            p = run("train", "--data", self.data, "--out", out, "--epochs", 2, "--val-fraction", "0.25",
+                    "--nproc-per-node", world, *SMALL[:-4], "--invariant", "--batch-size", 4)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("1 intra-op thread(s) per rank", p.stderr)  # --invariant fixes the count
+            models.append(model_bytes(out))
+        self.assertEqual(models[0], models[1])
+        self.assertEqual(models[0], models[2])
+        p = run("train", "--data", self.data, "--out", self.out("bn"), "--invariant", "--norm", "batch")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--invariant: --norm batch", p.stderr)
+
     def test_train_log_holds_what_rank_0_printed_on_both_streams(self):
         out = self.out("run")
         p = self.train(out, "--max-steps", 2)

@@ -216,6 +216,73 @@ TEST_F(TrainTest, AccumulationOnTwoRanksHalvesTheAllReducesAndResumesBitIdentica
   EXPECT_EQ(bytes(file("stopped", "model.pt")), bytes(file("accumulated", "model.pt")));
 }
 
+// --invariant: the same model.pt bytes at W = 1, 2 and 4 (W = 1 is gradient
+// accumulation over the step's volumes), and a run stopped at W = 2 and
+// resumed at W = 4 ends there too. 4 training volumes, a global batch of 3:
+// steps of 3 and 1 volumes, so at W = 4 a rank has none in the second.
+TEST_F(TrainTest, InvariantTrainingWritesTheSameModelAtWorldSizes124AndAfterAnElasticResume) {
+  const auto invariant = [&](const std::string& run) {
+    TrainOptions o = options(run);
+    o.invariant = true;
+    o.batch_size = 3;
+    return o;
+  };
+  std::vector<char> reference;
+  std::vector<std::string> reference_metrics;
+  for (const int64_t w : {1, 2, 4}) {
+    const std::string run = "w" + std::to_string(w);
+    std::vector<TrainSummary> s(static_cast<size_t>(w));
+    run_ranks(static_cast<int>(w), [&](Communicator& comm) {
+      s[static_cast<size_t>(comm.rank())] = train(invariant(run), comm);
+    });
+    EXPECT_EQ(s[0].global_step, 4) << "W=" << w;
+    if (w == 1) {
+      reference = bytes(file(run, "model.pt"));
+      reference_metrics = metrics_without_timing(file(run, "metrics.jsonl"));
+      continue;
+    }
+    EXPECT_EQ(bytes(file(run, "model.pt")), reference) << "W=" << w;
+    EXPECT_EQ(metrics_without_timing(file(run, "metrics.jsonl")), reference_metrics) << "W=" << w;
+  }
+  TrainOptions stopped = invariant("elastic");
+  stopped.max_steps = 1;
+  run_ranks(2, [&](Communicator& comm) { train(stopped, comm); });
+  TrainOptions resumed = invariant("elastic");
+  resumed.resume = (dir_ / "elastic").string();
+  run_ranks(4, [&](Communicator& comm) { train(resumed, comm); });
+  EXPECT_EQ(bytes(file("elastic", "model.pt")), reference);
+  // What it fixes: ordinary data parallelism at W = 1 and 2 over the same
+  // volumes per step (1 x 4 and 2 x 2) parts in the last bits.
+  TrainOptions one = options("ordinary1"), two = options("ordinary2");
+  one.batch_size = 4;
+  one.val_every = two.val_every = 0;
+  two.batch_size = 2;
+  one.epochs = two.epochs = 1;
+  one.optimizer = two.optimizer = Optimizer::kSgd;  // Adam's first step is nearly lr * sign(g)
+  one.momentum = two.momentum = 0;
+  run_ranks(1, [&](Communicator& comm) { train(one, comm); });
+  run_ranks(2, [&](Communicator& comm) { train(two, comm); });
+  EXPECT_NE(bytes(file("ordinary1", "model.pt")), bytes(file("ordinary2", "model.pt")));
+}
+
+TEST_F(TrainTest, InvariantTrainingRefusesWhatWouldMixVolumesOrRanks) {
+  TrainOptions o = options("refused");
+  o.invariant = true;
+  o.model.norm = NormKind::kBatch;
+  EXPECT_THROW(
+      try { o.validate(); } catch (const std::invalid_argument& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("--norm batch"));
+        throw;
+      },
+      std::invalid_argument);
+  o.model.norm = NormKind::kInstance;
+  o.model.dropout = 0.1;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.model.dropout = 0;
+  o.accumulate = 2;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
 // Warm-up: step s < N at lr * (s + 1) / N, then the schedule (constant here).
 TEST_F(TrainTest, WarmupRaisesTheLearningRateLinearlyThenTheScheduleRuns) {
   TrainOptions o = options("warm");

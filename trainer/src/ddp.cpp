@@ -1,5 +1,8 @@
 #include "volshard/trainer/ddp.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -189,5 +192,48 @@ const std::vector<std::vector<int64_t>>& GradientReducer::buckets() const { retu
 int64_t GradientReducer::launched_during_backward() const { return impl_->launched_early; }
 
 int64_t GradientReducer::allreduces() const { return impl_->launched_total; }
+
+at::Tensor flat_gradients(const std::vector<at::Tensor>& parameters) {
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& p : parameters)
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
+                                       : at::zeros({p.numel()}, p.options()));
+  return at::cat(parts).to(at::kFloat);
+}
+
+int exact_gradient_mean(const std::vector<at::Tensor>& samples, int64_t count,
+                        const std::vector<at::Tensor>& parameters, Communicator& comm) {
+  int64_t numel = 0;
+  for (const at::Tensor& p : parameters) numel += p.numel();
+  c10::NoGradGuard no_grad;
+  double local = 0;
+  for (const at::Tensor& s : samples) local = std::max(local, s.abs().max().item<double>());
+  at::Tensor most = at::tensor({local}, at::kDouble);
+  comm.allreduce_max(most);
+  int e = 0;
+  if (most.item<double>() > 0) {
+    int exponent = 0;  // count * most < 2^exponent
+    std::frexp(most.item<double>() * static_cast<double>(std::max<int64_t>(count, 1)), &exponent);
+    e = 62 - exponent;
+  }
+  const double scale = std::ldexp(1.0, e);
+  at::Tensor sum = at::zeros({numel}, at::kLong);
+  for (const at::Tensor& s : samples) sum.add_(at::round(s.to(at::kDouble) * scale).to(at::kLong));
+  comm.allreduce_sum(sum);
+  const at::Tensor mean =
+      (sum.to(at::kDouble) / (scale * static_cast<double>(std::max<int64_t>(count, 1))))
+          .to(at::kFloat);
+  int64_t offset = 0;
+  for (const at::Tensor& p : parameters) {
+    at::Tensor g = mean.narrow(0, offset, p.numel()).view(p.sizes()).to(p.scalar_type());
+    offset += p.numel();
+    if (p.grad().defined()) {
+      const_cast<at::Tensor&>(p).mutable_grad().copy_(g);
+    } else {
+      const_cast<at::Tensor&>(p).mutable_grad() = g.clone();
+    }
+  }
+  return e;
+}
 
 }  // namespace volshard

@@ -16,9 +16,11 @@ namespace volshard {
 int64_t set_up_machine(const TrainOptions& o) {
   tune_allocator_for_volumes();
   const int64_t local_world = std::max<int64_t>(1, o.local_world_size);
+  // --invariant: kernels split their sums by thread, so the count is fixed.
   const int64_t threads =
-      o.threads > 0
-          ? o.threads
+      o.threads > 0 ? o.threads
+      : o.invariant
+          ? 1
           : std::max<int64_t>(
                 1, static_cast<int64_t>(std::thread::hardware_concurrency()) / local_world);
   at::set_num_threads(static_cast<int>(threads));

@@ -194,6 +194,15 @@ void TrainOptions::validate() const {
         std::to_string(model.out_channels) + " must be 3");
   if (activation == Activation::kSoftmax && model.out_channels < 2)
     bad("train: --activation softmax needs --out-channels >= 2 (background and classes)");
+  if (invariant && model.norm == NormKind::kBatch)
+    bad("train: --invariant: --norm batch mixes the volumes of a rank's batch; use --norm "
+        "instance");
+  if (invariant && model.dropout > 0)
+    bad("train: --invariant: --dropout=" + std::to_string(model.dropout) +
+        " draws from each rank's own generator; use --dropout 0");
+  if (invariant && accumulate != 1)
+    bad("train: --invariant takes --batch-size as the global batch: --accumulate=" +
+        std::to_string(accumulate) + " has no meaning there (use 1)");
   net.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
   if (roi > 0) net.check_spatial_size({roi, roi, roi}, "train: --roi");
   // Lower bounds of what a step and a validation window hold, before a worker starts.

@@ -49,7 +49,7 @@ void check_resumed_config(const json& now, const json& saved, const std::string&
       "data",    "datalist",  "image_glob",   "label_glob",  "val_fraction", "seed",
       "crop",    "crop_kind", "num_samples",  "in_channels", "out_channels", "channels",
       "strides", "res_units", "norm",         "dropout",     "activation",   "orientation",
-      "pixdim",  "intensity", "normalize_on", "spatial_pad", "labels"};
+      "pixdim",  "intensity", "normalize_on", "spatial_pad", "labels",       "invariant"};
   const std::string d =
       differences(saved, now, [](const std::string& key) { return kKept.count(key) > 0; });
   if (!d.empty())

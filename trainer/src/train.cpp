@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -79,7 +80,7 @@ SampleCache make_cache(const TrainOptions& o, const std::vector<ImageLabelPair>&
 
 LoaderOptions loader_options(const TrainOptions& o) {
   LoaderOptions lo;
-  lo.batch_size = o.batch_size;
+  lo.batch_size = o.invariant ? 1 : o.batch_size;  // --invariant: one volume at a time
   lo.workers = o.workers;
   lo.seed = o.seed;
   return lo;
@@ -89,8 +90,10 @@ DistributedSamplerOptions sampler_options(const TrainOptions& o, int64_t size,
                                           const Communicator& comm) {
   DistributedSamplerOptions so;
   so.dataset_size = size;
-  so.num_replicas = comm.world_size();
-  so.rank = comm.rank();
+  // --invariant: one global order whatever the ranks; each step's share is
+  // dealt out in Engine::start_epoch.
+  so.num_replicas = o.invariant ? 1 : comm.world_size();
+  so.rank = o.invariant ? 0 : comm.rank();
   so.shuffle = true;
   so.seed = o.seed;
   so.mode = PartitionMode::kPad;
@@ -104,7 +107,7 @@ struct StepStats {
   double wait_seconds = 0;  // for data, summed over ranks
   double seconds = 0;       // summed over ranks
   double crops = 0;         // summed over ranks
-  int64_t micro_batches = 0;  // this rank's batches (of batch_size volumes) in the step
+  int64_t positions = 0;    // of the epoch's order, all ranks together, this step took
   bool stop = false;        // some rank asked to stop after this step
 };
 
@@ -154,7 +157,12 @@ struct Engine {
   const DistributedSamplerOptions sampler;
   const int64_t steps_per_epoch, total_steps;  // optimizer steps
   const Clock::time_point t_start;
-  int64_t batches_left = 0;  // this rank's batches left in the epoch
+  // The epoch's optimizer steps left: this rank's loader batches in each, and
+  // the positions of the epoch's order all ranks take in it.
+  struct StepPlan {
+    int64_t batches = 0, positions = 0;
+  };
+  std::deque<StepPlan> plan;
 };
 
 Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, int64_t threads)
@@ -175,11 +183,13 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       loader(cache.source(), feed_augmentation(o.resolved_feed()), loader_options(o)),
       run(o, position, c),
       sampler(sampler_options(o, n_train, c)),
-      steps_per_epoch(((ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) +
-                        o.batch_size - 1) /
-                           o.batch_size +
-                       o.accumulate - 1) /
-                      o.accumulate),
+      steps_per_epoch(
+          o.invariant ? (n_train + o.batch_size - 1) / o.batch_size
+                      : ((ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) +
+                          o.batch_size - 1) /
+                             o.batch_size +
+                         o.accumulate - 1) /
+                            o.accumulate),
       total_steps(steps_per_epoch * o.epochs),
       t_start(Clock::now()) {
   loader.reserve();  // the batch buffers faulted in now, not in the first epoch
@@ -187,12 +197,35 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
 
 int64_t Engine::start_epoch(int64_t epoch) {
   const bool restore = position.continues(epoch);
-  DistributedSampler s = restore ? DistributedSampler::restore(*position.sampler, rank, world)
-                                 : DistributedSampler(sampler);
+  const int64_t order_rank = o.invariant ? 0 : rank, order_world = o.invariant ? 1 : world;
+  DistributedSampler s =
+      restore ? DistributedSampler::restore(*position.sampler, order_rank, order_world)
+              : DistributedSampler(sampler);
   s.set_epoch(epoch);
-  const std::vector<int64_t> indices = s.indices().to_vector();
-  batches_left = (static_cast<int64_t>(indices.size()) + o.batch_size - 1) / o.batch_size;
-  loader.start_epoch(indices, epoch);
+  const std::vector<int64_t> order = s.indices().to_vector();
+  const auto total = static_cast<int64_t>(order.size());
+  plan.clear();
+  if (o.invariant) {
+    // Step t takes positions [tG, (t + 1)G) of the global order (fewer at the
+    // end); its k-th volume goes to rank k mod W, so the set of volumes and
+    // each volume's own forward do not depend on W.
+    std::vector<int64_t> mine;
+    for (int64_t start = 0; start < total; start += o.batch_size) {
+      const int64_t count = std::min(o.batch_size, total - start);
+      int64_t taken = 0;
+      for (int64_t k = rank; k < count; k += world, ++taken)
+        mine.push_back(order[static_cast<size_t>(start + k)]);
+      plan.push_back({taken, count});
+    }
+    loader.start_epoch(mine, epoch);
+  } else {
+    for (int64_t left = (total + o.batch_size - 1) / o.batch_size; left > 0;) {
+      const int64_t m = std::min(o.accumulate, left);
+      plan.push_back({m, m * o.batch_size * world});
+      left -= m;
+    }
+    loader.start_epoch(order, epoch);
+  }
   if (restore) return position.sampler->consumed;
   position.epoch_loss_sum = 0;
   position.epoch_loss_steps = 0;
@@ -200,12 +233,18 @@ int64_t Engine::start_epoch(int64_t epoch) {
 }
 
 std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>& stop_requested) {
+  if (plan.empty()) return std::nullopt;
+  const StepPlan part = plan.front();
+  plan.pop_front();
+  const int64_t micro = part.batches;
   const Clock::time_point t0 = Clock::now();
   // --accumulate N: N batches (fewer at the epoch's end), each loss over
   // their count; the gradients sum locally and the last backward all-reduces.
-  const int64_t micro = std::min(o.accumulate, batches_left);
-  if (micro <= 0) return std::nullopt;
+  // --invariant: each volume's gradient on its own, their mean exact.
   StepStats s;
+  std::vector<at::Tensor> sample_gradients;
+  int64_t loss_fixed = 0;  // --invariant: the volumes' losses x 2^40, summed exactly
+  constexpr double kLossScale = 1099511627776.0;  // 2^40
   s.lr = scheduled_lr(o, position.global_step, total_steps);
   set_lr(*opt, s.lr, o.optimizer);
   opt->zero_grad();
@@ -213,23 +252,28 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   std::vector<std::vector<SampleMeta>> metas;
   for (int64_t m = 0; m < micro; ++m) {
     const std::optional<Batch> batch = loader.next();
-    if (!batch)
-      throw std::logic_error("train: the loader ended " + std::to_string(batches_left) +
-                             " batch(es) before the epoch's count");
-    --batches_left;
+    if (!batch) throw std::logic_error("train: the loader ended before the epoch's planned steps");
     const at::Tensor logits = net.forward(batch->image);
     const at::Tensor loss =
         segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
-    const at::Tensor scaled = micro > 1 ? loss / static_cast<double>(micro) : loss;
-    const bool last = m + 1 == micro;
-    if (last) reducer.prepare();
-    scaled.backward();
-    if (last) reducer.finish();
+    if (o.invariant) {
+      opt->zero_grad();
+      loss.backward();
+      sample_gradients.push_back(flat_gradients(net.parameters()));
+      loss_fixed += std::llround(loss.item<double>() * kLossScale);
+    } else {
+      const at::Tensor scaled = micro > 1 ? loss / static_cast<double>(micro) : loss;
+      const bool last = m + 1 == micro;
+      if (last) reducer.prepare();
+      scaled.backward();
+      if (last) reducer.finish();
+    }
     loss_sum += loss.item<double>();
     wait += batch->wait_seconds;
     crops += static_cast<double>(batch->image.size(0));
     metas.push_back(batch->meta);
   }
+  if (o.invariant) exact_gradient_mean(sample_gradients, part.positions, net.parameters(), comm);
   if (o.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(net.parameters(), o.clip_grad_norm);
   opt->step();
   ++position.global_step;
@@ -238,17 +282,23 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   // any rank wants to stop (all ranks then stop after this step).
   const bool want_stop = (stop_requested && stop_requested()) ||
                          (o.max_steps >= 0 && position.global_step >= o.max_steps);
-  at::Tensor sums = at::tensor(
-      {loss_sum / static_cast<double>(micro), wait, seconds, crops, want_stop ? 1.0 : 0.0},
-      at::kDouble);
+  at::Tensor sums = at::tensor({micro > 0 ? loss_sum / static_cast<double>(micro) : 0.0, wait,
+                                seconds, crops, want_stop ? 1.0 : 0.0},
+                               at::kDouble);
   comm.allreduce_sum(sums);
   const auto* v = sums.data_ptr<double>();
   s.loss = v[0] / static_cast<double>(world);
+  if (o.invariant) {  // the mean over the step's volumes, the same for any W
+    at::Tensor fixed = at::tensor({loss_fixed}, at::kLong);
+    comm.allreduce_sum(fixed);
+    s.loss = static_cast<double>(fixed.item<int64_t>()) / kLossScale /
+             static_cast<double>(part.positions);
+  }
   s.wait_seconds = v[1];
   s.seconds = v[2];
   s.crops = v[3];
   s.stop = v[4] > 0;
-  s.micro_batches = micro;
+  s.positions = part.positions;
   position.epoch_loss_sum += s.loss;
   ++position.epoch_loss_steps;
   for (const auto& meta : metas) run.trace(epoch, position.global_step, rank, meta);
@@ -361,15 +411,15 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
   for (int64_t epoch = e.position.first_epoch(); epoch < o.epochs; ++epoch) {
     const int64_t consumed0 = e.start_epoch(epoch);
     EpochTotals totals;
-    int64_t micro_batches = 0;
+    int64_t positions = 0;
     bool stop = false;
     while (const std::optional<StepStats> s = e.step(epoch, stop_requested)) {
       stop = s->stop;
       totals.add(*s, e.world);
       summary.last_loss = s->loss;
       e.log_step(epoch, *s);
-      micro_batches += s->micro_batches;
-      const int64_t consumed = consumed0 + micro_batches * o.batch_size * e.world;
+      positions += s->positions;
+      const int64_t consumed = consumed0 + positions;
       const bool periodic =
           o.checkpoint_every > 0 && e.position.global_step % o.checkpoint_every == 0;
       const bool epoch_done = consumed >= e.n_train;  // then the epoch's end saves

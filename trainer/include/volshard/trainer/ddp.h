@@ -67,4 +67,19 @@ class GradientReducer {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The mean over `count` samples (of every rank together) of per-sample
+/// gradients, independent of how samples are spread over ranks and of their
+/// order: each rank's `samples` (flat float32, one per sample, the parameters'
+/// grads in order) become 64-bit integers at one scale 2^e agreed over the
+/// ranks (from the largest |g| of all samples, an all-reduce max, so that
+/// count such values sum below 2^62), are summed locally and all-reduced as
+/// integers (exact, so associative), then divided by 2^e and count. Writes
+/// the mean into each parameter's grad. Every rank calls it, also with no
+/// samples. Returns e.
+int exact_gradient_mean(const std::vector<at::Tensor>& samples, int64_t count,
+                        const std::vector<at::Tensor>& parameters, Communicator& comm);
+
+/// The parameters' grads as one flat float32 tensor (a copy), in order.
+at::Tensor flat_gradients(const std::vector<at::Tensor>& parameters);
+
 }  // namespace volshard

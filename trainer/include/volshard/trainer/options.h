@@ -154,6 +154,9 @@ struct TrainOptions {
   int64_t warmup_steps = 0;   ///< linear warm-up over these optimizer steps, then the schedule
   double clip_grad_norm = 0;  ///< > 0: the gradients' global L2 norm clipped to it
   int64_t accumulate = 1;     ///< micro-batches of batch_size per optimizer step (no_sync)
+  /// The same model at any world size: batch_size is the global batch, each
+  /// volume's gradient is taken on its own and the sum is exact.
+  bool invariant = false;
   uint64_t seed = 0;
   UNetOptions model{/*in_channels=*/0};  ///< in_channels 0: the images' channels
   Activation activation = Activation::kSigmoid;
@@ -249,6 +252,12 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
             .at_least(1)
             .at_most(65536),
         o.accumulate);
+  visit(F("invariant",
+          "the same model.pt at any world size: --batch-size is the global batch (volumes per "
+          "optimizer step, whatever the ranks), each volume's gradient is taken on its own and "
+          "their sum is exact (64-bit fixed point); instance norm, no dropout, --threads fixed "
+          "(default 1)"),
+        o.invariant);
   visit(F("seed", "base seed of the sampler, augmentation and weights"), o.seed);
   for_each_model_field(o.model, visit);
   visit(F("activation",
