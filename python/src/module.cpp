@@ -17,6 +17,7 @@
 #include "volshard/core/large_blocks.h"
 #include "volshard/core/log.h"
 #include "volshard/datasets/cache.h"
+#include "volshard/datasets/content_hash.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
@@ -249,6 +250,14 @@ PYBIND11_MODULE(_volshard, m) {
       py::arg("nifti_version") = 1, py::arg("spacing_mm") = std::vector<double>{},
       py::arg("descrip") = "", "Writes X x Y x Z or C x X x Y x Z data atomically.");
 
+  m.def(
+      "_xxh64",
+      [](const at::Tensor& t, uint64_t seed) {
+        const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+        return xxh64(c.data_ptr(), static_cast<size_t>(c.nbytes()), seed);
+      },
+      py::arg("tensor"), py::arg("seed") = 0,
+      "XXH64 of a tensor's bytes (C order, on the CPU): the hash of fingerprints.jsonl.");
   m.def("tune_allocator_for_volumes", &tune_allocator_for_volumes,
         "glibc malloc settings that keep multi-MB batch buffers mapped, and torch's CPU tensors of "
         "16 MiB and more (this process's, Python's included) through volshard's large-block cache "

@@ -25,11 +25,13 @@ from ._volshard import (  # noqa: F401
 from .loader import Loader  # noqa: F401
 from .sampler import DistributedSampler  # noqa: F401
 from .seeds import WorkerInit, worker_init_fn  # noqa: F401
+from .fingerprint import Fingerprint  # noqa: F401
 from .validation import ValidationLoader, sliding_window_inference, write_volume  # noqa: F401
 
 __version__ = "0.1.0"
 __all__ = [
     "DistributedSampler",
+    "Fingerprint",
     "Loader",
     "SeedStreams",
     "ValidationLoader",

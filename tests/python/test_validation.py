@@ -118,3 +118,34 @@ def test_write_volume_takes_numpy_data_and_affine(tmp_path):
     assert np.array_equal(nib.load(str(tmp_path / "f.nii")).get_fdata(), data)
     with pytest.raises(ValueError, match=r"affine must be 4 x 4, got \(3, 3\)"):
         volshard.write_volume(path, data, np.eye(3))
+
+
+def test_fingerprints_of_a_python_loop_let_volshard_diff_name_where_two_runs_part(synth_data, volshard_bin, tmp_path):
+    def train(run, lr):
+        torch.manual_seed(0)
+        model = torch.nn.Conv3d(1, 1, 3, padding=1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        loader = volshard.Loader(synth_data, volshard.DistributedSampler(6, seed=0), crop=16, num_samples=1,
+                                 batch_size=2, workers=0)
+        fp = volshard.Fingerprint(model, str(tmp_path / run), config={"lr_in_the_loop": "not listed"})
+        loader.set_epoch(0)
+        for batch in loader:
+            loss = ((model(batch["image"]) - batch["label"]) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            fp.step(batch, loss)
+            optimizer.zero_grad()
+
+    train("a", 0.1)
+    train("b", 0.1)
+    train("c", 0.2)
+    same = subprocess.run([volshard_bin, "diff", str(tmp_path / "a"), str(tmp_path / "b")], capture_output=True,
+                          text=True)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "steps fingerprinted: 3 (A), 3 (B)" in same.stdout
+    other = subprocess.run([volshard_bin, "diff", str(tmp_path / "a"), str(tmp_path / "c")], capture_output=True,
+                           text=True)
+    assert other.returncode == 1, other.stdout + other.stderr
+    # The same first step's data, loss and gradients; the learning rate moves the weights.
+    assert "first difference: step 1 (epoch 1), weights (bucket 0 of 2: weight)" in other.stdout, other.stdout
+    assert "likely cause: the same gradients gave other weights" in other.stdout

@@ -407,6 +407,71 @@ def free_port():
 
 
 class ReproTest(Base):
+    def test_diff_names_the_step_the_part_and_the_cause_of_each_way_runs_part(self):
+        def diff(a, b):
+            p = run("diff", a, b)
+            self.assertIn(p.returncode, (0, 1), p.stdout + p.stderr)
+            return p.returncode, p.stdout
+
+        ref = self.out("ref")
+        self.train(ref, "--max-steps", 4, "--val-every", 0)
+        again = self.out("again")
+        self.train(again, "--max-steps", 4, "--val-every", 0)
+        code, text = diff(ref, again)
+        self.assertEqual(code, 0, text)
+        self.assertIn("likely cause: none: the runs are the same", text)
+        # A changed option: the first step reads other samples.
+        seed = self.out("seed")
+        self.train(seed, "--max-steps", 4, "--val-every", 0, "--seed", 1)
+        code, text = diff(ref, seed)
+        self.assertEqual(code, 1, text)
+        self.assertIn("first difference: step 1 (epoch 1), data order", text)
+        self.assertIn("likely cause: a changed option: --seed 0 there, 1 here", text)
+        # Another world size, the same options: each step takes other samples.
+        one = self.out("one_rank")
+        self.train(one, "--max-steps", 4, "--val-every", 0, nproc=1)
+        code, text = diff(ref, one)
+        self.assertEqual(code, 1, text)
+        self.assertIn("world size: 2 (A), 1 (B)", text)
+        self.assertIn("likely cause: a different world size (2 and 1) without --invariant", text)
+        # A nondeterministic kernel (injected: one ulp in one gradient at step 3).
+        noisy = self.out("noisy")
+        p = run("train", "--data", self.data, "--out", noisy, "--epochs", 2, "--val-fraction", "0.25",
+                "--nproc-per-node", 2, *SMALL, "--max-steps", 4, "--val-every", 0,
+                env={"VOLSHARD_INJECT_GRADIENT_NOISE": "3"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        code, text = diff(ref, noisy)
+        self.assertEqual(code, 1, text)
+        self.assertRegex(text, r"first difference: step 3 \(epoch [12]\), gradients \(bucket [0-9]+ of [0-9]+: ")
+        first_parameter = next(iter(torch.load(os.path.join(ref, "model.pt"))))  # the one made noisy
+        self.assertIn(first_parameter + " (", text)  # the last name of its bucket (buckets run backwards)
+        self.assertIn("after equal data order, augmentation, batch bytes, loss", text)
+        self.assertIn("likely cause: a nondeterministic kernel", text)
+        # Changed data files: the same samples and crops, other bytes.
+        data = self.out("data")
+        shutil.copytree(self.data, data)
+        image = nib.load(os.path.join(data, "img0.nii.gz"))
+        nib.save(nib.Nifti1Image(np.asanyarray(image.dataobj) * 0.5 + 0.25, image.affine),
+                 os.path.join(data, "img0.nii.gz"))
+        changed = self.out("changed")
+        p = run("train", "--data", data, "--out", changed, "--epochs", 2, "--val-fraction", "0.25",
+                "--nproc-per-node", 2, *SMALL, "--max-steps", 4, "--val-every", 0)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        code, text = diff(ref, changed)
+        self.assertEqual(code, 1, text)
+        self.assertIn("batch bytes, after equal data order, augmentation", text)
+        # --invariant at 1 and 2 ranks: nothing parts.
+        runs = []
+        for world in (1, 2):
+            out = self.out("invariant%d" % world)
+            p = run("train", "--data", self.data, "--out", out, "--epochs", 1, "--val-fraction", "0.25",
+                    "--nproc-per-node", world, *SMALL[:-4], "--invariant", "--batch-size", 3, "--val-every", 0)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            runs.append(out)
+        code, text = diff(*runs)
+        self.assertEqual(code, 0, text)
+        self.assertIn("both --invariant", text)
+
     def test_invariant_training_writes_the_same_model_on_1_2_and_3_ranks(self):
         models = []
         for world in (1, 2, 3):

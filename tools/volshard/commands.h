@@ -16,6 +16,7 @@ Run add_preview_command(CLI::App& app);
 /// `argv`: the whole command line, which a launcher starts its workers with.
 Run add_train_command(CLI::App& app, const std::vector<std::string>& argv);
 Run add_repro_command(CLI::App& app);
+Run add_diff_command(CLI::App& app);
 Run add_predict_command(CLI::App& app);
 Run add_prepare_command(CLI::App& app);
 

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
       {"preview", cli::add_preview_command(app)},
       {"train", cli::add_train_command(app, std::vector<std::string>(argv, argv + argc))},
       {"repro", cli::add_repro_command(app)},
+      {"diff", cli::add_diff_command(app)},
       {"predict", cli::add_predict_command(app)},
       {"prepare", cli::add_prepare_command(app)},
   };

@@ -15,6 +15,7 @@ const std::vector<Verb>& verbs() {
       {"preview", "PNG of augmented crops (axial and coronal slices, label outlined)", true},
       {"train", "train MONAI's 3D UNet data-parallel (Gloo on CPU, NCCL on GPU)", true},
       {"repro", "check reproducibility on your configuration at small scale (verdict table)", true},
+      {"diff", "where two training runs part: the first step and what differs, and why", true},
       {"predict", "segment a volume with a trained UNet; writes NIfTI with the input's affine",
        true},
       {"prepare", "write a configuration's deterministic prefix of an image (and label) as NIfTI",

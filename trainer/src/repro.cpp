@@ -23,6 +23,7 @@
 #include "volshard/core/file_io.h"
 #include "volshard/core/progress.h"
 #include "volshard/datasets/nifti_header.h"
+#include "volshard/trainer/diff.h"
 
 namespace volshard {
 
@@ -211,6 +212,19 @@ class Runner {
 
 constexpr int kChecks = 4;
 
+// volshard diff's verdict on two of the runs, when they part: "; they part at
+// step 3 (gradients ...): <cause>".
+std::string where_they_part(const Runner& runner, const std::string& a, const std::string& b) {
+  try {
+    const RunDiff d = diff_runs(runner.path(a), runner.path(b));
+    if (d.first_step < 0) return "";
+    return "; they part at step " + std::to_string(d.first_step) + " (" + d.first_part +
+           "): " + d.cause;
+  } catch (const std::exception& e) {
+    return std::string("; (diff: ") + e.what() + ")";
+  }
+}
+
 template <typename F>
 ReproCheck check(int number, const std::string& name, F&& body) {
   std::cerr << "[" << utc_timestamp() << "] repro: check " << number << "/" << kChecks << ": "
@@ -259,7 +273,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
         const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
         ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " +
              (model ? "equal" : "DIFFERS") + ", " + std::to_string(ma.size()) + " metric lines " +
-             (ma == mb ? "equal" : "DIFFER");
+             (ma == mb ? "equal" : "DIFFER") + where_they_part(runner, "a", "b");
         return model && ma == mb && !ma.empty();
       }));
 
@@ -275,7 +289,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
         ev = (reached < 0 ? std::string("run ended before the kill")
                           : "killed after step " + std::to_string(reached)) +
              "; model.pt " + (model ? "equal" : "DIFFERS") + ", metrics " +
-             (metrics ? "equal" : "DIFFER");
+             (metrics ? "equal" : "DIFFER") + where_they_part(runner, "a", "c");
         return model && metrics;
       }));
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <set>
 #include <stdexcept>
@@ -25,12 +26,11 @@ std::string resume_checkpoint_path(const TrainOptions& o) {
              : o.resume;
 }
 
-namespace {
-
-// "--flag A there, B here; ..." for each key of `now` that `counted` takes and
-// whose value differs from `saved`'s (keys `saved` lacks are not compared).
-template <class Counted>
-std::string differences(const json& saved, const json& now, Counted&& counted) {
+std::string option_differences(const std::string& saved_json, const std::string& now_json,
+                               const std::function<bool(const std::string&)>& counted) {
+  const json saved = json::parse(saved_json, nullptr, false),
+             now = json::parse(now_json, nullptr, false);
+  if (!saved.is_object() || !now.is_object()) return "";
   std::string out;
   for (auto it = now.begin(); it != now.end(); ++it) {
     if (!counted(it.key()) || !saved.contains(it.key()) || saved.at(it.key()) == it.value())
@@ -39,6 +39,13 @@ std::string differences(const json& saved, const json& now, Counted&& counted) {
            saved.at(it.key()).dump() + " there, " + it.value().dump() + " here";
   }
   return out;
+}
+
+namespace {
+
+std::string differences(const json& saved, const json& now,
+                        const std::function<bool(const std::string&)>& counted) {
+  return option_differences(saved.dump(), now.dump(), counted);
 }
 
 // What a resumed run must share with the run it continues: the data, the

@@ -3,6 +3,7 @@
 // optimizer state, read back when a run resumes.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -54,5 +55,12 @@ void write_checkpoint(const std::string& path, const ResumeState& state,
                       const TrainOptions& options, int64_t world_size,
                       const std::string& config_json, const UNet& net,
                       torch::optim::Optimizer& optimizer);
+
+/// "--flag A there, B here; ..." for each key of the config.json text `now`
+/// that `counted` takes and whose value differs from `saved`'s (keys `saved`
+/// lacks are not compared): resume's refusal and changed-options line, and
+/// `volshard diff`'s configs.
+std::string option_differences(const std::string& saved_json, const std::string& now_json,
+                               const std::function<bool(const std::string&)>& counted);
 
 }  // namespace volshard

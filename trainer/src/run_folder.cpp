@@ -81,6 +81,17 @@ RunFolder::RunFolder(const TrainOptions& o, const ResumeState& resumed, Communic
     if (resuming)
       truncate_metrics(path("metrics.jsonl"), resumed.global_step, resumed.first_epoch());
     metrics_ = LineFile(path("metrics.jsonl"), !resuming);
+    if (o.fingerprints) {
+      if (resuming)  // the steps after the checkpoint are taken again
+        keep_json_lines(path("fingerprints.jsonl"), [&](const json& j) {
+          return j.value("type", "") != "step" ||
+                 j.value("step", int64_t{0}) <= resumed.global_step;
+        });
+      fingerprints_ = LineFile(path("fingerprints.jsonl"), !resuming);
+    } else if (!resuming) {
+      std::error_code ec;
+      fs::remove(path("fingerprints.jsonl"), ec);
+    }
   }
   if (o.trace_samples.empty()) return;
   // The steps a killed run traced after its last checkpoint are traced again.
@@ -113,6 +124,10 @@ void RunFolder::trace(int64_t epoch, int64_t step, int64_t rank,
     lines += t.dump() + "\n";
   }
   trace_.write(lines);
+}
+
+void RunFolder::write_fingerprint(const std::string& json_line) {
+  if (fingerprints_.is_open()) fingerprints_.write(json_line + "\n");
 }
 
 void RunFolder::write_step(const MetricsLine& line) {

@@ -60,6 +60,9 @@ class RunFolder {
   /// best_model.pt (as model.pt) and best_model.json {metric, epoch, step},
   /// each atomically, the weights first.
   void save_best(const NamedTensors& state, double metric, int64_t epoch, int64_t step) const;
+  /// Rank 0: one line of fingerprints.jsonl (options.fingerprints; emptied
+  /// for a fresh run, cut back to the resumed step like metrics.jsonl).
+  void write_fingerprint(const std::string& json_line);
   /// curves.png (see the free draw_curves) from metrics.jsonl.
   void draw_curves() const;
 
@@ -72,7 +75,7 @@ class RunFolder {
 
   std::string dir_;
   std::string config_json_;
-  LineFile metrics_, trace_;
+  LineFile metrics_, trace_, fingerprints_;
 };
 
 }  // namespace volshard

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "fingerprint.h"
 #include "machine.h"
 #include "optim.h"
 #include "progress.h"
@@ -135,6 +137,8 @@ struct Engine {
   // Nothing when the epoch has no batch left.
   std::optional<StepStats> step(int64_t epoch, const std::function<bool()>& stop_requested);
   void log_step(int64_t epoch, const StepStats& s);
+  // Rank 0 writes the step's line of fingerprints.jsonl; every rank calls it.
+  void write_fingerprint(int64_t epoch, const StepStats& s, const SampleHashes& mine);
   // Validation (every rank), then rank 0's epoch line, checkpoint, model.pt, curves.png.
   void end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& summary);
   // Rank 0: checkpoint.pt, `consumed` positions into `epoch` or at its end.
@@ -193,6 +197,18 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       total_steps(steps_per_epoch * o.epochs),
       t_start(Clock::now()) {
   loader.reserve();  // the batch buffers faulted in now, not in the first epoch
+  if (lead && o.fingerprints &&
+      !position.sampler) {  // a fresh run: which parameters each bucket holds
+    std::vector<std::string> names;
+    for (const auto& named : net.named_parameters()) names.push_back(named.first);
+    nlohmann::json buckets = nlohmann::json::array();
+    for (const auto& bucket : reducer.buckets()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const int64_t p : bucket) list.push_back(names[static_cast<size_t>(p)]);
+      buckets.push_back(list);
+    }
+    run.write_fingerprint(nlohmann::json{{"type", "layout"}, {"buckets", buckets}}.dump());
+  }
 }
 
 int64_t Engine::start_epoch(int64_t epoch) {
@@ -250,6 +266,7 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   opt->zero_grad();
   double loss_sum = 0, wait = 0, crops = 0;
   std::vector<std::vector<SampleMeta>> metas;
+  SampleHashes hashes;  // --fingerprints
   for (int64_t m = 0; m < micro; ++m) {
     const std::optional<Batch> batch = loader.next();
     if (!batch) throw std::logic_error("train: the loader ended before the epoch's planned steps");
@@ -272,9 +289,11 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
     wait += batch->wait_seconds;
     crops += static_cast<double>(batch->image.size(0));
     metas.push_back(batch->meta);
+    if (o.fingerprints) hashes.add(*batch);
   }
   if (o.invariant) exact_gradient_mean(sample_gradients, part.positions, net.parameters(), comm);
   if (o.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(net.parameters(), o.clip_grad_norm);
+  inject_gradient_noise(net.parameters(), position.global_step + 1);
   opt->step();
   ++position.global_step;
   const double seconds = seconds_since(t0);
@@ -302,7 +321,32 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   position.epoch_loss_sum += s.loss;
   ++position.epoch_loss_steps;
   for (const auto& meta : metas) run.trace(epoch, position.global_step, rank, meta);
+  if (o.fingerprints) write_fingerprint(epoch, s, hashes);
   return s;
+}
+
+void Engine::write_fingerprint(int64_t epoch, const StepStats& s, const SampleHashes& mine) {
+  const Clock::time_point t0 = Clock::now();
+  const SampleHashes all = mine.over_ranks(comm);
+  if (!lead) return;
+  const std::vector<at::Tensor> params = net.parameters();
+  auto hexes = [](const std::vector<uint64_t>& v) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const uint64_t h : v) list.push_back(hex64(h));
+    return list;
+  };
+  nlohmann::json j = {{"type", "step"},
+                      {"step", position.global_step},
+                      {"epoch", epoch},
+                      {"world", world},
+                      {"indices", hex64(all.indices)},
+                      {"augmentation", hex64(all.augmentation)},
+                      {"bytes", hex64(all.bytes)},
+                      {"loss", s.loss},
+                      {"grads", hexes(group_hashes(params, reducer.buckets(), true))},
+                      {"weights", hexes(group_hashes(params, reducer.buckets(), false))}};
+  j["seconds"] = seconds_since(t0);
+  run.write_fingerprint(j.dump());
 }
 
 void Engine::log_step(int64_t epoch, const StepStats& s) {

@@ -174,6 +174,7 @@ struct TrainOptions {
   bool overwrite = false;        ///< a fresh run may replace the run already in out_dir
   std::string init_weights;      ///< state_dict .pt saved by Python/MONAI
   std::string trace_samples;     ///< JSON lines of every sample fed
+  bool fingerprints = true;      ///< RUN/fingerprints.jsonl, for `volshard diff`
   int64_t max_steps = -1;        ///< stop (with a checkpoint) after this many steps; -1: no limit
   double timeout_s = 120;        ///< a collective waiting longer for a peer fails
   // Machine
@@ -301,6 +302,11 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("init_weights", "state_dict .pt saved by Python/MONAI to start from"), o.init_weights);
   visit(F("trace_samples", "JSON lines of every crop fed (epoch, step, rank, index, crop, k)"),
         o.trace_samples);
+  visit(F("fingerprints",
+          "RUN/fingerprints.jsonl: per step, 64-bit hashes of the samples, their augmentation and "
+          "bytes, the loss, each gradient bucket after the all-reduce and the weights after the "
+          "step, for `volshard diff`"),
+        o.fingerprints);
   visit(F("timeout", "seconds a collective waits for a lost peer").above(0), o.timeout_s);
   visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0).at_most(kMaxThreads),
         o.threads);
