@@ -414,7 +414,7 @@ class ReproTest(Base):
             return p.returncode, p.stdout
 
         ref = self.out("ref")
-        self.train(ref, "--max-steps", 4, "--val-every", 0)
+        self.train(ref, "--max-steps", 4, "--val-every", 0, "--trace-samples", self.out("ref.trace"))
         again = self.out("again")
         self.train(again, "--max-steps", 4, "--val-every", 0)
         code, text = diff(ref, again)
@@ -422,10 +422,11 @@ class ReproTest(Base):
         self.assertIn("likely cause: none: the runs are the same", text)
         # A changed option: the first step reads other samples.
         seed = self.out("seed")
-        self.train(seed, "--max-steps", 4, "--val-every", 0, "--seed", 1)
+        self.train(seed, "--max-steps", 4, "--val-every", 0, "--seed", 1, "--trace-samples", self.out("seed.trace"))
         code, text = diff(ref, seed)
         self.assertEqual(code, 1, text)
         self.assertIn("first difference: step 1 (epoch 1), data order", text)
+        self.assertRegex(text, r'traces at step 1: A read \{.*"index":.*\}, B read \{')  # both kept traces
         self.assertIn("likely cause: a changed option: --seed 0 there, 1 here", text)
         # Another world size, the same options: each step takes other samples.
         one = self.out("one_rank")

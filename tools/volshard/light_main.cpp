@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,14 +37,7 @@ int exec_torch_binary(char** argv) {
 int main(int argc, char** argv) {
   namespace cli = volshard::cli;
   std::vector<char*> args;  // torch.distributed.launch's --local-rank=N taken out
-  try {
-    args = cli::take_local_rank_flag(argc, argv);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "volshard: " << e.what() << "\n";
-    return 2;
-  }
-  argc = static_cast<int>(args.size()) - 1;
-  argv = args.data();
+  if (!cli::strip_local_rank_flag(argc, argv, args)) return 2;
   if (argc > 1) {
     for (const cli::Verb& v : cli::verbs())
       if (v.needs_torch && std::strcmp(argv[1], v.name) == 0) return exec_torch_binary(argv);

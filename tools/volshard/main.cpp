@@ -2,8 +2,6 @@
 // (light_main.cpp) runs this for train, predict, preview and repro with the
 // same arguments; main() only parses the command line; each subcommand is a
 // <verb>_command.cpp.
-#include <iostream>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,14 +16,7 @@ int main(int argc, char** argv) {
   volshard::tune_allocator_for_volumes();
   namespace cli = volshard::cli;
   std::vector<char*> args;  // torch.distributed.launch's --local-rank=N taken out
-  try {
-    args = cli::take_local_rank_flag(argc, argv);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "volshard: " << e.what() << "\n";
-    return 2;
-  }
-  argc = static_cast<int>(args.size()) - 1;
-  argv = args.data();
+  if (!cli::strip_local_rank_flag(argc, argv, args)) return 2;
   CLI::App app{"volshard: deterministic data pipelines for 3D segmentation", "volshard"};
   app.require_subcommand(1);
   app.footer(cli::kTopFooter);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <iostream>
 #include <stdexcept>
 
 namespace volshard::cli {
@@ -123,6 +124,18 @@ std::vector<char*> take_local_rank_flag(int argc, char** argv) {
                                 ": the launcher gave two local ranks");
   ::setenv("LOCAL_RANK", value.c_str(), 1);
   return kept;
+}
+
+bool strip_local_rank_flag(int& argc, char**& argv, std::vector<char*>& storage) {
+  try {
+    storage = take_local_rank_flag(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "volshard: " << e.what() << "\n";
+    return false;
+  }
+  argc = static_cast<int>(storage.size()) - 1;
+  argv = storage.data();
+  return true;
 }
 
 }  // namespace volshard::cli

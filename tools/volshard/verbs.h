@@ -37,6 +37,9 @@ std::string unknown_flag_message(const std::string& word, const std::vector<std:
 /// Returns the remaining arguments (argv[0] first, then a nullptr) or throws
 /// std::invalid_argument naming the flag and the variable.
 std::vector<char*> take_local_rank_flag(int argc, char** argv);
+/// take_local_rank_flag for a main(): afterwards argc and argv describe
+/// `storage`; false, with the message on stderr, for a malformed flag.
+bool strip_local_rank_flag(int& argc, char**& argv, std::vector<char*>& storage);
 
 /// The top-level help's footer.
 extern const char* const kTopFooter;

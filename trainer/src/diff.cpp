@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -32,6 +33,7 @@ const std::set<std::string>& run_local_keys() {
 struct Run {
   std::string dir;
   std::string config;             // config.json's text
+  std::string trace;              // its --trace-samples file, when it kept one
   json layout;                    // the buckets' parameter names
   std::map<int64_t, json> steps;  // fingerprints by global step
   int64_t world = 0;              // of the first step
@@ -48,6 +50,7 @@ Run read_run(const std::string& dir) {
   const json c = json::parse(r.config, nullptr, false);
   if (!c.is_object()) throw std::invalid_argument("diff: " + config.string() + ": not valid JSON");
   r.invariant = c.value("invariant", false);
+  r.trace = c.value("trace_samples", std::string());
   const fs::path prints = fs::path(dir) / "fingerprints.jsonl";
   if (!fs::exists(prints))
     throw std::invalid_argument("diff: " + prints.string() +
@@ -96,6 +99,36 @@ std::pair<std::string, std::string> first_part(const json& a, const json& b, con
         return {name, name + " (" + bucket_text(layout, i) + ")"};
   }
   return {"", ""};
+}
+
+// The trace's rows of `step` (every rank's), as sorted text without the
+// rank, so that two runs' rows compare whatever rank read a sample.
+std::vector<std::string> trace_rows(const std::string& path, int64_t step) {
+  std::vector<std::string> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || j.value("step", int64_t{-1}) != step) continue;
+    j.erase("rank");
+    rows.push_back(j.dump());
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+// With both runs' traces: the first sample of `step` that one has and the
+// other has not ("" without traces, or when they agree).
+std::string first_trace_difference(const Run& a, const Run& b, int64_t step) {
+  if (a.trace.empty() || b.trace.empty() || !fs::exists(a.trace) || !fs::exists(b.trace)) return "";
+  const std::vector<std::string> ra = trace_rows(a.trace, step), rb = trace_rows(b.trace, step);
+  std::vector<std::string> only_a, only_b;
+  std::set_difference(ra.begin(), ra.end(), rb.begin(), rb.end(), std::back_inserter(only_a));
+  std::set_difference(rb.begin(), rb.end(), ra.begin(), ra.end(), std::back_inserter(only_b));
+  if (only_a.empty() && only_b.empty()) return "";
+  return "traces at step " + std::to_string(step) + ": A read " +
+         (only_a.empty() ? std::string("nothing B did not") : only_a.front()) + ", B read " +
+         (only_b.empty() ? std::string("nothing A did not") : only_b.front()) + "\n";
 }
 
 }  // namespace
@@ -158,6 +191,8 @@ RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
         out << (i ? ", " : "") << kOrder[static_cast<size_t>(i)];
     }
     out << "\n";
+    if (d.first_part == "data order" || d.first_part == "augmentation")
+      out << first_trace_difference(a, b, d.first_step);
     const bool same_world = a.world == b.world;
     if (!options.empty()) {
       d.cause = "a changed option: " + options;

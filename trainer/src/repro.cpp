@@ -270,11 +270,12 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
                    "the same " + std::to_string(s) + " steps again, to compare with a");
         const bool model =
             read_file(runner.path("a/model.pt")) == read_file(runner.path("b/model.pt"));
+        const bool same = diff_runs(runner.path("a"), runner.path("b")).identical;
         const auto ma = metrics_of(runner.path("a")), mb = metrics_of(runner.path("b"));
         ev = std::to_string(s) + " steps on " + std::to_string(n) + " ranks: model.pt " +
              (model ? "equal" : "DIFFERS") + ", " + std::to_string(ma.size()) + " metric lines " +
              (ma == mb ? "equal" : "DIFFER") + where_they_part(runner, "a", "b");
-        return model && ma == mb && !ma.empty();
+        return model && same && ma == mb && !ma.empty();
       }));
 
   checks.push_back(
@@ -286,11 +287,13 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
         const bool model =
             read_file(runner.path("a/model.pt")) == read_file(runner.path("c/model.pt"));
         const bool metrics = metrics_of(runner.path("a")) == metrics_of(runner.path("c"));
+        // volshard diff's verdict too: every step's fingerprints, the resumed ones included.
+        const bool same = diff_runs(runner.path("a"), runner.path("c")).identical;
         ev = (reached < 0 ? std::string("run ended before the kill")
                           : "killed after step " + std::to_string(reached)) +
              "; model.pt " + (model ? "equal" : "DIFFERS") + ", metrics " +
              (metrics ? "equal" : "DIFFER") + where_they_part(runner, "a", "c");
-        return model && metrics;
+        return model && metrics && same;
       }));
 
   checks.push_back(check(3, "world-size invariance of the augmented data", [&](std::string& ev) {

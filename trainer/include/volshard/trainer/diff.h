@@ -20,8 +20,9 @@ struct RunDiff {
 /// Compares RUN_A and RUN_B (folders of `volshard train`): their config.json
 /// (the options that differ), their fingerprints.jsonl step by step (data
 /// order, augmentation, batch bytes, loss, each gradient bucket after the
-/// all-reduce with the parameters it holds, the weights after the step) and
-/// model.pt. Throws std::invalid_argument naming a folder or file that is
+/// all-reduce with the parameters it holds, the weights after the step),
+/// their --trace-samples files when both kept one (the first sample the step
+/// read differently) and model.pt. Throws std::invalid_argument naming a folder or file that is
 /// missing or not a run's.
 RunDiff diff_runs(const std::string& run_a, const std::string& run_b);
 
