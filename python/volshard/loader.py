@@ -7,11 +7,17 @@ from . import _volshard
 from .sampler import DistributedSampler, _volshard_options
 
 
+def _is_datalist(data):
+    """A path to a datalist .json (else a folder, or a list)."""
+    return isinstance(data, (str, os.PathLike)) and os.fspath(data).endswith(".json") \
+        and not os.path.isdir(os.fspath(data))
+
+
 def _pairs(data):
     """A folder, a datalist .json, or a list of {"image", "label"} dicts or (image, label) pairs."""
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
-        if path.endswith(".json") and not os.path.isdir(path):
+        if _is_datalist(path):
             return [(p["image"], p["label"]) for p in _volshard.pairs_from_datalist(path)]
         return [(p["image"], p["label"]) for p in _volshard.pairs_from_folder(path)]
     if not isinstance(data, (list, tuple)):
@@ -42,8 +48,7 @@ def _split(data, split, val_fraction):
     if split not in ("training", "validation"):
         raise ValueError(f"split={split!r} must be None, 'training' or 'validation'")
     try:
-        if isinstance(data, (str, os.PathLike)) and os.fspath(data).endswith(".json") \
-                and not os.path.isdir(os.fspath(data)):
+        if _is_datalist(data):
             train, val = _volshard._split_datalist(os.fspath(data), float(val_fraction))
         else:
             source = os.fspath(data) if isinstance(data, (str, os.PathLike)) else "data"

@@ -228,9 +228,9 @@ int exact_gradient_mean(const std::vector<at::Tensor>& samples, int64_t count,
     at::Tensor g = mean.narrow(0, offset, p.numel()).view(p.sizes()).to(p.scalar_type());
     offset += p.numel();
     if (p.grad().defined()) {
-      const_cast<at::Tensor&>(p).mutable_grad().copy_(g);
+      p.mutable_grad().copy_(g);
     } else {
-      const_cast<at::Tensor&>(p).mutable_grad() = g.clone();
+      p.mutable_grad() = g.clone();
     }
   }
   return e;

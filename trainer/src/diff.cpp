@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <set>
@@ -12,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "json_lines.h"
 #include "resume.h"
 #include "volshard/core/file_io.h"
 
@@ -56,11 +56,7 @@ Run read_run(const std::string& dir) {
     throw std::invalid_argument("diff: " + prints.string() +
                                 " is missing (a run with --no-fingerprints, or from before "
                                 "fingerprints): nothing to compare step by step");
-  std::ifstream in(prints);
-  std::string line;
-  while (std::getline(in, line)) {
-    const json j = json::parse(line, nullptr, false);
-    if (!j.is_object()) continue;  // a torn last line
+  for (const json& j : read_json_lines(prints.string())) {
     if (j.value("type", "") == "layout") r.layout = j.value("buckets", json::array());
     if (j.value("type", "") == "step") r.steps[j.value("step", int64_t{0})] = j;
   }
@@ -105,11 +101,8 @@ std::pair<std::string, std::string> first_part(const json& a, const json& b, con
 // rank, so that two runs' rows compare whatever rank read a sample.
 std::vector<std::string> trace_rows(const std::string& path, int64_t step) {
   std::vector<std::string> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_object() || j.value("step", int64_t{-1}) != step) continue;
+  for (json j : read_json_lines(path)) {
+    if (j.value("step", int64_t{-1}) != step) continue;
     j.erase("rank");
     rows.push_back(j.dump());
   }

@@ -59,8 +59,10 @@ std::vector<uint64_t> group_hashes(const std::vector<at::Tensor>& tensors,
     Xxh64 h;
     for (const int64_t i : group) {
       const at::Tensor& t = tensors[static_cast<size_t>(i)];
-      const at::Tensor c = (grads ? t.grad() : t).detach().contiguous();
-      if (c.defined()) h.update(c.data_ptr(), static_cast<size_t>(c.nbytes()));
+      const at::Tensor source = grads ? t.grad() : t;
+      if (!source.defined()) continue;  // a parameter without a gradient adds nothing
+      const at::Tensor c = source.detach().contiguous();
+      h.update(c.data_ptr(), static_cast<size_t>(c.nbytes()));
     }
     out.push_back(h.digest());
   }

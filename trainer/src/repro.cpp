@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -20,6 +19,7 @@
 #include <thread>
 
 #include "archive_io.h"
+#include "json_lines.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/progress.h"
 #include "volshard/datasets/nifti_header.h"
@@ -78,11 +78,7 @@ int wait_exit(pid_t pid) {
 // metrics.jsonl without timing fields.
 std::vector<std::string> metrics_of(const std::string& run) {
   std::vector<std::string> out;
-  std::ifstream in(fs::path(run) / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;
+  for (const json& j : read_json_lines((fs::path(run) / "metrics.jsonl").string())) {
     json kept;
     for (const char* k : {"type", "epoch", "step", "loss", "lr", "val_dice"})
       if (j.contains(k)) kept[k] = j[k];
@@ -93,27 +89,12 @@ std::vector<std::string> metrics_of(const std::string& run) {
 
 int64_t last_step(const std::string& run) {
   int64_t step = 0;
-  std::ifstream in(fs::path(run) / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("type", "") == "step")
-      step = std::max(step, j.value("step", int64_t{0}));
-  }
+  for (const json& j : read_json_lines((fs::path(run) / "metrics.jsonl").string()))
+    if (j.value("type", "") == "step") step = std::max(step, j.value("step", int64_t{0}));
   return step;
 }
 
 using TraceKey = std::string;  // epoch, index, patch, crop start, rotation
-std::vector<json> trace_of(const std::string& path) {
-  std::vector<json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded()) rows.push_back(j);
-  }
-  return rows;
-}
 TraceKey key_of(const json& r) {
   json k = {r["epoch"], r["index"], r["patch"], r["crop_start"], r["rot90_k"]};
   return k.dump();
@@ -307,8 +288,8 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
     runner.run("d1", 1, t1, std::to_string(s * n) + " steps, tracing every crop fed");
     runner.run("dn", n, tn, std::to_string(s) + " steps, tracing every crop, to compare with d1");
     std::multiset<TraceKey> k1, kn;
-    for (const auto& r : trace_of(runner.path("d1.trace"))) k1.insert(key_of(r));
-    for (const auto& r : trace_of(runner.path("dn.trace"))) kn.insert(key_of(r));
+    for (const auto& r : read_json_lines(runner.path("d1.trace"))) k1.insert(key_of(r));
+    for (const auto& r : read_json_lines(runner.path("dn.trace"))) kn.insert(key_of(r));
     const bool same = k1 == kn;
     const bool same_set =
         std::set<TraceKey>(k1.begin(), k1.end()) == std::set<TraceKey>(kn.begin(), kn.end());
@@ -333,7 +314,7 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
                     runner.path("e")},
                    "resumes e on 1 rank to the end of the epoch, tracing");
         std::map<int64_t, int64_t> seen;
-        for (const auto& r : trace_of(trace))
+        for (const auto& r : read_json_lines(trace))
           if (r["epoch"] == 0 && r["patch"] == 0) ++seen[r["index"].get<int64_t>()];
         TrainOptions unvalidated = o.train;  // the runs' --val-every 0: nothing held out
         unvalidated.val_every = 0;

@@ -273,11 +273,12 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
     const at::Tensor logits = net.forward(batch->image);
     const at::Tensor loss =
         segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
+    const double loss_value = loss.item<double>();
     if (o.invariant) {
       opt->zero_grad();
       loss.backward();
       sample_gradients.push_back(flat_gradients(net.parameters()));
-      loss_fixed += std::llround(loss.item<double>() * kLossScale);
+      loss_fixed += std::llround(loss_value * kLossScale);
     } else {
       const at::Tensor scaled = micro > 1 ? loss / static_cast<double>(micro) : loss;
       const bool last = m + 1 == micro;
@@ -285,7 +286,7 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
       scaled.backward();
       if (last) reducer.finish();
     }
-    loss_sum += loss.item<double>();
+    loss_sum += loss_value;
     wait += batch->wait_seconds;
     crops += static_cast<double>(batch->image.size(0));
     metas.push_back(batch->meta);
