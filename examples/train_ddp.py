@@ -123,6 +123,9 @@ def main():
         with open(args.indices_out, "w") as f:
             json.dump({"rank": rank, "world_size": dist.get_world_size(), "indices": seen}, f)
     loader.close()
+    # Every rank leaves together: none tears its Gloo pairs down while another
+    # is still saving or reducing (torch's advice: destroy on every rank, last).
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -10,13 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "cache_entry.h"
 #include "volshard/core/log.h"
+#include "volshard/core/parallel.h"
 #include "volshard/core/progress.h"
 
 namespace volshard {
@@ -97,37 +96,23 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
   if (!prepare_) throw std::invalid_argument("SampleCache: prepare is empty");
   if (!options.cache_dir.empty()) check_cache_dir(options.cache_dir);
   const auto wanted = static_cast<int64_t>(static_cast<double>(size) * options.cache_rate);
-  std::atomic<int64_t> next{0}, done{0}, bytes{0};
-  std::atomic<bool> full{false};
-  std::mutex error_mutex;
-  std::exception_ptr error;
+  std::atomic<int64_t> bytes{0};
   Progress progress("caching", wanted, "volumes",
                     options.progress ? ProgressStyle::kAuto : ProgressStyle::kOff);
-  const auto fill = [&] {
-    for (int64_t i = next++; i < wanted && !full; i = next++) {
-      try {
+  parallel_items(
+      wanted, options.threads,
+      [&](int64_t i) {
         Sample s = load_or_prepare(i);
         const int64_t b = sample_bytes(s);
         if (bytes.fetch_add(b) + b > options.max_bytes && options.max_bytes >= 0) {
           bytes -= b;
-          full = true;  // items from here on are prepared on demand
-          break;
+          return false;  // full: items from here on are prepared on demand
         }
         items_[static_cast<size_t>(i)] = std::move(s);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        full = true;
-      }
-      progress.update(++done);
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < options.threads; ++t) pool.emplace_back(fill);
-  fill();
-  for (auto& t : pool) t.join();
+        return true;
+      },
+      [&](int64_t done, int64_t) { progress.update(done); });
   progress.finish();
-  if (error) std::rethrow_exception(error);
   bytes_ = bytes;
 }
 

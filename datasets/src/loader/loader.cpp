@@ -16,12 +16,14 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 
 #include "volshard/core/error.h"
 #include "volshard/core/large_blocks.h"
 #include "volshard/core/limits.h"
+#include "volshard/core/parallel.h"
 #include "volshard/core/seed_streams.h"
 
 namespace volshard {
@@ -227,16 +229,10 @@ class BatchPool {
       missing = capacity_ - fitting;
     }
     std::vector<c10::Storage> fresh(missing);
-    std::vector<std::thread> fillers;
-    const auto parallel =
-        std::min<size_t>(missing, static_cast<size_t>(std::max<int64_t>(threads, 1)));
-    for (size_t t = 0; t < parallel; ++t) {
-      fillers.emplace_back([&fresh, bytes, t, parallel] {
-        for (size_t k = t; k < fresh.size(); k += parallel)
-          fresh[k] = prefaulted_storage(bytes, true);
-      });
-    }
-    for (auto& f : fillers) f.join();
+    parallel_items(static_cast<int64_t>(missing), threads, [&](int64_t k) {
+      fresh[static_cast<size_t>(k)] = prefaulted_storage(bytes, true);
+      return true;
+    });
     std::lock_guard<std::mutex> lock(mutex);
     for (c10::Storage& b : fresh) keep(std::move(b));
     size_t held = 0;
@@ -375,7 +371,14 @@ DataLoader::Impl::Impl(SampleSource source, Compose transforms, LoaderOptions op
   if (!source_) throw std::invalid_argument("DataLoader: source is empty");
   pinned_ = options_.pin_memory == PinMemory::kOn ||
             (options_.pin_memory == PinMemory::kAuto && at::hasCUDA());
-  for (int64_t w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int64_t w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    stop_workers();  // join those that started: a joinable std::thread must not be destroyed
+    throw std::runtime_error("DataLoader: could not start worker thread " +
+                             std::to_string(threads_.size() + 1) + " of " +
+                             std::to_string(options_.workers) + ": " + e.what());
+  }
 }
 
 DataLoader::Impl::~Impl() { stop_workers(); }

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "volshard/core/limits.h"
+#include "volshard/core/parallel.h"
 #include "volshard/core/seed_streams.h"
 
 namespace volshard {
@@ -266,30 +265,12 @@ std::vector<SyntheticVolume> make_volumes(const SyntheticOptions& options, uint6
   }
   std::vector<SyntheticVolume> volumes(static_cast<size_t>(count));
   // Each volume depends only on its own seed, so any split over threads gives
-  // the same bytes; a static stride keeps it simple.
-  const int workers = static_cast<int>(std::min<int64_t>(threads, count));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(std::max(workers, 1)));
-  auto work = [&](int t) {
-    try {
-      for (int64_t v = t; v < count; v += workers) {
-        NumpyRandomState rs(synthetic_volume_seed(seed, first + v));
-        volumes[static_cast<size_t>(v)] = make_test_image_3d(options, rs);
-      }
-    } catch (...) {
-      errors[static_cast<size_t>(t)] = std::current_exception();
-    }
-  };
-  if (workers <= 1) {
-    if (count > 0) work(0);
-  } else {
-    std::vector<std::thread> pool;
-    pool.reserve(static_cast<size_t>(workers));
-    for (int t = 0; t < workers; ++t) pool.emplace_back(work, t);
-    for (auto& th : pool) th.join();
-  }
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  // the same bytes.
+  parallel_items(count, threads, [&](int64_t v) {
+    NumpyRandomState rs(synthetic_volume_seed(seed, first + v));
+    volumes[static_cast<size_t>(v)] = make_test_image_3d(options, rs);
+    return true;
+  });
   return volumes;
 }
 

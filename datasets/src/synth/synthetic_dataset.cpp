@@ -1,17 +1,14 @@
 #include "volshard/datasets/synthetic_dataset.h"
 
 #include <array>
-#include <atomic>
-#include <exception>
 #include <filesystem>
-#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "leftovers.h"
+#include "volshard/core/parallel.h"
 #include "volshard/datasets/nifti_header.h"
 #include "volshard/datasets/voxel_copy.h"
 
@@ -55,38 +52,18 @@ void write_synthetic_dataset(const SynthOptions& o) {
 
   Affine identity{};
   for (size_t r = 0; r < 4; ++r) identity[r][r] = 1.0;
-  std::atomic<int64_t> next{0}, done{0};
-  std::mutex mutex;
-  std::exception_ptr error;
-  const auto work = [&] {
-    for (int64_t i = next++; i < o.count; i = next++) {
-      try {
-        NumpyRandomState rs(synthetic_volume_seed(o.seed, i));
-        SyntheticVolume v = make_test_image_3d(o.volume, rs);
-        const std::vector<int64_t> shape{v.shape[0], v.shape[1], v.shape[2]};
-        const auto folder = std::filesystem::path(o.out_dir);
-        write_c_order((folder / ("img" + std::to_string(i) + ".nii.gz")).string(), shape,
-                      NiftiDatatype::kFloat32, v.image.data(), identity);
-        write_c_order((folder / ("seg" + std::to_string(i) + ".nii.gz")).string(), shape,
-                      NiftiDatatype::kInt32, v.label.data(), identity);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-        next = o.count;  // stop the others
-        return;
-      }
-      const int64_t d = ++done;
-      if (o.progress) {
-        const std::lock_guard<std::mutex> lock(mutex);
-        o.progress(d, o.count);
-      }
-    }
+  const auto folder = std::filesystem::path(o.out_dir);
+  const auto write = [&](int64_t i) {
+    NumpyRandomState rs(synthetic_volume_seed(o.seed, i));
+    SyntheticVolume v = make_test_image_3d(o.volume, rs);
+    const std::vector<int64_t> shape{v.shape[0], v.shape[1], v.shape[2]};
+    write_c_order((folder / ("img" + std::to_string(i) + ".nii.gz")).string(), shape,
+                  NiftiDatatype::kFloat32, v.image.data(), identity);
+    write_c_order((folder / ("seg" + std::to_string(i) + ".nii.gz")).string(), shape,
+                  NiftiDatatype::kInt32, v.label.data(), identity);
+    return true;
   };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < o.threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  parallel_items(o.count, o.threads, write, o.progress);
 }
 
 }  // namespace volshard

@@ -1,20 +1,17 @@
 #include "volshard/datasets/synthetic_decathlon.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <filesystem>
 #include <limits>
-#include <mutex>
 #include <set>
 #include <stdexcept>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "leftovers.h"
 #include "volshard/core/file_io.h"
+#include "volshard/core/parallel.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/datasets/nifti_header.h"
 #include "volshard/datasets/synthetic_dataset.h"
@@ -438,31 +435,13 @@ void write_decathlon_dataset(const DecathlonSynthOptions& o) {
     }
   };
 
-  std::atomic<int64_t> next{0}, done{0};
-  std::mutex mutex;
-  std::exception_ptr error;
-  const auto work = [&] {
-    for (int64_t i = next++; i < total; i = next++) {
-      try {
+  parallel_items(
+      total, o.threads,
+      [&](int64_t i) {
         write_case(i);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-        next = total;  // stop the others
-        return;
-      }
-      const int64_t d = ++done;
-      if (o.progress) {
-        const std::lock_guard<std::mutex> lock(mutex);
-        o.progress(d, total);
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < std::min(o.threads, total); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+        return true;
+      },
+      o.progress);
 
   // Decathlon's dataset.json, keys in its order; written last.
   nlohmann::ordered_json json;
