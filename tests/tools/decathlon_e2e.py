@@ -19,8 +19,9 @@ import unittest
 try:
     import nibabel as nib
     import numpy as np
+    import torch
 except ImportError:
-    print("SKIP: nibabel/numpy are not importable")
+    print("SKIP: nibabel/numpy/torch are not importable")
     sys.exit(77)
 
 BINARY = None
@@ -119,10 +120,27 @@ class DecathlonTest(unittest.TestCase):
 
     def test_brats_config_trains_three_region_channels_and_scores_each(self):
         run_dir = self.out("brats_run")
+        # The tutorial's SegResNet, small: 2 levels of 8 and 16 channels.
+        small = ["--init-filters", "8", "--blocks-down", "1,1", "--blocks-up", "1"]
         p = run("train", "--config", os.path.join(CONFIGS, "brats.json"),
                 "--datalist", os.path.join(self.mri, "dataset.json"), "--out", run_dir, "--epochs", 1,
-                "--val-fraction", 0.25, "--roi", 16, "--nproc-per-node", 1, *TINY)
+                "--val-fraction", 0.25, "--roi", 16, "--nproc-per-node", 1, *TINY, *small)
         self.assertEqual(p.returncode, 0, p.stderr)
+        # MONAI's SegResNet takes the weights as they are (strict), and volshard takes MONAI's.
+        from monai.networks.nets import SegResNet
+        net = SegResNet(spatial_dims=3, init_filters=8, in_channels=4, out_channels=3, dropout_prob=0.2,
+                        blocks_down=(1, 1), blocks_up=(1,))
+        state = torch.load(os.path.join(run_dir, "model.pt"))
+        self.assertEqual(next(iter(state)), "convInit.conv.weight")
+        net.load_state_dict(state, strict=True)
+        self.assertEqual(tuple(net.eval()(torch.rand(1, 4, 16, 16, 16)).shape), (1, 3, 16, 16, 16))
+        torch.save(SegResNet(spatial_dims=3, init_filters=8, in_channels=4, out_channels=3,
+                             blocks_down=(1, 1), blocks_up=(1,)).state_dict(), self.out("monai_segresnet.pt"))
+        from_monai = run("train", "--config", os.path.join(CONFIGS, "brats.json"), "--init-weights",
+                         self.out("monai_segresnet.pt"), "--datalist", os.path.join(self.mri, "dataset.json"),
+                         "--out", self.out("brats_from_monai"), "--epochs", 1, "--max-steps", 1, "--val-every", 0,
+                         "--nproc-per-node", 1, *TINY, *small)
+        self.assertEqual(from_monai.returncode, 0, from_monai.stderr)
         (line,) = epochs(run_dir)
         self.assertEqual(line["val_classes"], ["TC", "WT", "ET"])
         self.assertEqual(len(line["val_dice_per_class"]), 3)
@@ -130,7 +148,20 @@ class DecathlonTest(unittest.TestCase):
         self.assertRegex(p.stdout, r"validation Dice [0-9.]+ \(TC [0-9.na]+, WT [0-9.na]+, ET [0-9.na]+\)")
         self.assertTrue(os.path.getsize(os.path.join(run_dir, "curves.png")) > 0)
         with open(os.path.join(run_dir, "config.json")) as f:
-            self.assertEqual(json.load(f)["in_channels"], 4)
+            config = json.load(f)
+        self.assertEqual((config["in_channels"], config["model"], config["norm"]), (4, "segresnet", "group"))
+        # predict builds the run's network from its config.json; --network (its --model is the weights) overrides.
+        with open(os.path.join(self.mri, "dataset.json")) as f:
+            image = os.path.normpath(os.path.join(self.mri, json.load(f)["training"][0]["image"]))
+        pred = self.out("brats_pred.nii.gz")
+        predict = ["predict", "--model", os.path.join(run_dir, "model.pt"), "--config",
+                   os.path.join(run_dir, "config.json"), "--image", image, "--out", pred]
+        p = run(*predict)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(nib.load(pred).shape[:3], nib.load(image).shape[:3])
+        p = run(*predict, "--network", "unet", "--norm", "instance")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("UNet::load_state_dict: missing key 'model.0.", p.stderr)
 
     def write_list(self, name, pairs):
         path = self.out(name)

@@ -24,8 +24,8 @@
 #include "volshard/trainer/ddp.h"
 #include "volshard/trainer/launch.h"
 #include "volshard/trainer/loss.h"
+#include "volshard/trainer/model.h"
 #include "volshard/trainer/train.h"
-#include "volshard/trainer/unet.h"
 #include "volshard/trainer/validate.h"
 
 namespace volshard {
@@ -146,8 +146,8 @@ TEST(CommunicatorTest, BusyPortIsRejectedNamingIt) {
   holder.join();
 }
 
-UNetOptions small_net() {
-  UNetOptions o;
+ModelOptions small_net() {
+  ModelOptions o;
   o.channels = {4, 8};
   o.strides = {2};
   o.num_res_units = 1;
@@ -158,7 +158,7 @@ UNetOptions small_net() {
 // gradients are averaged over ranks first. (SGD, not Adam: Adam divides by
 // sqrt(v), which blows float noise in the near-zero gradients of conv biases
 // before InstanceNorm up to full-size steps; the DDP claim is about gradients.)
-void sgd_step(UNet& net, at::optional<std::reference_wrapper<GradientReducer>> reducer,
+void sgd_step(Model& net, at::optional<std::reference_wrapper<GradientReducer>> reducer,
               const at::Tensor& x, const at::Tensor& y, std::vector<at::Tensor>& momentum) {
   for (auto& p : net.parameters())
     if (p.grad().defined()) p.mutable_grad().zero_();
@@ -187,7 +187,7 @@ TEST(GradientReducerTest, TwoRanksWithBatchBEqualOneProcessWithBatch2B) {
     ys.push_back((xs.back() > 0.6).to(at::kFloat));
   }
   // One process, batch 2b.
-  UNet single(small_net(), 11);
+  Model single(small_net(), 11);
   {
     std::vector<at::Tensor> momentum(single.parameters().size());
     for (int64_t s = 0; s < kSteps; ++s) sgd_step(single, at::nullopt, xs[s], ys[s], momentum);
@@ -196,7 +196,7 @@ TEST(GradientReducerTest, TwoRanksWithBatchBEqualOneProcessWithBatch2B) {
   std::map<int64_t, NamedTensors> finals;
   std::mutex mutex;
   run_ranks(2, [&](Communicator& comm) {
-    UNet net(small_net(), comm.rank() == 0 ? 11 : 99);
+    Model net(small_net(), comm.rank() == 0 ? 11 : 99);
     std::vector<at::Tensor> state;
     for (auto& kv : net.state_dict()) state.push_back(kv.second);
     broadcast_tensors(state, comm, 0);
@@ -247,11 +247,11 @@ TEST(GradientReducerTest, NamesAParameterThatGotNoGradient) {
 }
 
 TEST(SyncBatchNormTest, TwoRanksGiveTheForwardOfOneRankOnTheConcatenatedBatch) {
-  UNetOptions o = small_net();
+  ModelOptions o = small_net();
   o.norm = NormKind::kBatch;
   at::manual_seed(5);
   const at::Tensor x = at::rand({4, 1, 16, 16, 16});
-  UNet single(o, 21);
+  Model single(o, 21);
   single.train(true);
   const at::Tensor expected = single.forward(x).detach();
   const NamedTensors expected_state = single.state_dict();
@@ -259,7 +259,7 @@ TEST(SyncBatchNormTest, TwoRanksGiveTheForwardOfOneRankOnTheConcatenatedBatch) {
   std::map<int64_t, NamedTensors> states;
   std::mutex mutex;
   run_ranks(2, [&](Communicator& comm) {
-    UNet net(o, 21);
+    Model net(o, 21);
     net.set_sync_batchnorm(&comm);
     net.train(true);
     const at::Tensor y = net.forward(x.narrow(0, comm.rank() * 2, 2));
@@ -300,14 +300,14 @@ TEST(ValidationTest, DiceOverUnevenShardsEqualsASingleProcessExactly) {
   o.model = small_net();
   o.feed.crop = 16;
   o.overlap = 0.25;
-  UNet reference(o.model, 4);
+  Model reference(o.model, 4);
   Communicator one;
   const double expected = validation_dice(reference, val, o, one);
   EXPECT_FALSE(std::isnan(expected));
   std::map<int64_t, double> got;
   std::mutex mutex;
   run_ranks(3, [&](Communicator& comm) {
-    UNet net(o.model, 4);
+    Model net(o.model, 4);
     const double d = validation_dice(net, val, o, comm);
     std::lock_guard<std::mutex> lock(mutex);
     got[comm.rank()] = d;
@@ -338,7 +338,7 @@ TEST(ValidationTest, PerClassSoftmaxDiceOverShardsEqualsASingleProcessExactly) {
   o.activation = Activation::kSoftmax;
   o.feed.crop = 16;
   o.sw_batch_size = 2;
-  UNet reference(o.model, 4);
+  Model reference(o.model, 4);
   Communicator one;
   const ValidationScores expected = validation_scores(reference, val, o, one);
   ASSERT_EQ(expected.per_class.size(), 2u);  // classes 1 and 2, background left out
@@ -347,7 +347,7 @@ TEST(ValidationTest, PerClassSoftmaxDiceOverShardsEqualsASingleProcessExactly) {
   std::map<int64_t, ValidationScores> got;
   std::mutex mutex;
   run_ranks(2, [&](Communicator& comm) {
-    UNet net(o.model, 4);
+    Model net(o.model, 4);
     const ValidationScores s = validation_scores(net, val, o, comm);
     std::lock_guard<std::mutex> lock(mutex);
     got[comm.rank()] = s;

@@ -11,9 +11,10 @@
 #include <sstream>
 #include <string>
 
+#include "model_parity.h"
 #include "volshard/trainer/loss.h"
+#include "volshard/trainer/model.h"
 #include "volshard/trainer/serialize.h"
-#include "volshard/trainer/unet.h"
 
 namespace volshard {
 namespace {
@@ -22,49 +23,22 @@ using ::testing::HasSubstr;
 
 const std::string kFixtures = VOLSHARD_TRAINER_FIXTURES;
 
-std::string shape_text(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t d = 0; d < t.dim(); ++d)
-    s += std::to_string(t.size(d)) + (t.dim() == 1 ? ",)" : d + 1 < t.dim() ? ", " : ")");
-  return s;
-}
-
-// key -> "(a, b, ...)" in MONAI's state_dict order, from the reference listing.
-std::vector<std::pair<std::string, std::string>> monai_tutorial_keys() {
-  std::ifstream in(kFixtures + "/monai_unet_state_dict.txt");
-  std::vector<std::pair<std::string, std::string>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string key, shape;
-    std::getline(fields, key, '\t');
-    std::getline(fields, shape, '\t');
-    out.emplace_back(key, shape);
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, std::string>> keys_and_shapes(const UNet& net) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& kv : net.state_dict()) out.emplace_back(kv.first, shape_text(kv.second));
-  return out;
-}
+using test_support::keys_and_shapes;
 
 TEST(UNetTest, TutorialConfigurationHasMonaisStateDictKeysShapesAndOrder) {
-  const UNet net(UNetOptions{});
-  const auto expected = monai_tutorial_keys();
+  const Model net(ModelOptions{});
+  const auto expected = test_support::read_listing(kFixtures + "/monai_unet_state_dict.txt");
   ASSERT_EQ(expected.size(), 63u);
   EXPECT_EQ(keys_and_shapes(net), expected);
   EXPECT_EQ(net.num_parameters(), 4805534);
 }
 
 TEST(UNetTest, NoResidualUnitsGivesPlainConvolutionsAsMonai) {
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8, 16};
   o.strides = {2, 2};
   o.num_res_units = 0;
-  UNet net(o);
+  Model net(o);
   // MONAI: down = Convolution, bottom = Convolution(stride 1), up =
   // Convolution(transposed), the top one conv only.
   const std::vector<std::pair<std::string, std::string>> expected{
@@ -89,11 +63,11 @@ TEST(UNetTest, NoResidualUnitsGivesPlainConvolutionsAsMonai) {
 }
 
 TEST(UNetTest, OneResidualUnitHasOneSubunitPerLayer) {
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8};
   o.strides = {2};
   o.num_res_units = 1;
-  const UNet net(o);
+  const Model net(o);
   const std::vector<std::pair<std::string, std::string>> expected{
       {"model.0.conv.unit0.conv.weight", "(4, 1, 3, 3, 3)"},
       {"model.0.conv.unit0.conv.bias", "(4,)"},
@@ -115,12 +89,12 @@ TEST(UNetTest, OneResidualUnitHasOneSubunitPerLayer) {
 }
 
 TEST(UNetTest, BatchNormAddsMonaisBatchNormKeysAndBuffers) {
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8};
   o.strides = {2};
   o.num_res_units = 0;
   o.norm = NormKind::kBatch;
-  const UNet net(o);
+  const Model net(o);
   const auto keys = keys_and_shapes(net);
   ASSERT_GE(keys.size(), 8u);
   EXPECT_EQ(keys[2].first, "model.0.adn.N.weight");
@@ -131,56 +105,22 @@ TEST(UNetTest, BatchNormAddsMonaisBatchNormKeysAndBuffers) {
   EXPECT_EQ(keys[7].first, "model.0.adn.A.weight");
 }
 
-struct Parity {
-  UNet net;
-  at::Tensor input, label, output, loss;
-  NamedTensors grads;
-};
-
-Parity run_fixture() {
+TEST(UNetParityTest, OutputLossAndGradientsMatchMonaiWithinTolerance) {
   const std::string dir = kFixtures + "/unet_parity_small";
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8, 16};
   o.strides = {2, 2};
   o.num_res_units = 2;
-  Parity p{
-      UNet(o, 123), load_tensor(dir + "/input.pt"), load_tensor(dir + "/label.pt"), {}, {}, {}};
-  p.net.load_state_dict(load_tensor_dict(dir + "/state_dict.pt"));
-  p.output = p.net.forward(p.input);
   DiceLossOptions d;
   d.sigmoid = true;
-  p.loss = dice_loss(p.output, p.label, d);
-  p.loss.backward();
-  for (const auto& kv : p.net.named_parameters()) p.grads.emplace_back(kv.first, kv.second.grad());
-  return p;
-}
-
-TEST(UNetParityTest, OutputLossAndGradientsMatchMonaiWithinTolerance) {
-  const std::string dir = kFixtures + "/unet_parity_small";
-  const Parity p = run_fixture();
-  const at::Tensor expected_output = load_tensor(dir + "/output.pt");
-  ASSERT_EQ(p.output.sizes(), expected_output.sizes());
-  EXPECT_TRUE(at::allclose(p.output, expected_output, 1e-4, 1e-5))
-      << "max abs diff " << (p.output - expected_output).abs().max().item<double>();
-  EXPECT_NEAR(p.loss.item<double>(), 0.5020731687545776, 1e-5);
-
-  std::map<std::string, at::Tensor> expected_grads;
-  for (const auto& kv : load_tensor_dict(dir + "/grads.pt")) expected_grads[kv.first] = kv.second;
-  ASSERT_EQ(expected_grads.size(), p.grads.size());
-  for (const auto& kv : p.grads) {
-    ASSERT_TRUE(expected_grads.count(kv.first)) << kv.first;
-    ASSERT_TRUE(kv.second.defined()) << kv.first;
-    EXPECT_TRUE(at::allclose(kv.second, expected_grads[kv.first], 1e-4, 1e-5))
-        << kv.first << " max abs diff "
-        << (kv.second - expected_grads[kv.first]).abs().max().item<double>();
-  }
+  test_support::expect_parity(dir, test_support::run_parity(dir, o, d), 0.5020731687545776);
 }
 
 TEST(UNetParityTest, TrainAndEvalGiveTheSameOutputWithInstanceNorm) {
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8};
   o.strides = {2};
-  UNet net(o, 5);
+  Model net(o, 5);
   const at::Tensor x = at::rand({1, 1, 16, 16, 16});
   c10::NoGradGuard no_grad;
   const at::Tensor a = net.forward(x);
@@ -189,10 +129,10 @@ TEST(UNetParityTest, TrainAndEvalGiveTheSameOutputWithInstanceNorm) {
 }
 
 TEST(UNetTest, InitialisationDependsOnlyOnTheSeed) {
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8};
   o.strides = {2};
-  const UNet a(o, 1), b(o, 1), c(o, 2);
+  const Model a(o, 1), b(o, 1), c(o, 2);
   const auto sa = a.state_dict(), sb = b.state_dict(), sc = c.state_dict();
   bool any_different = false;
   for (size_t i = 0; i < sa.size(); ++i) {
@@ -207,7 +147,7 @@ TEST(UNetTest, InitialisationDependsOnlyOnTheSeed) {
 }
 
 TEST(UNetTest, RejectsSpatialSizesThatAreNotMultiplesOfTheStrideProduct) {
-  UNet net(UNetOptions{});
+  Model net(ModelOptions{});
   try {
     net.forward(at::zeros({1, 1, 72, 96, 96}));
     FAIL() << "72 is not a multiple of 16";
@@ -215,12 +155,12 @@ TEST(UNetTest, RejectsSpatialSizesThatAreNotMultiplesOfTheStrideProduct) {
     EXPECT_THAT(e.what(), HasSubstr("72x96x96"));
     EXPECT_THAT(e.what(), HasSubstr("multiple of 16"));
   }
-  EXPECT_THROW(UNetOptions{}.check_spatial_size({100, 96, 96}, "crop"), std::invalid_argument);
-  EXPECT_NO_THROW(UNetOptions{}.check_spatial_size({96, 96, 96}, "crop"));
+  EXPECT_THROW(ModelOptions{}.check_spatial_size({100, 96, 96}, "crop"), std::invalid_argument);
+  EXPECT_NO_THROW(ModelOptions{}.check_spatial_size({96, 96, 96}, "crop"));
 }
 
 TEST(UNetTest, RejectsBadOptionsNamingTheField) {
-  UNetOptions o;
+  ModelOptions o;
   o.strides = {2, 2};
   try {
     o.validate();
@@ -228,18 +168,26 @@ TEST(UNetTest, RejectsBadOptionsNamingTheField) {
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("strides"));
   }
-  o = UNetOptions{};
+  o = ModelOptions{};
   o.dropout = 1.0;
   EXPECT_THROW(o.validate(), std::invalid_argument);
-  EXPECT_THROW(parse_norm_kind("group"), std::invalid_argument);
+  o = ModelOptions{};
+  o.norm = NormKind::kGroup;
+  o.num_groups = 3;
+  try {
+    o.validate();
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("channels[0]=16 is not a multiple of num_groups=3"));
+  }
 }
 
 TEST(UNetTest, LoadStateDictNamesTheMissingOrMisshapedKeyAndCopiesNothing) {
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8};
   o.strides = {2};
-  UNet net(o, 1);
-  const UNet other(o, 2);
+  Model net(o, 1);
+  const Model other(o, 2);
   NamedTensors state = other.state_dict();
   const at::Tensor before = net.state_dict()[0].second.clone();
   state.back().second = at::zeros({3});
@@ -286,10 +234,10 @@ TEST(SerializeTest, ReadsAnOrderedDictStateDictAsPythonSavesIt) {
 }
 
 TEST(SerializeTest, OurStateDictRoundTripsAndBadFilesNameThePath) {
-  UNetOptions o;
+  ModelOptions o;
   o.channels = {4, 8};
   o.strides = {2};
-  const UNet net(o, 3);
+  const Model net(o, 3);
   const auto path = std::string(::testing::TempDir()) + "/volshard_sd.pt";
   save_tensor_dict(path, net.state_dict());
   const NamedTensors back = load_tensor_dict(path);

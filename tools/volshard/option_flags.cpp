@@ -66,13 +66,32 @@ struct AddFlag {
   }
 };
 
+// A command's flags whose names are not "--" + key (predict's --model is the
+// weights file, so the architecture, key "model", is --network there).
+using FlagNames = std::map<std::string, std::string>;
+
+std::string flag_of(const std::string& key, const FlagNames& renamed) {
+  const auto it = renamed.find(key);
+  if (it != renamed.end()) return it->second;
+  std::string flag = "--" + key;
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag;
+}
+
 // AddFlag for a whole-volume command (predict, prepare): training-only
 // fields get no flag (a config's values for them are accepted and ignored).
 struct AddWholeVolumeFlag {
   CLI::App* cmd;
+  const FlagNames& renamed;
   template <class T>
   void operator()(const Field& f, T& value) const {
-    if (!f.training_only) AddFlag{cmd}(f, value);
+    if (f.training_only) return;
+    const auto it = renamed.find(f.key);
+    if (it == renamed.end()) return AddFlag{cmd}(f, value);
+    Field named = f;
+    named.flag_name = it->second.c_str();
+    AddFlag{cmd}(named, value);
   }
 };
 
@@ -94,7 +113,7 @@ struct CollectKeys {
 // (CLI11 2.1 reads config files for the top-level app only, so a subcommand
 // applies its own.)
 void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<std::string>& accept,
-                       bool ignore_others) {
+                       bool ignore_others, const FlagNames& renamed) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text_file(path));
@@ -113,10 +132,7 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
       throw std::invalid_argument("--config " + path + ": unknown key '" + it.key() +
                                   "' (keys are the flags' names with '_', as in RUN/config.json)");
     }
-    std::string flag = "--" + it.key();
-    for (char& c : flag)
-      if (c == '_') c = '-';
-    CLI::Option* option = cmd->get_option_no_throw(flag);
+    CLI::Option* option = cmd->get_option_no_throw(flag_of(it.key(), renamed));
     if (option == nullptr || option->count() > 0) continue;  // the command line wins
     bool excluded = false;  // the file's --data when the command line gave --datalist
     for (const CLI::Option* other : option->get_excludes()) excluded |= other->count() > 0;
@@ -160,13 +176,14 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
 
 // `fallback` (may be empty) names the config to read when --config is not given.
 void add_config(CLI::App* cmd, std::set<std::string> keys, bool ignore_others, const char* help,
-                std::function<std::string()> fallback = {}) {
+                std::function<std::string()> fallback = {}, FlagNames renamed = {}) {
   auto path = std::make_shared<std::string>();
   cmd->add_option("--config", *path, help)->type_name("FILE.json");
-  cmd->final_callback([cmd, path, keys = std::move(keys), ignore_others, fallback] {
-    const std::string file = !path->empty() ? *path : fallback ? fallback() : std::string();
-    if (!file.empty()) apply_json_config(cmd, file, keys, ignore_others);
-  });
+  cmd->final_callback(
+      [cmd, path, keys = std::move(keys), ignore_others, fallback, renamed = std::move(renamed)] {
+        const std::string file = !path->empty() ? *path : fallback ? fallback() : std::string();
+        if (!file.empty()) apply_json_config(cmd, file, keys, ignore_others, renamed);
+      });
 }
 
 // `train --resume RUN` alone: RUN/config.json (beside the checkpoint file
@@ -246,16 +263,19 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
     visit(Field("sw_batch_size", "sliding windows per forward pass").at_least(1), o.sw_batch_size);
     for_each_prefix_field(o.prefix, visit);
   };
-  table(AddWholeVolumeFlag{cmd});
+  static const FlagNames kRenamed{{"model", "--network"}};  // --model: the weights file
+  table(AddWholeVolumeFlag{cmd, kRenamed});
   table(CollectKeys{&keys});
   keys.insert({"roi", "overlap", "crop"});  // validation's window (predict_command.cpp's flags)
   add_config(cmd, std::move(keys), true,
-             "RUN/config.json: the network's and the prefix's keys (channels, pixdim, ...); flags "
-             "override it");
+             "RUN/config.json: the network's and the prefix's keys (model, channels, pixdim, ...); "
+             "flags override it (the network's kind is --network here)",
+             {}, kRenamed);
 }
 
 void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix) {
-  for_each_prefix_field(prefix, AddWholeVolumeFlag{cmd});
+  static const FlagNames kNone;
+  for_each_prefix_field(prefix, AddWholeVolumeFlag{cmd, kNone});
   std::set<std::string> keys;
   for_each_prefix_field(prefix, CollectKeys{&keys});
   add_config(cmd, std::move(keys), true,

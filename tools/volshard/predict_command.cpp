@@ -1,4 +1,4 @@
-// volshard predict: segment a volume with a trained UNet.
+// volshard predict: segment a volume with a trained network.
 #include <iostream>
 #include <memory>
 

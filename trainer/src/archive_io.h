@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "volshard/core/torch_archive.h"
-#include "volshard/trainer/unet.h"
+#include "volshard/trainer/model.h"
 
 namespace c10 {
 struct IValue;

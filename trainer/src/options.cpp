@@ -44,12 +44,6 @@ const std::vector<std::pair<std::string, Backend>>& enum_names(Backend) {
                                                                    {"nccl", Backend::kNccl}};
   return kNames;
 }
-const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind) {
-  static const std::vector<std::pair<std::string, NormKind>> kNames{
-      {"instance", NormKind::kInstance}, {"batch", NormKind::kBatch}};
-  return kNames;
-}
-
 const std::vector<std::pair<std::string, Activation>>& enum_names(Activation) {
   static const std::vector<std::pair<std::string, Activation>> kNames{
       {"sigmoid", Activation::kSigmoid}, {"softmax", Activation::kSoftmax}};
@@ -87,6 +81,7 @@ const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind) {
 }
 
 std::string Field::flag() const {
+  if (flag_name != nullptr) return flag_name;
   std::string f = std::string("--") + key;
   for (char& c : f)
     if (c == '_') c = '-';
@@ -150,10 +145,10 @@ namespace {
 
 // `count` windows of edge^3 voxels through the network: input, output and the
 // first level's features in float32, a lower bound of what they need.
-double voxels_bytes(int64_t edge, int64_t count, const UNetOptions& net) {
+double voxels_bytes(int64_t edge, int64_t count, const ModelOptions& net) {
   const double e = static_cast<double>(edge);
   const double channels = static_cast<double>(std::max<int64_t>(net.in_channels, 1) +
-                                              net.out_channels + net.channels.front());
+                                              net.out_channels + net.top_channels());
   return 4.0 * e * e * e * static_cast<double>(count) * channels;
 }
 
@@ -181,7 +176,7 @@ void TrainOptions::validate() const {
   } catch (const std::invalid_argument& e) {
     bad(std::string("train: ") + e.what());
   }
-  UNetOptions net = model;
+  ModelOptions net = model;
   if (net.in_channels == 0) net.in_channels = 1;  // from the data, known later
   net.validate();
   if (feed.prefix.labels != LabelMap::kClasses && activation != Activation::kSigmoid)
@@ -194,9 +189,9 @@ void TrainOptions::validate() const {
         std::to_string(model.out_channels) + " must be 3");
   if (activation == Activation::kSoftmax && model.out_channels < 2)
     bad("train: --activation softmax needs --out-channels >= 2 (background and classes)");
-  if (invariant && model.norm == NormKind::kBatch)
+  if (invariant && model.resolved_norm() == NormKind::kBatch)
     bad("train: --invariant: --norm batch mixes the volumes of a rank's batch; use --norm "
-        "instance");
+        "instance or group");
   if (invariant && model.dropout > 0)
     bad("train: --invariant: --dropout=" + std::to_string(model.dropout) +
         " draws from each rank's own generator; use --dropout 0");

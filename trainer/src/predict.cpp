@@ -9,8 +9,8 @@
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/checkpoint.h"
+#include "volshard/trainer/model.h"
 #include "volshard/trainer/serialize.h"
-#include "volshard/trainer/unet.h"
 #include "volshard/transforms/inference.h"
 #include "volshard/transforms/transforms.h"
 
@@ -18,7 +18,7 @@ namespace volshard {
 
 void predict(const PredictOptions& o) {
   o.validate();
-  UNet net(o.model);
+  Model net(o.model);
   net.load_state_dict(load_model_weights(o.model_path));
   net.train(false);
   const Volume volume = read_volume_as_float(o.image_path);

@@ -53,10 +53,11 @@ std::string differences(const json& saved, const json& now,
 // rate or the number of epochs, may change). Every difference is named.
 void check_resumed_config(const json& now, const json& saved, const std::string& path) {
   static const std::set<std::string> kKept = {
-      "data",    "datalist",  "image_glob",   "label_glob",  "val_fraction", "seed",
-      "crop",    "crop_kind", "num_samples",  "in_channels", "out_channels", "channels",
-      "strides", "res_units", "norm",         "dropout",     "activation",   "orientation",
-      "pixdim",  "intensity", "normalize_on", "spatial_pad", "labels",       "invariant"};
+      "data",      "datalist",     "image_glob",  "label_glob",   "val_fraction", "seed",
+      "crop",      "crop_kind",    "num_samples", "model",        "in_channels",  "out_channels",
+      "channels",  "strides",      "res_units",   "init_filters", "blocks_down",  "blocks_up",
+      "norm",      "num_groups",   "dropout",     "activation",   "orientation",  "pixdim",
+      "intensity", "normalize_on", "spatial_pad", "labels",       "invariant"};
   const std::string d =
       differences(saved, now, [](const std::string& key) { return kKept.count(key) > 0; });
   if (!d.empty())
@@ -67,7 +68,7 @@ void check_resumed_config(const json& now, const json& saved, const std::string&
 
 }  // namespace
 
-ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimizer& opt,
+ResumeState start_state(const TrainOptions& o, Model& net, torch::optim::Optimizer& opt,
                         int64_t train_size, Communicator& comm) {
   ResumeState s;
   if (!o.resume.empty()) {
@@ -108,7 +109,7 @@ ResumeState start_state(const TrainOptions& o, UNet& net, torch::optim::Optimize
 }
 
 void write_checkpoint(const std::string& path, const ResumeState& s, const TrainOptions& o,
-                      int64_t world_size, const std::string& config_json, const UNet& net,
+                      int64_t world_size, const std::string& config_json, const Model& net,
                       torch::optim::Optimizer& opt) {
   json meta;
   meta["sampler"] = json::parse(s.sampler.value().to_json());

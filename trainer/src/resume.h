@@ -9,8 +9,8 @@
 
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/trainer/comm.h"
+#include "volshard/trainer/model.h"
 #include "volshard/trainer/options.h"
-#include "volshard/trainer/unet.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -45,7 +45,7 @@ std::string resume_checkpoint_path(const TrainOptions& options);
 /// rank 0's weights (one broadcast; optimizer state is equal by construction).
 /// Throws std::runtime_error naming the checkpoint when it is unreadable or
 /// its training set is not `train_size` volumes.
-ResumeState start_state(const TrainOptions& options, UNet& net, torch::optim::Optimizer& optimizer,
+ResumeState start_state(const TrainOptions& options, Model& net, torch::optim::Optimizer& optimizer,
                         int64_t train_size, Communicator& comm);
 
 /// Writes checkpoint `path` (atomically): `state` (sampler set), options.seed,
@@ -53,7 +53,7 @@ ResumeState start_state(const TrainOptions& options, UNet& net, torch::optim::Op
 /// optimizer's state.
 void write_checkpoint(const std::string& path, const ResumeState& state,
                       const TrainOptions& options, int64_t world_size,
-                      const std::string& config_json, const UNet& net,
+                      const std::string& config_json, const Model& net,
                       torch::optim::Optimizer& optimizer);
 
 /// "--flag A there, B here; ..." for each key of the config.json text `now`

@@ -12,8 +12,8 @@
 #include "volshard/core/png.h"
 #include "volshard/datasets/loader.h"
 #include "volshard/trainer/comm.h"
+#include "volshard/trainer/model.h"
 #include "volshard/trainer/options.h"
-#include "volshard/trainer/unet.h"
 
 namespace volshard {
 

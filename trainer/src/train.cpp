@@ -29,8 +29,8 @@
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/trainer/ddp.h"
 #include "volshard/trainer/loss.h"
+#include "volshard/trainer/model.h"
 #include "volshard/trainer/serialize.h"
-#include "volshard/trainer/unet.h"
 
 namespace volshard {
 
@@ -52,8 +52,8 @@ std::vector<std::string> class_names(const TrainOptions& o) {
   return names;
 }
 
-UNet make_unet(const TrainOptions& o, Communicator& comm) {
-  UNet net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
+Model make_model(const TrainOptions& o, Communicator& comm) {
+  Model net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
   if (!o.init_weights.empty()) net.load_state_dict(load_tensor_dict(o.init_weights));
   net.set_sync_batchnorm(&comm);
   net.train(true);
@@ -150,7 +150,7 @@ struct Engine {
   const bool lead, tty;
   const DataSplit data;
   const int64_t n_train;
-  UNet net;
+  Model net;
   const std::unique_ptr<torch::optim::Optimizer> opt;
   ResumeState position;  // its sampler stays the checkpoint's (where this run resumed)
   const int64_t resumed_steps;
@@ -178,7 +178,7 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       tty(lead && ::isatty(STDERR_FILENO)),
       data(std::move(split)),
       n_train(static_cast<int64_t>(data.train.size())),
-      net(make_unet(o, c)),
+      net(make_model(o, c)),
       opt(make_optimizer(o, net.parameters())),
       position(start_state(o, net, *opt, n_train, c)),
       resumed_steps(position.global_step),
@@ -270,6 +270,13 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   for (int64_t m = 0; m < micro; ++m) {
     const std::optional<Batch> batch = loader.next();
     if (!batch) throw std::logic_error("train: the loader ended before the epoch's planned steps");
+    if (o.model.dropout > 0) {
+      // The masks from the run's seed, per rank, step and micro-batch: a rerun
+      // and a resumed run draw the same ones, with nothing to checkpoint.
+      const auto step = static_cast<uint64_t>(position.global_step);
+      net.seed_dropout(derive_seed(SeedStreams(o.seed).rank_seed(rank, position.global_step),
+                                   Stream::kRank, step, static_cast<uint64_t>(m)));
+    }
     const at::Tensor logits = net.forward(batch->image);
     const at::Tensor loss =
         segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);

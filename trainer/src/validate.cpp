@@ -18,7 +18,7 @@ namespace volshard {
 // vector indexed by dataset index (every other rank adds exact zeros), and the
 // mean is taken in index order, so the result equals a single process's bit
 // for bit.
-ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>& val,
+ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>& val,
                                    const TrainOptions& o, Communicator& comm) {
   const auto n = static_cast<int64_t>(val.size());
   ValidationScores out;
@@ -93,7 +93,7 @@ ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>&
   return out;
 }
 
-double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val, const TrainOptions& o,
+double validation_dice(Model& net, const std::vector<ImageLabelPair>& val, const TrainOptions& o,
                        Communicator& comm) {
   return validation_scores(net, val, o, comm).mean;
 }

@@ -33,7 +33,7 @@ std::string validation_text(const TrainOptions& options, const DataSplit& split,
 /// shapes agree, the same channel count in every image and the network's
 /// --in-channels, label maps of one channel, voxel spacings > 0 when the
 /// prefix resamples), the crop against the volumes as the prefix resamples them (unless
-/// allow_smaller or CropForeground), the crop and ROI against the UNet's stride product. Throws
+/// allow_smaller or CropForeground), the crop and ROI against the network's down-sampling. Throws
 /// std::invalid_argument with one message naming the file or value.
 void check_training_config(const TrainOptions& options, int64_t world_size);
 

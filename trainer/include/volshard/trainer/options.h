@@ -13,7 +13,7 @@
 #include "volshard/datasets/feed.h"
 #include "volshard/trainer/comm.h"
 #include "volshard/trainer/loss.h"
-#include "volshard/trainer/unet.h"
+#include "volshard/trainer/model.h"
 
 namespace volshard {
 
@@ -37,7 +37,6 @@ const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule);
 const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutput);
 const std::vector<std::pair<std::string, ValBalance>>& enum_names(ValBalance);
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend);
-const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind);
 const std::vector<std::pair<std::string, Activation>>& enum_names(Activation);
 const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind);
 const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap);
@@ -65,6 +64,8 @@ struct Field {
   /// A training step only: whole-volume commands (predict, prepare) show no
   /// flag for it and ignore a config's value.
   bool training_only = false;
+  /// A command's own spelling of the flag (nullptr: "--" + key, '-' for '_').
+  const char* flag_name = nullptr;
 
   Field(const char* k, const char* h) : key(k), help(h) {}
   Field& at_least(double v) { return lo = v, *this; }
@@ -83,16 +84,36 @@ struct Field {
 /// The network's fields, shared by train and predict.
 template <class Self, class Visit>
 void for_each_model_field(Self& m, Visit&& visit) {
-  visit(Field("in_channels", "input channels of the UNet (0: the images' channels)").at_least(0),
+  visit(Field("model",
+              "the network: unet (MONAI's UNet) or segresnet (MONAI's SegResNet, the BraTS "
+              "tutorial's)"),
+        m.kind);
+  visit(Field("in_channels", "input channels of the network (0: the images' channels)").at_least(0),
         m.in_channels);
-  visit(Field("out_channels", "output channels of the UNet (classes with softmax)").at_least(1),
+  visit(Field("out_channels", "output channels of the network (classes with softmax)").at_least(1),
         m.out_channels);
-  visit(Field("channels", "feature channels per level, comma-separated"), m.channels);
-  visit(Field("strides", "down-sampling stride per level, comma-separated (one fewer)"), m.strides);
-  visit(Field("res_units", "residual units per block (0: plain convolutions)").at_least(0),
+  visit(Field("channels", "unet: feature channels per level, comma-separated"), m.channels);
+  visit(Field("strides", "unet: down-sampling stride per level, comma-separated (one fewer)"),
+        m.strides);
+  visit(Field("res_units", "unet: residual units per block (0: plain convolutions)").at_least(0),
         m.num_res_units);
-  visit(Field("norm", "normalisation (batch: SyncBatchNorm over ranks)"), m.norm);
-  visit(Field("dropout", "dropout probability").at_least(0).below(1), m.dropout);
+  visit(Field("init_filters", "segresnet: channels of the first level (doubling per level)")
+            .at_least(1),
+        m.init_filters);
+  visit(Field("blocks_down", "segresnet: residual blocks per level going down, comma-separated"),
+        m.blocks_down);
+  visit(Field("blocks_up",
+              "segresnet: residual blocks per level going up, comma-separated (one fewer)"),
+        m.blocks_up);
+  visit(Field("norm",
+              "normalisation (auto: the model's MONAI default, instance for unet, group for "
+              "segresnet; batch: SyncBatchNorm over ranks; group: GroupNorm)"),
+        m.norm);
+  visit(Field("num_groups", "group norm: channel groups").at_least(1), m.num_groups);
+  visit(Field("dropout", "dropout probability (segresnet: Dropout3d after the first convolution)")
+            .at_least(0)
+            .below(1),
+        m.dropout);
 }
 
 /// The deterministic prefix's fields, shared by train, predict and prepare.
@@ -158,7 +179,12 @@ struct TrainOptions {
   /// volume's gradient is taken on its own and the sum is exact.
   bool invariant = false;
   uint64_t seed = 0;
-  UNetOptions model{/*in_channels=*/0};  ///< in_channels 0: the images' channels
+  /// in_channels 0: the images' channels
+  ModelOptions model = [] {
+    ModelOptions m;
+    m.in_channels = 0;
+    return m;
+  }();
   Activation activation = Activation::kSigmoid;
   LossOptions loss;  ///< what the step minimises (activation picks sigmoid or softmax)
   // Validation
@@ -333,7 +359,7 @@ struct PredictOptions {
   /// What the inference is, in words: "sliding window 32^3, overlap 0.5, 4
   /// windows a pass" or "whole volume".
   std::string inference_text() const;
-  UNetOptions model;
+  ModelOptions model;
   Activation activation = Activation::kSigmoid;
   /// The training run's prefix: the image is prepared as validation prepares
   /// it, and the prediction mapped back onto the image's own grid.

@@ -1,12 +1,12 @@
 #pragma once
-// `volshard predict`: one volume through a trained UNet.
+// `volshard predict`: one volume through a trained network.
 
 #include "volshard/trainer/options.h"
 
 namespace volshard {
 
 /// Reads the image, prepares it as training's validation did (options.prefix:
-/// orientation, spacing, intensity, foreground crop), runs the UNet (as
+/// orientation, spacing, intensity, foreground crop), runs the network (as
 /// options.inference_text() says), maps the
 /// result back onto the image's own grid (crop padded, spacing and orientation
 /// inverted, as MONAI's Invertd) and writes a float32 (logits, prob) or uint8

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "volshard/trainer/unet.h"
+#include "volshard/trainer/model.h"
 
 namespace volshard {
 

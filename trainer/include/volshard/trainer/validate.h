@@ -6,8 +6,8 @@
 
 #include "volshard/datasets/datalist.h"
 #include "volshard/trainer/comm.h"
+#include "volshard/trainer/model.h"
 #include "volshard/trainer/options.h"
-#include "volshard/trainer/unet.h"
 
 namespace volshard {
 
@@ -30,11 +30,11 @@ struct ValidationScores {
 /// options.val_balance); the result equals a single process's exactly, for
 /// any world size and either balance. Every rank must call it (two
 /// all-reduces).
-ValidationScores validation_scores(UNet& net, const std::vector<ImageLabelPair>& val,
+ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>& val,
                                    const TrainOptions& options, Communicator& comm);
 
 /// validation_scores(...).mean.
-double validation_dice(UNet& net, const std::vector<ImageLabelPair>& val,
+double validation_dice(Model& net, const std::vector<ImageLabelPair>& val,
                        const TrainOptions& options, Communicator& comm);
 
 }  // namespace volshard

@@ -1,0 +1,120 @@
+#pragma once
+// The networks `volshard train` builds, MONAI's own in LibTorch with MONAI's
+// exact module trees: state_dict() keys, shapes and order equal MONAI's, so
+// weights move both ways (see README, "Trainer"). One registry (model.cpp)
+// names each architecture, its defaults and its builder; every caller goes
+// through Model.
+//
+// unet:      monai.networks.nets.UNet(spatial_dims=3, ...)
+// segresnet: monai.networks.nets.SegResNet(spatial_dims=3, ...), upsample_mode
+//            nontrainable, use_conv_final (the BraTS tutorial's network)
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace volshard {
+
+class Communicator;
+
+enum class ModelKind { kUNet, kSegResNet };
+
+enum class NormKind {
+  kAuto,      ///< the architecture's MONAI default: instance (UNet), group (SegResNet)
+  kInstance,  ///< InstanceNorm3d(affine=False, no running stats)
+  kBatch,     ///< BatchNorm3d; synchronised across ranks when a Communicator is set
+  kGroup,     ///< GroupNorm(num_groups, affine=True)
+};
+
+/// The names of the values, as the JSON and the flags spell them.
+const std::vector<std::pair<std::string, ModelKind>>& enum_names(ModelKind);
+const std::vector<std::pair<std::string, NormKind>>& enum_names(NormKind);
+
+struct ModelOptions {
+  ModelKind kind = ModelKind::kUNet;
+  int64_t in_channels = 1;
+  int64_t out_channels = 1;
+  // UNet
+  std::vector<int64_t> channels{16, 32, 64, 128, 256};  ///< >= 2 levels
+  std::vector<int64_t> strides{2, 2, 2, 2};             ///< channels.size() - 1 entries
+  int64_t num_res_units = 2;                            ///< 0: plain convolutions
+  // SegResNet
+  int64_t init_filters = 8;                      ///< level k has init_filters * 2^k channels
+  std::vector<int64_t> blocks_down{1, 2, 2, 4};  ///< residual blocks per level, down
+  std::vector<int64_t> blocks_up{1, 1, 1};       ///< per level, up: one fewer than blocks_down
+  // Both
+  NormKind norm = NormKind::kAuto;
+  int64_t num_groups = 8;  ///< group norm
+  double dropout = 0.0;    ///< in [0, 1): UNet's ADN dropout, SegResNet's dropout_prob
+
+  /// "UNet" or "SegResNet", for messages.
+  std::string name() const;
+  /// norm, with kAuto replaced by the architecture's default.
+  NormKind resolved_norm() const;
+  /// Throws std::invalid_argument naming the field.
+  void validate() const;
+  /// Spatial sizes must be multiples of this (the product of the strides).
+  int64_t size_multiple() const;
+  /// Feature channels at the input's resolution (UNet: channels[0],
+  /// SegResNet: init_filters), for memory estimates.
+  int64_t top_channels() const;
+  /// Throws std::invalid_argument naming the size unless each is a positive
+  /// multiple of size_multiple() (MONAI fails later, with a size error).
+  void check_spatial_size(const std::array<int64_t, 3>& size, const std::string& what) const;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// The network. Parameters are float32 on the CPU after construction.
+/// Not thread-safe; one per rank.
+class Model {
+ public:
+  /// Weights are drawn as PyTorch's defaults (convolutions uniform
+  /// +-1/sqrt(fan_in), PReLU 0.25, norms 1 and 0) from a private generator
+  /// seeded with `init_seed`: the same seed gives the same weights on any
+  /// machine and thread.
+  explicit Model(ModelOptions options, uint64_t init_seed = 0);
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  /// N x in_channels x X x Y x Z -> N x out_channels x X x Y x Z logits.
+  at::Tensor forward(const at::Tensor& input);
+
+  /// MONAI's state_dict(): parameters and buffers, module by module.
+  NamedTensors state_dict() const;
+  NamedTensors named_parameters() const;
+  std::vector<at::Tensor> parameters() const;
+  int64_t num_parameters() const;
+
+  /// Copies values in. Throws std::invalid_argument naming the first missing,
+  /// unexpected (if strict) or mis-shaped key; nothing is copied then.
+  void load_state_dict(const NamedTensors& state, bool strict = true);
+
+  void train(bool on = true);
+  bool is_training() const;
+  /// Moves parameters and buffers (e.g. to CUDA).
+  void to(at::Device device);
+  /// Restarts the dropout masks' generator (the model's own, not torch's
+  /// global one) at `seed`: the trainer seeds it per rank, step and
+  /// micro-batch, so reruns and resumed runs draw the same masks.
+  void seed_dropout(uint64_t seed);
+  /// BatchNorm layers all-reduce their batch statistics over `comm` in
+  /// training (SyncBatchNorm). nullptr: local statistics.
+  void set_sync_batchnorm(Communicator* comm);
+
+  const ModelOptions& options() const;
+  /// The module tree as PyTorch prints it (for logs and tests).
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace volshard
