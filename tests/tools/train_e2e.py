@@ -154,6 +154,15 @@ class TrainJobTest(Base):
         self.assertEqual(meta["sampler"]["epoch"], 2)
         self.assertEqual(meta["global_step"], 6)
 
+    def test_bf16_ends_within_a_hundredth_of_float32s_validation_dice(self):
+        dice = {}
+        for amp in ("off", "bf16"):
+            out = self.out(amp)
+            self.train(out, "--amp", amp)
+            dice[amp] = [d for kind, d in metrics(out, ("type", "val_dice")) if kind == "epoch"][-1]
+        self.assertLess(abs(dice["bf16"] - dice["off"]), 0.01, dice)
+        self.assertNotEqual(dice["bf16"], dice["off"])  # autocast acted
+
     def test_tutorial_network_has_monais_state_dict_keys_and_shapes(self):
         out = self.out("tutorial")
         p = run("train", "--data", self.data, "--out", out, "--epochs", 1, "--val-every", 0, "--crop", 32,
@@ -287,7 +296,11 @@ class TrainJobTest(Base):
             (["--master-port", str(busy)], "is busy"),
             (["--data", bad_data], "seg3.nii.gz"),
             (["--data", mismatched], "seg2.nii.gz is 64x64x48"),
+            (["--amp", "fp16", "--invariant"], "--invariant sums float32 gradients exactly: --amp fp16"),
+            (["--model", "segresnet", "--init-filters", "12"], "init_filters=12 is not a multiple of num_groups=8"),
         ]
+        if not torch.cuda.is_available():
+            cases.append((["--device", "cuda"], "--device cuda: no CUDA device here"))
         for extra, message in cases:
             out = self.out("bad")
             args = ["--data", self.data, "--out", out, "--epochs", "1", "--val-fraction", "0.25",
@@ -741,6 +754,35 @@ class LauncherTest(Base):
 
 
 class FaultTest(Base):
+    def test_fp16_skips_a_step_with_an_inf_gradient_and_resumes_with_its_scale(self):
+        # VOLSHARD_INJECT_INF_GRADIENT=2: step 2's gradients hold an inf on every rank (an overflowing
+        # float16 backward). torch's GradScaler: that step is skipped and the scale halves.
+        env = {"VOLSHARD_INJECT_INF_GRADIENT": "2"}
+        common = ["--data", self.data, "--epochs", 2, "--val-fraction", "0.25", "--nproc-per-node", 2, *SMALL,
+                  "--amp", "fp16", "--val-every", 0]
+        whole = self.out("fp16")
+        p = run("train", "--out", whole, *common, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+        def steps(run_dir):
+            with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+                return [(l["step"], l["loss_scale"], l["skipped"]) for l in map(json.loads, f) if l["type"] == "step"]
+
+        # --val-every 0: all 8 pairs train, 4 steps an epoch.
+        self.assertEqual(steps(whole), [(1, 65536.0, False), (2, 65536.0, True)] +
+                         [(k, 32768.0, False) for k in range(3, 9)])
+        meta = json.loads(torch.load(os.path.join(whole, "checkpoint.pt"))["meta"])
+        self.assertEqual(meta["grad_scaler"], {"scale": 32768.0, "growth_tracker": 6})
+        # Stopped after the skipped step and resumed: the checkpoint's scale, the same bytes.
+        stopped = self.out("fp16_stopped")
+        p = run("train", "--out", stopped, *common, "--max-steps", 3, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run("train", "--out", stopped, *common, "--resume", stopped, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(steps(stopped), steps(whole))
+        with open(os.path.join(whole, "model.pt"), "rb") as a, open(os.path.join(stopped, "model.pt"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
     def test_a_rank_failing_in_validation_ends_every_rank_naming_it(self):
         # A copy of the data whose last validation image is cut short after its header: the headers
         # pass the start-up checks, and the rank that validates it fails while reading its voxels.

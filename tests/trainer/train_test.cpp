@@ -21,6 +21,7 @@
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/trainer/data_split.h"
+#include "volshard/trainer/device.h"
 #include "volshard/trainer/serialize.h"
 #include "volshard/trainer/train.h"
 #include "volshard/transforms/inference.h"
@@ -143,6 +144,28 @@ TEST_F(TrainTest, SegResNetWithDropoutRepeatsAndResumesBitIdentical) {
   EXPECT_NE(bytes(file("no_dropout", "model.pt")), bytes(file("a", "model.pt")));
 }
 
+// --amp bf16 (autocast to bfloat16 on the CPU): the same bytes twice and
+// after a stop and resume, and not the float32 run's bytes (autocast acts).
+TEST_F(TrainTest, AmpBf16RepeatsAndResumesBitIdentical) {
+  const auto bf16 = [this](const std::string& run) {
+    TrainOptions o = options(run);
+    o.amp = Amp::kBf16;
+    return o;
+  };
+  train_two_ranks(bf16("a"));
+  train_two_ranks(bf16("b"));
+  EXPECT_EQ(bytes(file("a", "model.pt")), bytes(file("b", "model.pt")));
+  TrainOptions stopped = bf16("stopped");
+  stopped.max_steps = 3;
+  train_two_ranks(stopped);
+  TrainOptions resumed = bf16("stopped");
+  resumed.resume = (dir_ / "stopped").string();
+  train_two_ranks(resumed);
+  EXPECT_EQ(bytes(file("stopped", "model.pt")), bytes(file("a", "model.pt")));
+  train_two_ranks(options("fp32"));
+  EXPECT_NE(bytes(file("fp32", "model.pt")), bytes(file("a", "model.pt")));
+}
+
 TEST_F(TrainTest, ResumingAfterMaxStepsEqualsAnUninterruptedRun) {
   train_two_ranks(options("whole"));
   const auto whole_model = bytes(file("whole", "model.pt"));
@@ -179,6 +202,45 @@ double max_relative_difference(const std::string& a, const std::string& b) {
     most = std::max(most, d.max().item<double>());
   }
   return most;
+}
+
+// --device: auto is the CPU here; cuda is refused naming the flag before
+// anything is written; the backend follows the device.
+TEST_F(TrainTest, DeviceAutoIsTheCpuWithoutCudaAndCudaIsRefusedByName) {
+  const int64_t gpus = at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0;
+  EXPECT_EQ(resolve_device(DeviceKind::kCpu, 3), c10::Device(c10::kCPU));
+  EXPECT_EQ(backend_for(Backend::kAuto, c10::Device(c10::kCPU)), Backend::kGloo);
+  EXPECT_EQ(backend_for(Backend::kAuto, c10::Device(c10::kCUDA, 0)), Backend::kNccl);
+  EXPECT_EQ(backend_for(Backend::kGloo, c10::Device(c10::kCUDA, 0)), Backend::kGloo);
+  if (gpus > 0) {
+    EXPECT_EQ(resolve_device(DeviceKind::kAuto, gpus + 1), c10::Device(c10::kCUDA, 1 % gpus));
+    return;
+  }
+  EXPECT_EQ(resolve_device(DeviceKind::kAuto, 1), c10::Device(c10::kCPU));
+  TrainOptions o = options("cuda");
+  o.device = DeviceKind::kCuda;
+  try {
+    o.validate();
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("train: --device cuda: no CUDA device here"));
+  }
+  EXPECT_FALSE(fs::exists(file("cuda", "config.json")));
+}
+
+// On a GPU (skipped without one): one rank trains on cuda:0, with the
+// deterministic algorithms the trainer asks for by default, and ends where
+// the CPU run does within float tolerance (cuDNN sums in another order).
+TEST_F(TrainTest, CudaTrainsWhereTheCpuDoesWithinTolerance) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  const auto one_rank = [this](const std::string& run, DeviceKind device) {
+    TrainOptions o = options(run);
+    o.device = device;
+    run_ranks(1, [&](Communicator& comm) { train(o, comm); });
+  };
+  one_rank("cpu", DeviceKind::kCpu);
+  one_rank("gpu", DeviceKind::kCuda);
+  EXPECT_LT(max_relative_difference(file("gpu", "model.pt"), file("cpu", "model.pt")), 1e-3);
 }
 
 // --accumulate 4 over batches of one volume takes the optimizer steps of

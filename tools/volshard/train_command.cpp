@@ -98,6 +98,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   if (!launched) check_training_config(options, r.world_size);
   TrainOptions o = options;
   o.local_world_size = r.local_world_size;
+  o.local_rank = r.local_rank;
 
   struct sigaction sa {};
   sa.sa_handler = request_stop;
@@ -107,7 +108,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   sigaction(SIGUSR1, &sa, nullptr);
 
   CommOptions co;
-  co.backend = o.backend;
+  co.backend = backend_for(o.backend, resolve_device(o.device, o.local_rank));
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   g_announce_stop.store(r.rank == 0);
   try {

@@ -24,7 +24,9 @@
 
 namespace volshard {
 
-std::string to_string(Backend backend) { return backend == Backend::kNccl ? "nccl" : "gloo"; }
+std::string to_string(Backend backend) {
+  return backend == Backend::kNccl ? "nccl" : backend == Backend::kGloo ? "gloo" : "auto";
+}
 
 using detail::first_line;
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "volshard/datasets/content_hash.h"
 
@@ -61,7 +62,7 @@ std::vector<uint64_t> group_hashes(const std::vector<at::Tensor>& tensors,
       const at::Tensor& t = tensors[static_cast<size_t>(i)];
       const at::Tensor source = grads ? t.grad() : t;
       if (!source.defined()) continue;  // a parameter without a gradient adds nothing
-      const at::Tensor c = source.detach().contiguous();
+      const at::Tensor c = source.detach().to(at::kCPU).contiguous();
       h.update(c.data_ptr(), static_cast<size_t>(c.nbytes()));
     }
     out.push_back(h.digest());
@@ -77,6 +78,15 @@ void inject_gradient_noise(const std::vector<at::Tensor>& parameters, int64_t st
   if (step != at_step || parameters.empty() || !parameters[0].grad().defined()) return;
   float* g = parameters[0].grad().data_ptr<float>();
   g[0] = std::nextafter(g[0], g[0] >= 0 ? 1e30f : -1e30f);
+}
+
+void inject_gradient_inf(const std::vector<at::Tensor>& parameters, int64_t step) {
+  static const int64_t at_step = [] {
+    const char* v = std::getenv("VOLSHARD_INJECT_INF_GRADIENT");
+    return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
+  }();
+  if (step != at_step || parameters.empty() || !parameters[0].grad().defined()) return;
+  parameters[0].grad().view({-1})[0].fill_(std::numeric_limits<double>::infinity());
 }
 
 std::string hex64(uint64_t value) {

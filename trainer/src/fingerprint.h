@@ -35,6 +35,10 @@ std::vector<uint64_t> group_hashes(const std::vector<at::Tensor>& tensors,
 /// optimizer step STEP (1-based) every rank moves the first parameter's first
 /// gradient element by one float ulp, as a nondeterministic kernel would.
 void inject_gradient_noise(const std::vector<at::Tensor>& parameters, int64_t step);
+/// With VOLSHARD_INJECT_INF_GRADIENT=STEP, before optimizer step STEP every
+/// rank sets the first parameter's first gradient element to inf, as an
+/// overflowing float16 backward would (--amp fp16's GradScaler skips the step).
+void inject_gradient_inf(const std::vector<at::Tensor>& parameters, int64_t step);
 
 /// "0123456789abcdef".
 std::string hex64(uint64_t value);

@@ -311,6 +311,17 @@ void Model::train(bool on) { impl_->net->train(on); }
 bool Model::is_training() const { return impl_->net->is_training(); }
 void Model::to(at::Device device) { impl_->net->to(device); }
 
+at::Device Model::device() const {
+  const auto params = impl_->net->parameters(true);
+  return params.empty() ? at::Device(at::kCPU) : params.front().device();
+}
+
+at::Tensor Model::forward_from_cpu(const at::Tensor& input) {
+  const at::Device d = device();
+  if (d.is_cpu()) return forward(input);
+  return forward(input.to(d, /*non_blocking=*/true)).to(at::kCPU);
+}
+
 void Model::seed_dropout(uint64_t seed) {
   const std::lock_guard<std::mutex> lock(impl_->dropout_generator.mutex());
   impl_->dropout_generator.set_current_seed(seed);

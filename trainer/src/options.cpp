@@ -20,6 +20,12 @@ const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer) {
                                                                      {"sgd", Optimizer::kSgd}};
   return kNames;
 }
+const std::vector<std::pair<std::string, Amp>>& enum_names(Amp) {
+  static const std::vector<std::pair<std::string, Amp>> kNames{
+      {"off", Amp::kOff}, {"fp16", Amp::kFp16}, {"bf16", Amp::kBf16}};
+  return kNames;
+}
+
 const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule) {
   static const std::vector<std::pair<std::string, LrSchedule>> kNames{
       {"constant", LrSchedule::kConstant},
@@ -40,8 +46,8 @@ const std::vector<std::pair<std::string, ValBalance>>& enum_names(ValBalance) {
   return kNames;
 }
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend) {
-  static const std::vector<std::pair<std::string, Backend>> kNames{{"gloo", Backend::kGloo},
-                                                                   {"nccl", Backend::kNccl}};
+  static const std::vector<std::pair<std::string, Backend>> kNames{
+      {"auto", Backend::kAuto}, {"gloo", Backend::kGloo}, {"nccl", Backend::kNccl}};
   return kNames;
 }
 const std::vector<std::pair<std::string, Activation>>& enum_names(Activation) {
@@ -195,6 +201,14 @@ void TrainOptions::validate() const {
   if (invariant && model.dropout > 0)
     bad("train: --invariant: --dropout=" + std::to_string(model.dropout) +
         " draws from each rank's own generator; use --dropout 0");
+  try {
+    (void)resolve_device(device, 0);
+  } catch (const std::invalid_argument& e) {
+    bad(std::string("train: ") + e.what());
+  }
+  if (invariant && amp != Amp::kOff)
+    bad("train: --invariant sums float32 gradients exactly: --amp " + enum_name(amp) +
+        " rounds the forward pass instead (use off)");
   if (invariant && accumulate != 1)
     bad("train: --invariant takes --batch-size as the global batch: --accumulate=" +
         std::to_string(accumulate) + " has no meaning there (use 1)");
@@ -249,6 +263,11 @@ std::string PredictOptions::inference_text() const {
 void PredictOptions::validate() const {
   if (model_path.empty() || image_path.empty() || out_path.empty())
     throw std::invalid_argument("predict: --model, --image and --out are required");
+  try {
+    (void)resolve_device(device, 0);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("predict: ") + e.what());
+  }
   auto ends_with = [&](const char* suffix) {
     const std::string s(suffix);
     return out_path.size() > s.size() &&

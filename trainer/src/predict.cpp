@@ -20,6 +20,7 @@ void predict(const PredictOptions& o) {
   o.validate();
   Model net(o.model);
   net.load_state_dict(load_model_weights(o.model_path));
+  net.to(resolve_device(o.device, 0));
   net.train(false);
   const Volume volume = read_volume_as_float(o.image_path);
   if (volume.data.size(0) != o.model.in_channels)
@@ -32,7 +33,7 @@ void predict(const PredictOptions& o) {
   PrefixTrace trace;
   const at::Tensor image = prepare_image(volume, prepare, &trace).data.unsqueeze(0);
   torch::NoGradGuard no_grad;
-  const Predictor forward = [&](const at::Tensor& x) { return net.forward(x); };
+  const Predictor forward = [&](const at::Tensor& x) { return net.forward_from_cpu(x); };
   at::Tensor logits;
   const int64_t edge = o.window();
   if (edge > 0) {

@@ -57,7 +57,7 @@ void check_resumed_config(const json& now, const json& saved, const std::string&
       "crop",      "crop_kind",    "num_samples", "model",        "in_channels",  "out_channels",
       "channels",  "strides",      "res_units",   "init_filters", "blocks_down",  "blocks_up",
       "norm",      "num_groups",   "dropout",     "activation",   "orientation",  "pixdim",
-      "intensity", "normalize_on", "spatial_pad", "labels",       "invariant"};
+      "intensity", "normalize_on", "spatial_pad", "labels",       "invariant",    "amp"};
   const std::string d =
       differences(saved, now, [](const std::string& key) { return kKept.count(key) > 0; });
   if (!d.empty())
@@ -91,6 +91,11 @@ ResumeState start_state(const TrainOptions& o, Model& net, torch::optim::Optimiz
     s.global_step = meta.at("global_step").get<int64_t>();
     s.epoch_loss_sum = meta.value("epoch_loss_sum", 0.0);
     s.epoch_loss_steps = meta.value("epoch_loss_steps", int64_t{0});
+    if (meta.contains("grad_scaler") && meta.at("grad_scaler").is_object()) {
+      const json& g = meta.at("grad_scaler");
+      s.grad_scaler =
+          GradScalerState{g.at("scale").get<double>(), g.at("growth_tracker").get<int64_t>()};
+    }
     if (meta.contains("best") && meta.at("best").is_object()) {
       const json& b = meta.at("best");
       s.best_metric = b.at("metric").get<double>();
@@ -118,6 +123,9 @@ void write_checkpoint(const std::string& path, const ResumeState& s, const Train
   meta["epoch_loss_steps"] = s.epoch_loss_steps;
   if (s.best_epoch >= 0)
     meta["best"] = {{"metric", s.best_metric}, {"epoch", s.best_epoch}, {"step", s.best_step}};
+  if (s.grad_scaler)
+    meta["grad_scaler"] = {{"scale", s.grad_scaler->scale},
+                           {"growth_tracker", s.grad_scaler->growth_tracker}};
   meta["seed"] = o.seed;
   meta["world_size"] = world_size;
   meta["config"] = json::parse(config_json);

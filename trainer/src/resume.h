@@ -9,6 +9,7 @@
 
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/trainer/comm.h"
+#include "volshard/trainer/grad_scaler.h"
 #include "volshard/trainer/model.h"
 #include "volshard/trainer/options.h"
 
@@ -27,6 +28,8 @@ struct ResumeState {
   double best_metric = 0;
   int64_t best_epoch = -1;
   int64_t best_step = 0;
+  /// --amp fp16: the GradScaler's scale and growth tracker.
+  std::optional<GradScalerState> grad_scaler;
   /// The sampler's epoch and positions consumed; empty: a fresh run.
   std::optional<SamplerState> sampler;
 

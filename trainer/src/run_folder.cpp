@@ -131,7 +131,12 @@ void RunFolder::write_fingerprint(const std::string& json_line) {
 }
 
 void RunFolder::write_step(const MetricsLine& line) {
-  metrics_.write(metrics_json("step", line).dump() + "\n");
+  json j = metrics_json("step", line);
+  if (line.loss_scale > 0) {
+    j["loss_scale"] = line.loss_scale;
+    j["skipped"] = line.skipped;
+  }
+  metrics_.write(j.dump() + "\n");
 }
 
 void RunFolder::write_epoch(const MetricsLine& line, double val_dice,

@@ -33,6 +33,10 @@ Canvas draw_curves(const std::string& metrics_jsonl);
 struct MetricsLine {
   int64_t epoch = 0, step = 0;
   double loss = 0, lr = 0, samples_per_s = 0, data_wait = 0;
+  /// --amp fp16 (step lines): the loss scale the step used, and whether its
+  /// gradients held an inf or nan, so the optimizer skipped it.
+  double loss_scale = 0;  ///< 0: no GradScaler (not written)
+  bool skipped = false;
 };
 
 class RunFolder {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,7 @@
 #include "volshard/datasets/loader.h"
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/trainer/ddp.h"
+#include "volshard/trainer/grad_scaler.h"
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/model.h"
 #include "volshard/trainer/serialize.h"
@@ -52,9 +54,10 @@ std::vector<std::string> class_names(const TrainOptions& o) {
   return names;
 }
 
-Model make_model(const TrainOptions& o, Communicator& comm) {
+Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& device) {
   Model net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
   if (!o.init_weights.empty()) net.load_state_dict(load_tensor_dict(o.init_weights));
+  net.to(device);  // before the optimizer takes the parameters
   net.set_sync_batchnorm(&comm);
   net.train(true);
   return net;
@@ -105,6 +108,8 @@ DistributedSamplerOptions sampler_options(const TrainOptions& o, int64_t size,
 // One step, agreed over the ranks by one all-reduce.
 struct StepStats {
   double loss = 0;          // mean over ranks
+  double loss_scale = 0;    // --amp fp16: the scale the step used
+  bool skipped = false;     // --amp fp16: an inf or nan gradient, no optimizer step
   double lr = 0;            // the step's learning rate
   double wait_seconds = 0;  // for data, summed over ranks
   double seconds = 0;       // summed over ranks
@@ -128,6 +133,42 @@ struct EpochTotals {
 
 // What a rank trains with, built in the order of its collectives (the
 // broadcast in start_state, the trace barrier in RunFolder) and files.
+// torch.autocast for the scope of one forward pass: the thread's autocast
+// state on `device` set to `amp`'s type, and restored (with autocast's cast
+// cache cleared at the outermost exit) when the scope ends.
+class AutocastScope {
+ public:
+  AutocastScope(Amp amp, c10::DeviceType device) : device_(device), on_(amp != Amp::kOff) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_autocast_enabled(device_);
+    was_type_ = at::autocast::get_autocast_dtype(device_);
+    at::autocast::set_autocast_enabled(device_, true);
+    at::autocast::set_autocast_dtype(device_, amp == Amp::kBf16 ? at::kBFloat16 : at::kHalf);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_, was_enabled_);
+    at::autocast::set_autocast_dtype(device_, was_type_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool on_;
+  bool was_enabled_ = false;
+  at::ScalarType was_type_ = at::kFloat;
+};
+
+std::optional<GradScaler> make_grad_scaler(const TrainOptions& o, const ResumeState& resumed) {
+  if (o.amp != Amp::kFp16) return std::nullopt;
+  GradScaler scaler;
+  if (resumed.grad_scaler) scaler.load_state(*resumed.grad_scaler);
+  return scaler;
+}
+
 struct Engine {
   Engine(const TrainOptions& options, DataSplit split, Communicator& comm, int64_t threads);
 
@@ -150,10 +191,12 @@ struct Engine {
   const bool lead, tty;
   const DataSplit data;
   const int64_t n_train;
+  const at::Device device;  // --device: the network, its batches and the loss
   Model net;
   const std::unique_ptr<torch::optim::Optimizer> opt;
   ResumeState position;  // its sampler stays the checkpoint's (where this run resumed)
   const int64_t resumed_steps;
+  std::optional<GradScaler> scaler;  // --amp fp16
   GradientReducer reducer;
   const SampleCache cache;
   DataLoader loader;
@@ -178,10 +221,12 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       tty(lead && ::isatty(STDERR_FILENO)),
       data(std::move(split)),
       n_train(static_cast<int64_t>(data.train.size())),
-      net(make_model(o, c)),
+      device(resolve_device(o.device, o.local_rank)),
+      net(make_model(o, c, device)),
       opt(make_optimizer(o, net.parameters())),
       position(start_state(o, net, *opt, n_train, c)),
       resumed_steps(position.global_step),
+      scaler(make_grad_scaler(o, position)),
       reducer(net.parameters(), c),
       cache(make_cache(o, data.train, threads, lead)),
       loader(cache.source(), feed_augmentation(o.resolved_feed()), loader_options(o)),
@@ -277,9 +322,17 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
       net.seed_dropout(derive_seed(SeedStreams(o.seed).rank_seed(rank, position.global_step),
                                    Stream::kRank, step, static_cast<uint64_t>(m)));
     }
-    const at::Tensor logits = net.forward(batch->image);
-    const at::Tensor loss =
-        segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
+    // Pinned batches (the loader pins where CUDA is) copy without blocking.
+    const at::Tensor image = batch->image.to(device, /*non_blocking=*/true);
+    const at::Tensor label = batch->label.to(device, /*non_blocking=*/true);
+    at::Tensor logits;
+    {
+      const AutocastScope autocast(o.amp, device.type());
+      logits = net.forward(image);
+    }
+    // The loss in float32 (autocast's float16/bfloat16 logits widened).
+    const at::Tensor loss = segmentation_loss(logits.to(at::kFloat), label, o.loss,
+                                              o.activation == Activation::kSoftmax);
     const double loss_value = loss.item<double>();
     if (o.invariant) {
       opt->zero_grad();
@@ -290,7 +343,7 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
       const at::Tensor scaled = micro > 1 ? loss / static_cast<double>(micro) : loss;
       const bool last = m + 1 == micro;
       if (last) reducer.prepare();
-      scaled.backward();
+      (scaler ? scaler->scale(scaled) : scaled).backward();
       if (last) reducer.finish();
     }
     loss_sum += loss_value;
@@ -300,9 +353,19 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
     if (o.fingerprints) hashes.add(*batch);
   }
   if (o.invariant) exact_gradient_mean(sample_gradients, part.positions, net.parameters(), comm);
+  inject_gradient_inf(net.parameters(), position.global_step + 1);
+  if (scaler) {
+    s.loss_scale = scaler->current_scale();
+    scaler->unscale(net.parameters());  // before clipping, as torch's recipe
+  }
   if (o.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(net.parameters(), o.clip_grad_norm);
   inject_gradient_noise(net.parameters(), position.global_step + 1);
-  opt->step();
+  if (scaler) {
+    s.skipped = !scaler->step(net.parameters(), [this] { opt->step(); });
+    scaler->update();
+  } else {
+    opt->step();
+  }
   ++position.global_step;
   const double seconds = seconds_since(t0);
   // One small all-reduce per step: mean loss, data wait, crops, and whether
@@ -362,7 +425,8 @@ void Engine::log_step(int64_t epoch, const StepStats& s) {
   const double wait_fraction = s.wait_seconds / std::max(s.seconds, 1e-12);
   const double samples_per_s = s.crops / std::max(s.seconds / static_cast<double>(world), 1e-12);
   const int64_t step = position.global_step;
-  run.write_step({epoch, step, s.loss, s.lr, samples_per_s, wait_fraction});
+  run.write_step(
+      {epoch, step, s.loss, s.lr, samples_per_s, wait_fraction, s.loss_scale, s.skipped});
   const int64_t left = (o.epochs - epoch) * steps_per_epoch - (step - epoch * steps_per_epoch);
   const double per_step = seconds_since(t_start) / static_cast<double>(step - resumed_steps);
   StepProgress line;
@@ -432,6 +496,7 @@ void Engine::save(int64_t epoch, int64_t consumed, bool end_of_epoch) {
   }
   s.sampler =
       SamplerState::at(sampler, end_of_epoch ? epoch + 1 : epoch, end_of_epoch ? 0 : consumed);
+  if (scaler) s.grad_scaler = scaler->state();
   write_checkpoint(run.checkpoint_path(), s, o, world, run.config_json(), net, *opt);
 }
 
@@ -448,7 +513,8 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
     create_run_folder(o.out_dir);
     open_run_log((std::filesystem::path(o.out_dir) / "train.log").string(), !o.resume.empty());
     print_run_line(std::cerr, "volshard train: " + std::to_string(comm.world_size()) +
-                                  " rank(s) over " + to_string(comm.options().backend) + ", " +
+                                  " rank(s) over " + to_string(comm.options().backend) + " on " +
+                                  resolve_device(o.device, o.local_rank).str() + ", " +
                                   std::to_string(threads) +
                                   " intra-op thread(s) per rank, BLAS: " + loaded_blas());
   }

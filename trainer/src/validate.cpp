@@ -51,7 +51,7 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
     for (const int64_t i : indices) {
       const Sample s = load_pair(val[static_cast<size_t>(i)], i, prefix);
       const at::Tensor logits = sliding_window_inference(
-          s.image.unsqueeze(0), sw, [&](const at::Tensor& x) { return net.forward(x); });
+          s.image.unsqueeze(0), sw, [&](const at::Tensor& x) { return net.forward_from_cpu(x); });
       const std::vector<double> d = class_dice(logits, s.label.to(at::kFloat), softmax);
       for (int64_t c = 0; c < classes; ++c) {
         if (std::isnan(d[static_cast<size_t>(c)])) continue;

@@ -32,7 +32,11 @@ class PendingReduce {
   virtual void wait() = 0;
 };
 
-enum class Backend { kGloo, kNccl };
+enum class Backend {
+  kGloo,
+  kNccl,
+  kAuto,  ///< an option's value only: NCCL on GPUs, Gloo on CPUs (backend_for, device.h)
+};
 std::string to_string(Backend backend);
 
 struct CommOptions {

@@ -98,8 +98,16 @@ class Model {
 
   void train(bool on = true);
   bool is_training() const;
-  /// Moves parameters and buffers (e.g. to CUDA).
+  /// Moves parameters and buffers (e.g. to CUDA), in place: tensors an
+  /// optimizer holds follow.
   void to(at::Device device);
+  /// Where the parameters are.
+  at::Device device() const;
+  /// The network on its device for a CPU tensor: forward(x moved to
+  /// device()) moved back to the CPU, as MONAI's sliding_window_inference
+  /// with sw_device = the GPU and device = the CPU (windows on the GPU, the
+  /// stitched volume in host memory).
+  at::Tensor forward_from_cpu(const at::Tensor& input);
   /// Restarts the dropout masks' generator (the model's own, not torch's
   /// global one) at `seed`: the trainer seeds it per rank, step and
   /// micro-batch, so reruns and resumed runs draw the same masks.

@@ -12,12 +12,19 @@
 #include "volshard/core/limits.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/trainer/comm.h"
+#include "volshard/trainer/device.h"
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/model.h"
 
 namespace volshard {
 
 enum class Optimizer { kAdam, kSgd };
+/// Mixed precision of the training step's forward pass (torch.autocast).
+enum class Amp {
+  kOff,   ///< float32
+  kFp16,  ///< autocast to float16, the loss scaled by a GradScaler (torch's recipe)
+  kBf16,  ///< autocast to bfloat16 (float32's range: no scaler), on the CPU too
+};
 enum class LrSchedule { kConstant, kCosine, kPoly };  ///< per step; poly has power 0.9
 enum class PredictOutput { kLogits, kProb, kLabel };
 /// How validation volumes go to ranks.
@@ -33,6 +40,7 @@ enum class Activation {
 
 /// The names of an enum's values, as the JSON and the flags spell them.
 const std::vector<std::pair<std::string, Optimizer>>& enum_names(Optimizer);
+const std::vector<std::pair<std::string, Amp>>& enum_names(Amp);
 const std::vector<std::pair<std::string, LrSchedule>>& enum_names(LrSchedule);
 const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutput);
 const std::vector<std::pair<std::string, ValBalance>>& enum_names(ValBalance);
@@ -175,6 +183,7 @@ struct TrainOptions {
   int64_t warmup_steps = 0;   ///< linear warm-up over these optimizer steps, then the schedule
   double clip_grad_norm = 0;  ///< > 0: the gradients' global L2 norm clipped to it
   int64_t accumulate = 1;     ///< micro-batches of batch_size per optimizer step (no_sync)
+  Amp amp = Amp::kOff;        ///< the forward pass's precision (validation stays float32)
   /// The same model at any world size: batch_size is the global batch, each
   /// volume's gradient is taken on its own and the sum is exact.
   bool invariant = false;
@@ -205,7 +214,9 @@ struct TrainOptions {
   double timeout_s = 120;        ///< a collective waiting longer for a peer fails
   // Machine
   int64_t threads = 0;  ///< intra-op threads per rank; 0: cores / local world size
-  Backend backend = Backend::kGloo;
+  Backend backend = Backend::kAuto;  ///< auto: NCCL on GPUs, Gloo on CPUs
+  DeviceKind device = DeviceKind::kAuto;
+  int64_t local_rank = 0;        ///< rank on this machine (from the launcher; not saved)
   bool deterministic = true;     ///< at::globalContext().setDeterministicAlgorithms
   int64_t local_world_size = 1;  ///< ranks on this machine (from the launcher; not saved)
 
@@ -279,6 +290,12 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
             .at_least(1)
             .at_most(65536),
         o.accumulate);
+  visit(F("amp",
+          "mixed precision of the training forward pass (torch.autocast): off; fp16 (float16, "
+          "the loss scaled by a GradScaler as torch's: a step with an inf or nan gradient is "
+          "skipped and the scale backs off; kept in checkpoints); bf16 (bfloat16, no scaler; the "
+          "CPU too). Validation and predict stay float32"),
+        o.amp);
   visit(F("invariant",
           "the same model.pt at any world size: --batch-size is the global batch (volumes per "
           "optimizer step, whatever the ranks), each volume's gradient is taken on its own and "
@@ -336,7 +353,12 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("timeout", "seconds a collective waits for a lost peer").above(0), o.timeout_s);
   visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0).at_most(kMaxThreads),
         o.threads);
-  visit(F("backend", "collective backend (nccl needs a CUDA build)"), o.backend);
+  visit(F("device",
+          "where the network trains, validates and predicts: auto (cuda:LOCAL_RANK when CUDA has "
+          "a device, else the CPU), cpu, cuda"),
+        o.device);
+  visit(F("backend", "collective backend (auto: nccl on GPUs, gloo on CPUs; nccl needs CUDA)"),
+        o.backend);
   visit(F("deterministic", "deterministic algorithms only"), o.deterministic);
 }
 
@@ -361,6 +383,7 @@ struct PredictOptions {
   std::string inference_text() const;
   ModelOptions model;
   Activation activation = Activation::kSigmoid;
+  DeviceKind device = DeviceKind::kAuto;  ///< where the network runs (the CPU holds the volume)
   /// The training run's prefix: the image is prepared as validation prepares
   /// it, and the prediction mapped back onto the image's own grid.
   PrefixOptions prefix;
