@@ -86,7 +86,8 @@ def main():
         volshard.pairs_from_folder(args.data)
     sampler = volshard.DistributedSampler(len(pairs), shuffle=True, seed=args.seed)  # rank/world from dist
     loader = volshard.Loader(pairs, sampler, crop=args.crop, num_samples=args.num_samples,
-                             batch_size=args.batch_size, workers=args.workers, cache_rate=1.0)
+                             batch_size=args.batch_size, workers=args.workers, cache_rate=1.0,
+                             device=device)  # batches arrive on the device, copied one ahead
     model = DistributedDataParallel(UNet(tuple(int(c) for c in args.channels.split(","))).to(device))
     opt = torch.optim.Adam(model.parameters(), 1e-3)
 
@@ -107,7 +108,7 @@ def main():
         for batch in loader:
             seen.extend(batch["index"])
             opt.zero_grad()
-            loss = dice_loss(model(batch["image"].to(device)), batch["label"].to(device))
+            loss = dice_loss(model(batch["image"]), batch["label"])
             loss.backward()
             opt.step()
             total, steps = total + loss.item(), steps + 1

@@ -3,6 +3,8 @@ DDP-tutorial augmentation, worker threads) as a Python iterable of batches."""
 
 import os
 
+import torch
+
 from . import _volshard
 from .sampler import DistributedSampler, _volshard_options
 
@@ -69,6 +71,45 @@ _PIPELINE_KEYS = {
     "num_samples": int, "rot90_prob": float, "flip_prob": float, "rand_scale": float,
     "rand_shift": float, "allow_smaller": bool,
 }
+
+
+def _device(device):
+    """torch.device or None; a CUDA device where there is none is refused here, not at the first batch."""
+    if device is None:
+        return None
+    d = torch.device(device)
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"Loader: device={device!r}: no CUDA device here (torch {torch.__version__})")
+    return d
+
+
+class _DeviceMover:
+    """Batches to `device` one ahead: issue() starts the copies (non_blocking; on a side stream for CUDA),
+    take() hands the batch over once the consumer's stream may use it."""
+
+    def __init__(self, device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device) if device is not None and device.type == "cuda" else None
+
+    def issue(self, batch):
+        if batch is None:
+            return batch
+        if self.stream is None:
+            for key in ("image", "label"):
+                batch[key] = batch[key].to(self.device, non_blocking=True)
+            return batch
+        with torch.cuda.stream(self.stream):
+            for key in ("image", "label"):
+                batch[key] = batch[key].to(self.device, non_blocking=True)
+        return batch
+
+    def take(self, batch):
+        if batch is not None and self.stream is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(self.stream)
+            for key in ("image", "label"):
+                batch[key].record_stream(current)  # its memory is the consumer's stream's now
+        return batch
 
 
 def _pipeline(pipeline):
@@ -174,6 +215,13 @@ class Loader:
     (None, the default: every pair). ``volshard.ValidationLoader`` reads the
     validation part as whole volumes.
 
+    ``device`` (None: where the loader made them, the CPU) moves each batch's
+    image and label there, the next batch's copy issued before the current
+    one is handed out so that it overlaps the step: without blocking from the
+    pinned buffers (``pin_memory``, by default on where CUDA is), on a CUDA
+    side stream the consumer's stream then waits for (as `volshard train
+    --device cuda` feeds its network).
+
     ``state_dict()`` holds the sampler's state at the batches returned so far
     in this epoch; ``load_state_dict()`` continues after them (same or another
     world size)."""
@@ -183,7 +231,9 @@ class Loader:
     def __init__(self, data, sampler=None, *, crop=None, num_samples=None, batch_size=2, workers=2,
                  cache_rate=1.0, seed=None, rot90_prob=None, allow_smaller=None,
                  drop_last_batch=False, prefetch_batches=2, pin_memory=None, cache_threads=2,
-                 max_cache_bytes=-1, cache_dir="", pipeline=None, split=None, val_fraction=0.2):
+                 max_cache_bytes=-1, cache_dir="", pipeline=None, split=None, val_fraction=0.2,
+                 device=None):
+        self.device = _device(device)
         pairs = _split(data, split, val_fraction)
         if sampler is None:
             sampler = DistributedSampler(len(pairs), seed=0 if seed is None else seed)
@@ -251,12 +301,20 @@ class Loader:
         self._core.start_epoch(indices, self.sampler.epoch)
         self.sampler._set_consumed(0)
         returned = 0
+        # With a device, the next batch's copy is issued before this one is handed out (one batch ahead);
+        # without, each batch is taken when asked for.
+        mover = _DeviceMover(self.device) if self.device is not None else None
+        ahead = mover.issue(self._core.next()) if mover else None
         while True:
             if generation != self._generation:
                 raise RuntimeError("Loader: this iterator was superseded by a newer iter(loader), which restarted "
                                    "the epoch's stream; iterate one at a time (make a Loader per stream)")
             self._check_process()
-            batch = self._core.next()
+            if mover:
+                batch = mover.take(ahead)
+                ahead = mover.issue(self._core.next()) if batch is not None else None
+            else:
+                batch = self._core.next()
             if batch is None:
                 return
             returned = min(returned + self.batch_size, len(indices))

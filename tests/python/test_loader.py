@@ -417,3 +417,24 @@ def test_the_hippocampus_config_feeds_the_crops_the_cli_trains_on(volshard_bin, 
     loader.close()
     assert fed == [(t["index"], t["patch"], t["crop_start"], t["rot90_k"], t["flipped"]) for t in traced]
     assert len(fed) == 8 * json.load(open(config))["num_samples"]
+
+
+def test_device_moves_each_batch_and_keeps_the_stream(synth_data):
+    plain, _ = epoch_batches(synth_data, workers=1)
+    on_cpu, _ = epoch_batches(synth_data, workers=1, device="cpu")
+    same(plain, on_cpu)
+    # "meta" stands in for a GPU here: every batch is moved (shapes, dtypes and metadata kept).
+    moved, _ = epoch_batches(synth_data, workers=1, device="meta")
+    assert len(moved) == len(plain)
+    for a, b in zip(plain, moved):
+        assert a["index"] == b["index"] and a["crop_start"] == b["crop_start"]
+        for key in ("image", "label"):
+            assert b[key].device.type == "meta"
+            assert (b[key].dtype, b[key].shape) == (a[key].dtype, a[key].shape)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
+def test_a_cuda_device_without_one_is_refused_when_the_loader_is_made(synth_data):
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="device='cuda': no CUDA device here"):
+        volshard.Loader(synth_data, sampler, device="cuda", **KW)
