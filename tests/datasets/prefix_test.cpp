@@ -254,6 +254,11 @@ TEST(PrefixTest, BadOptionsNameTheFlag) {
   p.orientation = "RAR";
   EXPECT_THAT([&] { p.validate(); },
               ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--orientation=RAR")));
+  // One rule with Orientation's (nibabel's): upper case only. The prefix
+  // refused "ras" while orient() took it.
+  p.orientation = "ras";
+  EXPECT_THAT([&] { p.validate(); }, ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr(
+                                         "--orientation=ras has 'r', not one of L R P A I S")));
   p.orientation = "LPS";
   EXPECT_NO_THROW(p.validate());
   p.spatial_pad = {40, 56};

@@ -261,6 +261,9 @@ TEST(OrientationTest, BadAxcodesAreNamed) {
                                                ::testing::HasSubstr("axcodes='RAR'")));
   EXPECT_THAT([&] { orient(img, "RAX"); },
               ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr("'X'")));
+  // nibabel's axcodes2ornt has no lower case, and neither has the prefix's check.
+  EXPECT_THAT([&] { orient(img, "ras"); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                               ::testing::HasSubstr("axcodes='ras' has 'r'")));
   EXPECT_EQ(axcodes(identity_affine()), "RAS");
 }
 

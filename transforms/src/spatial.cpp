@@ -86,32 +86,37 @@ constexpr char kAxisLabels[3][2] = {{'L', 'R'}, {'P', 'A'}, {'I', 'S'}};
 
 using Ornt = std::array<std::array<int, 2>, 3>;  // per voxel axis: world axis, +1 or -1
 
+// The world axis and direction each code names (0 R/A/S: +1; L/P/I: -1), or
+// {-1, 0} for a letter that names none.
+std::array<int, 2> axis_of_code(char c) {
+  for (int axis = 0; axis < 3; ++axis)
+    for (int side = 0; side < 2; ++side)
+      if (c == kAxisLabels[axis][side]) return {axis, side == 1 ? 1 : -1};
+  return {-1, 0};
+}
+
 // nibabel's axcodes2ornt for the default labels.
 Ornt ornt_of_codes(const std::string& codes) {
-  auto bad = [&](const std::string& why) {
-    throw std::invalid_argument("Orientation: axcodes='" + codes + "' " + why);
-  };
-  if (codes.size() != 3) bad("must be three letters, one of L/R, P/A, I/S each");
+  check_axcodes(codes, "Orientation: axcodes='" + codes + "'");
   Ornt ornt{};
-  bool used[3] = {false, false, false};
-  for (size_t i = 0; i < 3; ++i) {
-    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(codes[i])));
-    bool found = false;
-    for (int axis = 0; axis < 3 && !found; ++axis) {
-      for (int side = 0; side < 2; ++side) {
-        if (c != kAxisLabels[axis][side]) continue;
-        if (used[axis]) bad("names the same axis twice");
-        used[axis] = true;
-        ornt[i] = {axis, side == 1 ? 1 : -1};
-        found = true;
-      }
-    }
-    if (!found) bad("has '" + std::string(1, codes[i]) + "', not one of L R P A I S");
-  }
+  for (size_t i = 0; i < 3; ++i) ornt[i] = axis_of_code(codes[i]);
   return ornt;
 }
 
 }  // namespace
+
+void check_axcodes(const std::string& codes, const std::string& what) {
+  auto bad = [&](const std::string& why) { throw std::invalid_argument(what + " " + why); };
+  if (codes.size() != 3) bad("must be three letters, one of L/R, P/A and I/S each (e.g. RAS)");
+  bool used[3] = {false, false, false};
+  for (const char c : codes) {
+    const int axis = axis_of_code(c)[0];
+    if (axis < 0)
+      bad("has '" + std::string(1, c) + "', not one of L R P A I S (upper case, as nibabel)");
+    if (used[axis]) bad("names the same axis twice");
+    used[axis] = true;
+  }
+}
 
 std::array<std::array<int, 2>, 3> io_orientation(const Affine& affine) {
   // The rotation closest to the affine's direction matrix (columns scaled to

@@ -86,29 +86,12 @@ void apply_intensity(at::Tensor& image, const PairOptions& o) {
   }
 }
 
-// Three letters of L/R, P/A, I/S naming each world axis once.
-void check_axcodes(const std::string& codes) {
-  static const char* kAxes[3] = {"LR", "PA", "IS"};
-  bool used[3] = {false, false, false};
-  bool ok = codes.size() == 3;
-  for (size_t i = 0; ok && i < 3; ++i) {
-    int axis = -1;
-    for (int a = 0; a < 3; ++a)
-      if (codes[i] == kAxes[a][0] || codes[i] == kAxes[a][1]) axis = a;
-    ok = axis >= 0 && !used[axis];
-    if (ok) used[axis] = true;
-  }
-  if (!ok)
-    throw std::invalid_argument("--orientation=" + printable(codes) +
-                                " must be three letters, one of L/R, P/A and I/S each (e.g. RAS)");
-}
-
 bool reorients(const PrefixOptions& o) { return !o.orientation.empty() || !o.pixdim.empty(); }
 
 }  // namespace
 
 void PrefixOptions::validate() const {
-  if (!orientation.empty()) check_axcodes(orientation);
+  if (!orientation.empty()) check_axcodes(orientation, "--orientation=" + printable(orientation));
   if (!pixdim.empty()) {
     bool ok = pixdim.size() == 3;
     for (double v : pixdim) ok = ok && std::isfinite(v) && v > 0;

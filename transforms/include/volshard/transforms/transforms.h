@@ -177,6 +177,11 @@ SpatialImage spatial_pad(const SpatialImage& image, const std::array<int64_t, 3>
 std::array<std::array<int, 2>, 3> io_orientation(const Affine& affine);
 /// nibabel's aff2axcodes: "RAS", "LPS", "PSR", ...
 std::string axcodes(const Affine& affine);
+/// The one rule for axis codes, nibabel's axcodes2ornt with its default
+/// labels (MONAI's Orientation passes them on): three upper-case letters of
+/// L/R, P/A, I/S naming each world axis once. Throws std::invalid_argument
+/// "<what> <why>" otherwise (what: "--orientation=ras", ...).
+void check_axcodes(const std::string& codes, const std::string& what);
 
 /// MONAI's Orientation(axcodes): the voxel axes permuted and flipped so that
 /// they point along `axcodes` (three distinct letters of L/R, P/A, I/S), the
