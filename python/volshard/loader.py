@@ -1,6 +1,7 @@
 """volshard.Loader: the C++ pipeline (cache, deterministic prefix, MONAI's
 DDP-tutorial augmentation, worker threads) as a Python iterable of batches."""
 
+import contextlib
 import os
 
 import torch
@@ -94,11 +95,7 @@ class _DeviceMover:
     def issue(self, batch):
         if batch is None:
             return batch
-        if self.stream is None:
-            for key in ("image", "label"):
-                batch[key] = batch[key].to(self.device, non_blocking=True)
-            return batch
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
             for key in ("image", "label"):
                 batch[key] = batch[key].to(self.device, non_blocking=True)
         return batch

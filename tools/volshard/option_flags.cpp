@@ -72,11 +72,7 @@ using FlagNames = std::map<std::string, std::string>;
 
 std::string flag_of(const std::string& key, const FlagNames& renamed) {
   const auto it = renamed.find(key);
-  if (it != renamed.end()) return it->second;
-  std::string flag = "--" + key;
-  for (char& c : flag)
-    if (c == '_') c = '-';
-  return flag;
+  return it != renamed.end() ? it->second : Field(key.c_str(), "").flag();
 }
 
 // AddFlag for a whole-volume command (predict, prepare): training-only

@@ -70,21 +70,25 @@ std::vector<uint64_t> group_hashes(const std::vector<at::Tensor>& tensors,
   return out;
 }
 
+namespace {
+
+// The step a test hook's variable names (read once), or -1.
+int64_t step_of(const char* variable) {
+  const char* v = std::getenv(variable);
+  return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
+}
+
+}  // namespace
+
 void inject_gradient_noise(const std::vector<at::Tensor>& parameters, int64_t step) {
-  static const int64_t at_step = [] {
-    const char* v = std::getenv("VOLSHARD_INJECT_GRADIENT_NOISE");
-    return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
-  }();
+  static const int64_t at_step = step_of("VOLSHARD_INJECT_GRADIENT_NOISE");
   if (step != at_step || parameters.empty() || !parameters[0].grad().defined()) return;
   float* g = parameters[0].grad().data_ptr<float>();
   g[0] = std::nextafter(g[0], g[0] >= 0 ? 1e30f : -1e30f);
 }
 
 void inject_gradient_inf(const std::vector<at::Tensor>& parameters, int64_t step) {
-  static const int64_t at_step = [] {
-    const char* v = std::getenv("VOLSHARD_INJECT_INF_GRADIENT");
-    return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
-  }();
+  static const int64_t at_step = step_of("VOLSHARD_INJECT_INF_GRADIENT");
   if (step != at_step || parameters.empty() || !parameters[0].grad().defined()) return;
   parameters[0].grad().view({-1})[0].fill_(std::numeric_limits<double>::infinity());
 }

@@ -11,12 +11,6 @@
 namespace volshard::detail {
 namespace {
 
-std::string list_text(const std::vector<int64_t>& v) {
-  std::string s;
-  for (const int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
 void validate_segresnet(const ModelOptions& o) {
   if (o.blocks_down.empty() || o.blocks_down.size() > 8)
     throw std::invalid_argument("SegResNet: blocks_down=" + list_text(o.blocks_down) +
@@ -99,8 +93,7 @@ struct Upsample : Layer {
 };
 
 // nn.ModuleList: children "0", "1", ... called by the parent.
-struct List : Layer {
-  at::Tensor forward(const at::Tensor& x) override { return x; }  // never called
+struct List : torch::nn::Module {
   std::vector<std::shared_ptr<Seq>> items;
   void add(std::shared_ptr<Seq> item) {
     items.push_back(register_module(std::to_string(items.size()), std::move(item)));
