@@ -97,7 +97,17 @@ grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Skipped|Not Run" "$out/cte
 grep -c "Skipped" "$out/ctest.log" | sed 's/^/gpu: skipped tests: /' | tee -a "$summary"
 say "gpu: tests rc $rc ($(elapsed) s)"
 
-# GPU benchmarks: each bench/gpu/*.sh prints its table (the GPU issue adds them).
+# The carried wheels (MONAI, for the baselines), unpacked beside the packages.
+pylib=$root/.gpu/pylib
+rm -rf "$pylib"
+mkdir -p "$pylib"
+for wheel in .gpu/wheels/*.whl; do
+  [[ -e "$wheel" ]] && "$python" -m zipfile -e "$wheel" "$pylib"
+done
+export PYTHONPATH="$pylib${PYTHONPATH:+:$PYTHONPATH}"
+"$python" -c "import monai; print('monai', monai.__version__)" 2>&1 | tail -1 | sed 's/^/gpu: /' | tee -a "$summary"
+
+# GPU benchmarks: each bench/gpu/*.sh prints its table.
 shopt -s nullglob
 benches=(bench/gpu/*.sh)
 if ((${#benches[@]} == 0)); then
@@ -105,7 +115,7 @@ if ((${#benches[@]} == 0)); then
 fi
 for b in "${benches[@]}"; do
   say "gpu: $b ($(elapsed) s)"
-  BUILD="$build" PYTHON="$python" bash "$b" 2>&1 | tee -a "$summary"
+  BUILD="$build" PYTHON="$python" OUT="$out" bash "$b" 2>&1 | tee -a "$summary"
 done
 say "gpu: done in $(elapsed) s"
 exit $rc

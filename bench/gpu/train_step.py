@@ -1,0 +1,166 @@
+"""The GPU issue's figures, measured in one run on one GPU (scripts/gpu/run.sh runs it there).
+
+  python bench/gpu/train_step.py --bin BUILD/bin/volshard --out DIR [--device cuda] [--quick]
+
+Rows (each volshard row beside its baseline, measured in the same run):
+  1. The tutorial UNet's training step (96^3 crops, batch 2 x 4 crops, AMP fp16): `volshard train`
+     against PyTorch in Python with MONAI's UNet, DiceLoss, Adam and torch.amp on the same GPU, fed
+     from tensors already on the GPU (no data time at all: the baseline the goal "not slower" is
+     measured against).
+  2. Data wait as a share of the step, with 2 and 8 loader threads (goal < 5 %).
+  3. The cache on the GPU (--cache-device device) against the host cache: crops/s over an epoch.
+  4. Samples/s at 128^3 crops (batch 2 x 2 crops, AMP fp16).
+  5. Two ranks on one GPU (NCCL refuses two ranks per device; the row says what ran).
+`--device cpu --quick` runs every row small on a CPU (a dry run of this script, not a figure).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+
+def run(cmd, env=None, check=True):
+    full = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        full.pop(k, None)
+    full.update(env or {})
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=full)
+    if check and p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
+    return p
+
+
+def step_lines(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if '"type":"step"' in line.replace(" ", "")]
+
+
+def epoch_lines(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if '"type":"epoch"' in line.replace(" ", "")]
+
+
+def steady(lines, skip):
+    """The steps after the first `skip` (warm-up: cuDNN's algorithm search, allocator growth)."""
+    return lines[skip:] if len(lines) > skip else lines
+
+
+def volshard_train(args, data, name, *extra, nproc=1, check=True):
+    out = os.path.join(args.out, name)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [args.bin, "train", "--data", data, "--out", out, "--val-every", 0, "--device", args.device,
+           "--nproc-per-node", nproc, "--no-fingerprints", "--overwrite", *extra]
+    t0 = time.perf_counter()
+    p = run(cmd, check=check)
+    return out, time.perf_counter() - t0, p
+
+
+def baseline_step_seconds(args, crop, crops, steps, channels, strides):
+    """MONAI's UNet + DiceLoss + Adam under torch.amp (fp16 on CUDA, bf16 on the CPU dry run), on
+    tensors already on the device: the median step."""
+    import torch
+    try:
+        from monai.losses import DiceLoss
+        from monai.networks.nets import UNet
+    except ImportError as e:  # the wheel did not travel, or does not import beside this torch
+        return None, f"MONAI not importable: {e}"
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    net = UNet(spatial_dims=3, in_channels=1, out_channels=1, channels=channels, strides=strides,
+               num_res_units=2).to(device)
+    opt = torch.optim.Adam(net.parameters(), 1e-3)
+    loss_fn = DiceLoss(sigmoid=True)
+    amp = torch.float16 if device.type == "cuda" else torch.bfloat16
+    scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
+    image = torch.rand(crops, 1, crop, crop, crop, device=device)
+    label = (image > 0.7).float()
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=amp):
+            logits = net(image)
+        loss = loss_fn(logits.float(), label)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        loss.item()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(steady(times, 3)), "MONAI UNet, torch.amp, data on the device"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a dry run on a CPU)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    quick = args.quick
+    crop, big = (32, 32) if quick else (96, 128)
+    size = 48 if quick else 160
+    steps = 6 if quick else 40
+    channels = (4, 8, 16, 32) if quick else (16, 32, 64, 128, 256)
+    strides = (2, 2, 2) if quick else (2, 2, 2, 2)
+    net = ["--channels", ",".join(map(str, channels)), "--strides", ",".join(map(str, strides)),
+           "--res-units", 2]
+    amp = ["--amp", "bf16" if args.device == "cpu" else "fp16"]
+    data = os.path.join(args.out, "data")
+    if not os.path.isdir(data):
+        run([args.bin, "synth", "--out", data, "--count", 16, "--size", size, "--seed", 1])
+    rows = []
+
+    def say(row):
+        rows.append(row)
+        print(row, flush=True)
+
+    print(f"| row | volshard | baseline | ratio |\n| --- | --- | --- | --- |", flush=True)
+    # 1. The tutorial step, against MONAI's UNet in Python on device-resident tensors.
+    common = ["--crop", crop, "--batch-size", 2, "--num-samples", 4, *net, *amp]
+    out, _, _ = volshard_train(args, data, "tutorial", *common, "--workers", 8, "--max-steps", steps,
+                               "--epochs", 100)
+    lines = steady(step_lines(out), 3)
+    ours = statistics.median(8 / l["samples_per_s"] for l in lines)
+    theirs, what = baseline_step_seconds(args, crop, 8, steps, channels, strides)
+    say(f"| step, {crop}^3, 2 x 4 crops, {amp[1]} | {ours * 1000:.1f} ms | "
+        + (f"{theirs * 1000:.1f} ms ({what}) | {theirs / ours:.2f}x |" if theirs else f"{what} | |"))
+    # 2. Data wait as a share of the step with 2 and 8 loader threads.
+    for workers in (2, 8):
+        out, _, _ = volshard_train(args, data, f"wait{workers}", *common, "--workers", workers, "--max-steps",
+                                   steps, "--epochs", 100)
+        wait = statistics.mean(l["data_wait"] for l in steady(step_lines(out), 3))
+        say(f"| data wait, {workers} loader threads | {wait * 100:.1f} % of the step | goal < 5 % | |")
+    # 3. The cache on the GPU against the host cache: crops/s over an epoch (the second epoch on).
+    per_epoch = {}
+    for cache in ("host", "device"):
+        out, _, _ = volshard_train(args, data, f"cache_{cache}", *common, "--workers", 2, "--epochs", 3,
+                                   "--cache-device", cache)
+        per_epoch[cache] = statistics.median(e["samples_per_s"] for e in epoch_lines(out)[1:])
+    say(f"| crops/s an epoch, cache on {args.device} (--cache-device device) | {per_epoch['device']:.1f} | "
+        f"{per_epoch['host']:.1f} (host cache) | {per_epoch['device'] / per_epoch['host']:.2f}x |")
+    # 4. Samples/s at 128^3.
+    out, _, _ = volshard_train(args, data, "big", "--crop", big, "--batch-size", 2, "--num-samples", 2, *net, *amp,
+                               "--workers", 8, "--max-steps", steps, "--epochs", 100)
+    rate = statistics.median(l["samples_per_s"] for l in steady(step_lines(out), 3))
+    say(f"| samples/s at {big}^3, 2 x 2 crops, {amp[1]} | {rate:.1f} | MLPerf's ~72 per H100 (published) | |")
+    # 5. Two ranks on one GPU.
+    out, _, p = volshard_train(args, data, "two_ranks", "--crop", crop, "--batch-size", 1, "--num-samples", 2,
+                               *net, *amp, "--workers", 2, "--max-steps", 4, "--epochs", 100, nproc=2, check=False)
+    if p.returncode == 0:
+        say(f"| two ranks on one {args.device} | ran: {len(step_lines(out))} steps | | |")
+    else:
+        last = [l for l in (p.stderr or p.stdout).splitlines() if l.strip()][-1:]
+        say(f"| two ranks on one {args.device} | refused: {last[0][:160] if last else p.returncode} | | |")
+    with open(os.path.join(args.out, "train_step.md"), "w") as f:
+        f.write("\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
