@@ -432,13 +432,15 @@ PYBIND11_MODULE(_volshard, m) {
             if (o.pin_memory == PinMemory::kAuto) return std::nullopt;
             return o.pin_memory == PinMemory::kOn;
           },
-          [](LoaderOptions& o, std::optional<bool> pin) { o.pin_memory = parse_pin_memory(pin); });
+          [](LoaderOptions& o, std::optional<bool> pin) { o.pin_memory = parse_pin_memory(pin); })
+      .def_readwrite("device", &LoaderOptions::device);
   py::class_<CacheOptions>(m, "_CacheOptions")
       .def(py::init<>())
       .def_readwrite("cache_rate", &CacheOptions::cache_rate)
       .def_readwrite("max_bytes", &CacheOptions::max_bytes)
       .def_readwrite("threads", &CacheOptions::threads)
-      .def_readwrite("cache_dir", &CacheOptions::cache_dir);
+      .def_readwrite("cache_dir", &CacheOptions::cache_dir)
+      .def_readwrite("device", &CacheOptions::device);
 
   py::class_<LoaderCore>(m, "_LoaderCore")
       .def(py::init([](const std::vector<std::pair<std::string, std::string>>& files,

@@ -74,13 +74,13 @@ _PIPELINE_KEYS = {
 }
 
 
-def _device(device):
+def _device(device, name="device"):
     """torch.device or None; a CUDA device where there is none is refused here, not at the first batch."""
     if device is None:
         return None
     d = torch.device(device)
     if d.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"Loader: device={device!r}: no CUDA device here (torch {torch.__version__})")
+        raise ValueError(f"Loader: {name}={device!r}: no CUDA device here (torch {torch.__version__})")
     return d
 
 
@@ -219,6 +219,12 @@ class Loader:
     side stream the consumer's stream then waits for (as `volshard train
     --device cuda` feeds its network).
 
+    ``cache_device`` (None: host memory) keeps the cached prefix on that
+    device and runs the augmentation there, as tensor ops, from the same
+    seed streams: MONAI's CacheDataset + ToDeviced recipe (`volshard train
+    --cache-device`). Batches then come out on that device. On the CPU it
+    runs the GPU path's code and gives the host path's batches bit for bit.
+
     ``state_dict()`` holds the sampler's state at the batches returned so far
     in this epoch; ``load_state_dict()`` continues after them (same or another
     world size)."""
@@ -229,8 +235,9 @@ class Loader:
                  cache_rate=1.0, seed=None, rot90_prob=None, allow_smaller=None,
                  drop_last_batch=False, prefetch_batches=2, pin_memory=None, cache_threads=2,
                  max_cache_bytes=-1, cache_dir="", pipeline=None, split=None, val_fraction=0.2,
-                 device=None):
+                 device=None, cache_device=None):
         self.device = _device(device)
+        cache_device = _device(cache_device, "cache_device")
         pairs = _split(data, split, val_fraction)
         if sampler is None:
             sampler = DistributedSampler(len(pairs), seed=0 if seed is None else seed)
@@ -253,9 +260,10 @@ class Loader:
                 _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline),
                 _volshard_options(_volshard._LoaderOptions, batch_size=batch_size, drop_last_batch=drop_last_batch,
                                   workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
-                                  pin_memory=pin_memory),
+                                  pin_memory=pin_memory, device=cache_device),
                 _volshard_options(_volshard._CacheOptions, cache_rate=cache_rate, threads=cache_threads,
-                                  max_bytes=max_cache_bytes, cache_dir=os.fspath(cache_dir)))
+                                  max_bytes=max_cache_bytes, cache_dir=os.fspath(cache_dir),
+                                  device=cache_device))
         except ValueError as e:
             raise ValueError(_python_names(str(e))) from None
 

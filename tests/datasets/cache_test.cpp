@@ -53,6 +53,24 @@ TEST(SampleCacheTest, PreparesEachCachedItemOnceAndSharesIt) {
   EXPECT_EQ(a.image[0][0][0][0].item<float>(), 7.0f);
 }
 
+// CacheOptions::device (here "meta", standing in for a GPU): the cached
+// tensors live on the device, counted in the budget; the label indices the
+// crops read stay in host memory; an item past the budget is prepared on the
+// host when asked for (the loader moves it).
+TEST(SampleCacheTest, KeepsItsTensorsOnTheDeviceAndTheLabelIndicesOnTheHost) {
+  CacheOptions o;
+  o.device = c10::Device(c10::kMeta);
+  o.max_bytes = 3 * (2 * 64 * 4 + 4);
+  SampleCache cache(prepared, 5, o);
+  EXPECT_EQ(cache.cached_items(), 3);
+  EXPECT_EQ(cache.cached_bytes(), 3 * (2 * 64 * 4 + 4));
+  const Sample cached = cache.get(1);
+  EXPECT_TRUE(cached.image.is_meta() && cached.label.is_meta());
+  ASSERT_NE(cached.indices, nullptr);
+  EXPECT_EQ(cached.indices->foreground, std::vector<int32_t>{21});
+  EXPECT_TRUE(cache.get(4).image.is_cpu());
+}
+
 TEST(SampleCacheTest, KeepsToTheRateAndTheByteBudget) {
   std::atomic<int> calls{0};
   const SampleSource counting = [&](int64_t i) {

@@ -16,6 +16,7 @@
 #include "transforms/augmentation_test_util.h"
 #include "volshard/core/error.h"
 #include "volshard/core/large_blocks.h"
+#include "volshard/datasets/feed.h"
 #include "volshard/datasets/preview.h"
 
 namespace volshard {
@@ -151,6 +152,80 @@ TEST(DataLoaderTest, PinnedBatchesHoldThePageableValuesAndCopyToTheGpu) {
   }
   std::vector<Sample> samples{toy_volume(1), toy_volume(2)};
   EXPECT_TRUE(collate(samples, at::kFloat, true).image.is_pinned());
+}
+
+// The GPU path's code (LoaderOptions::device: samples moved to the device,
+// tensor ops there, batches made there) run on the CPU: every step of the
+// training feed (crops drawn from the label, quarter turns, flips, per-crop
+// normalisation, intensity scale and shift) gives the host kernels' batches
+// bit for bit, with 0 and 2 workers, and draws the same crops, turns and flips.
+TEST(DataLoaderTest, BatchesMadeOnADeviceEqualTheHostPathsOnTheCpu) {
+  FeedOptions feed;
+  feed.crop = 4;
+  feed.num_samples = 3;
+  feed.rot90_prob = 0.5;
+  feed.flip_prob = 0.5;
+  feed.rand_scale = 0.1;
+  feed.rand_shift = 0.1;
+  feed.prefix.intensity = IntensityKind::kNormalize;  // NormalizeIntensity on each crop
+  const Compose pipeline = feed_augmentation(feed);
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4, 2};
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.seed = 11;
+  o.pin_memory = PinMemory::kOff;
+  DataLoader host(toy_volume_compact_label, pipeline, o);
+  const auto reference = run_epoch(host, indices, 3);
+  o.device = c10::Device(c10::kCPU);
+  for (const int64_t workers : {0, 2}) {
+    o.workers = workers;
+    DataLoader on_device(toy_volume_compact_label, pipeline, o);
+    EXPECT_FALSE(on_device.pinned());
+    EXPECT_EQ(on_device.reserve(), 0) << "batches on a device come from its allocator";
+    const auto batches = run_epoch(on_device, indices, 3);
+    ASSERT_EQ(batches.size(), reference.size());
+    EXPECT_TRUE(same_batches(reference, batches)) << workers << " workers";
+    for (size_t b = 0; b < batches.size(); ++b) {
+      for (size_t m = 0; m < batches[b].meta.size(); ++m)
+        EXPECT_EQ(batches[b].meta[m].flipped, reference[b].meta[m].flipped);
+    }
+  }
+}
+
+// On another device ("meta" stands in for a GPU here: it has shapes and no
+// data, so a host kernel reading it would fail; it has no flip kernel, so the
+// crops are not turned) the samples move there and the batches are made
+// there, with the host path's shapes and crops.
+TEST(DataLoaderTest, MovesSamplesToItsDeviceAndMakesTheBatchesThere) {
+  const Compose pipeline({make_rand_spatial_crop({6, 4, 6}, 2)});
+  const std::vector<int64_t> indices{7, 3, 9};
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.pin_memory = PinMemory::kOff;
+  DataLoader host(toy_volume_compact_label, pipeline, o);
+  const auto reference = run_epoch(host, indices, 0);
+  o.device = c10::Device(c10::kMeta);
+  for (const int64_t workers : {0, 2}) {
+    o.workers = workers;
+    DataLoader on_meta(toy_volume_compact_label, pipeline, o);
+    const auto batches = run_epoch(on_meta, indices, 0);
+    ASSERT_EQ(batches.size(), reference.size());
+    for (size_t b = 0; b < batches.size(); ++b) {
+      EXPECT_TRUE(batches[b].image.is_meta() && batches[b].label.is_meta());
+      EXPECT_EQ(batches[b].image.sizes(), reference[b].image.sizes());
+      EXPECT_EQ(batches[b].label.scalar_type(), at::kFloat);
+      for (size_t m = 0; m < batches[b].meta.size(); ++m) {
+        EXPECT_EQ(batches[b].meta[m].crop_start, reference[b].meta[m].crop_start);
+      }
+    }
+  }
+  o.pin_memory = PinMemory::kOn;
+  try {
+    DataLoader refused(toy_volume, pipeline, o);
+    FAIL() << "pin_memory=on was accepted for batches made on a device";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("pin_memory=on with device=meta"));
+  }
 }
 
 TEST(DataLoaderTest, WorkersWriteCropsIntoTheBatchAsTheEagerPipelineMakesThemForAnySourceLayout) {

@@ -438,3 +438,30 @@ def test_a_cuda_device_without_one_is_refused_when_the_loader_is_made(synth_data
     sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
     with pytest.raises(ValueError, match="device='cuda': no CUDA device here"):
         volshard.Loader(synth_data, sampler, device="cuda", **KW)
+
+
+def test_cache_device_runs_the_gpu_paths_code_and_gives_the_host_batches_on_the_cpu(ct_data):
+    import os
+    data = os.path.join(ct_data, "dataset.json")
+    # BraTS's random steps: spatial crops, flips, per-crop normalisation, intensity scale and shift.
+    pipeline = {"intensity": "normalize", "nonzero": True, "crop_kind": "spatial", "crop": 8, "num_samples": 2,
+                "flip_prob": 0.5, "rand_scale": 0.1, "rand_shift": 0.1, "rot90_prob": 0.5}
+    runs = []
+    for cache_device in (None, "cpu"):
+        sampler = volshard.DistributedSampler(4, num_replicas=1, rank=0, seed=2)
+        loader = volshard.Loader(data, sampler, pipeline=pipeline, batch_size=2, workers=2, cache_device=cache_device)
+        loader.set_epoch(1)
+        runs.append(list(loader))
+        loader.close()
+    same(runs[1], runs[0])
+    # "meta" (no data, so a host kernel would fail) stands in for a GPU: the cache and the crops live there.
+    sampler = volshard.DistributedSampler(4, num_replicas=1, rank=0, seed=2)
+    loader = volshard.Loader(data, sampler, pipeline={"crop_kind": "spatial", "crop": 8, "num_samples": 2,
+                                                      "rot90_prob": 0.0}, batch_size=2, workers=0,
+                             cache_device="meta")
+    batches = list(loader)
+    loader.close()
+    assert batches and all(b["image"].device.type == "meta" and b["label"].device.type == "meta" for b in batches)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cache_device='cuda': no CUDA device here"):
+            volshard.Loader(data, sampler, cache_device="cuda")

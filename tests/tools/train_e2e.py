@@ -163,6 +163,20 @@ class TrainJobTest(Base):
         self.assertLess(abs(dice["bf16"] - dice["off"]), 0.01, dice)
         self.assertNotEqual(dice["bf16"], dice["off"])  # autocast acted
 
+    def test_cache_on_the_device_trains_bit_identical_to_the_host_cache_and_cuda_is_refused_here(self):
+        host, device = self.out("host"), self.out("device")
+        p = self.train(host, "--device", "cpu", epochs=1)
+        self.assertIn("cache and augmentation in host memory", p.stderr)
+        p = self.train(device, "--device", "cpu", "--cache-device", "device", epochs=1)
+        self.assertIn("cache and augmentation on cpu (tensor ops)", p.stderr)
+        self.assertEqual(model_bytes(device), model_bytes(host))
+        self.assertEqual(metrics(device), metrics(host))
+        if torch.cuda.is_available():
+            return
+        p = self.train(self.out("cuda"), "--device", "cpu", "--cache-device", "cuda", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--cache-device cuda: the network trains on cpu (--device)", p.stderr)
+
     def test_tutorial_network_has_monais_state_dict_keys_and_shapes(self):
         out = self.out("tutorial")
         p = run("train", "--data", self.data, "--out", out, "--epochs", 1, "--val-every", 0, "--crop", 32,

@@ -10,18 +10,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "batches_ahead.h"
 #include "run_folder.h"
 #include "run_ranks.h"
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/synthetic_dataset.h"
 #include "volshard/trainer/data_split.h"
 #include "volshard/trainer/device.h"
+#include "volshard/trainer/repro.h"
 #include "volshard/trainer/serialize.h"
 #include "volshard/trainer/train.h"
 #include "volshard/transforms/inference.h"
@@ -241,6 +244,179 @@ TEST_F(TrainTest, CudaTrainsWhereTheCpuDoesWithinTolerance) {
   one_rank("cpu", DeviceKind::kCpu);
   one_rank("gpu", DeviceKind::kCuda);
   EXPECT_LT(max_relative_difference(file("gpu", "model.pt"), file("cpu", "model.pt")), 1e-3);
+}
+
+// The data columns of each step's fingerprints line: which samples, their
+// augmentation and their bytes.
+std::vector<std::string> data_fingerprints(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.value("type", "") != "step") continue;
+    lines.push_back(j["indices"].get<std::string>() + " " + j["augmentation"].get<std::string>() +
+                    " " + j["bytes"].get<std::string>());
+  }
+  return lines;
+}
+
+// --cache-device device on the CPU runs the GPU-cache path's code (the cache's
+// tensors on the training device, the augmentation as tensor ops there, the
+// batches made there) and trains bit for bit as the host path, on two ranks
+// with worker threads; cuda is refused by name where the network is on the CPU.
+TEST_F(TrainTest, CacheOnTheTrainingDeviceTrainsBitIdenticalToTheHostCacheOnTheCpu) {
+  TrainOptions host = options("host"), device = options("device");
+  host.device = device.device = DeviceKind::kCpu;
+  device.cache_device = CacheDevice::kDevice;
+  device.workers = 2;
+  (void)train_two_ranks(host);
+  (void)train_two_ranks(device);
+  EXPECT_EQ(bytes(file("host", "model.pt")), bytes(file("device", "model.pt")));
+  EXPECT_EQ(metrics_without_timing(file("host", "metrics.jsonl")),
+            metrics_without_timing(file("device", "metrics.jsonl")));
+  const auto data = data_fingerprints(file("host", "fingerprints.jsonl"));
+  EXPECT_EQ(data.size(), 4u);
+  EXPECT_EQ(data, data_fingerprints(file("device", "fingerprints.jsonl")));
+  EXPECT_EQ(resolve_cache_device(CacheDevice::kHost, c10::Device(c10::kCUDA, 1)), std::nullopt);
+  EXPECT_EQ(resolve_cache_device(CacheDevice::kCuda, c10::Device(c10::kCUDA, 1)),
+            c10::Device(c10::kCUDA, 1));
+  TrainOptions refused = options("refused");
+  refused.device = DeviceKind::kCpu;
+  refused.cache_device = CacheDevice::kCuda;
+  try {
+    refused.validate();
+    FAIL() << "--cache-device cuda was accepted for a network on the CPU";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("train: --cache-device cuda: the network trains on "
+                                               "cpu (--device)"));
+  }
+}
+
+// On a GPU (skipped without one): the cache in GPU memory and the augmentation
+// there feed the same samples, crops, turns and batch bytes at every step as
+// the host cache copied to the GPU, and train to the same model within float
+// tolerance.
+TEST_F(TrainTest, CudaCacheFeedsTheHostCachesBatchesOnTheGpu) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  TrainOptions host = options("host"), gpu = options("gpu");
+  host.device = gpu.device = DeviceKind::kCuda;
+  gpu.cache_device = CacheDevice::kCuda;
+  gpu.workers = 2;
+  run_ranks(1, [&](Communicator& comm) { train(host, comm); });
+  run_ranks(1, [&](Communicator& comm) { train(gpu, comm); });
+  const auto data = data_fingerprints(file("host", "fingerprints.jsonl"));
+  EXPECT_FALSE(data.empty());
+  EXPECT_EQ(data, data_fingerprints(file("gpu", "fingerprints.jsonl")));
+  EXPECT_LT(max_relative_difference(file("gpu", "model.pt"), file("host", "model.pt")), 1e-4);
+}
+
+// --deterministic: torch's refusal of an operation without a deterministic
+// implementation (a real one: put_ without accumulate, refused on the CPU
+// too) is read for the operation's name, which train's error then gives.
+TEST(DeterministicTest, ReadsTheOperationTorchRefusesFromItsMessage) {
+  auto& context = at::globalContext();
+  const bool was = context.deterministicAlgorithms();
+  const bool was_warn_only = context.deterministicAlgorithmsWarnOnly();
+  context.setDeterministicAlgorithms(true, false);
+  std::string message;
+  try {
+    at::zeros({5}).put_(at::tensor({1, 1}, at::kLong), at::tensor({1.0f, 2.0f}), false);
+  } catch (const c10::Error& e) {
+    message = e.msg();
+  }
+  context.setDeterministicAlgorithms(was, was_warn_only);
+  ASSERT_FALSE(message.empty()) << "torch no longer refuses put_ under deterministic algorithms";
+  EXPECT_EQ(refused_nondeterministic_kernel(message), "put_");
+  EXPECT_EQ(refused_nondeterministic_kernel(
+                "upsample_trilinear3d_backward_out_cuda does not have a deterministic "
+                "implementation, but you set 'torch.use_deterministic_algorithms(True)'."),
+            "upsample_trilinear3d_backward_out_cuda");
+  EXPECT_EQ(refused_nondeterministic_kernel("CUDA out of memory. Tried to allocate 2.00 GiB"), "");
+}
+
+// `volshard repro` on CUDA without --deterministic expects the weights to
+// differ (and says why) instead of a false FAIL; everywhere else it expects
+// bits. The table marks such a pass "expected" and gives the reason.
+TEST(ReproTest, ExpectsWeightsToDifferOnlyOnCudaWithoutDeterministicAlgorithms) {
+  TrainOptions o;
+  EXPECT_EQ(expected_nondeterminism(o, c10::Device(c10::kCUDA, 0)), "");
+  EXPECT_EQ(expected_nondeterminism(o, c10::Device(c10::kCPU)), "");
+  o.deterministic = false;
+  EXPECT_EQ(expected_nondeterminism(o, c10::Device(c10::kCPU)), "");
+  const std::string why = expected_nondeterminism(o, c10::Device(c10::kCUDA, 0));
+  EXPECT_THAT(why, ::testing::HasSubstr("without --deterministic, cuDNN's convolution backward"));
+  ReproCheck differed{"same seed twice", true, "model.pt DIFFERS", why};
+  ReproCheck failed{"world-size invariance", false, "DIFFERENT", ""};
+  const std::string table = format_repro_table({differed, failed});
+  EXPECT_THAT(table, ::testing::HasSubstr("| expected | model.pt DIFFERS; weights differ as "
+                                          "expected: on CUDA without --deterministic"));
+  EXPECT_THAT(table, ::testing::HasSubstr("| FAIL     | DIFFERENT\n"));
+}
+
+// The loader's batches a step ahead: on the CPU each comes back as the loader
+// made it, in order, and the next one has already been taken from the loader
+// (its source called) when a batch is handed out; a new epoch drops it.
+TEST(BatchesAheadTest, HandsOutTheLoadersBatchesInOrderWithTheNextOneAlreadyTaken) {
+  std::atomic<int64_t> loaded{0};
+  const SampleSource source = [&](int64_t i) {
+    ++loaded;
+    Sample s;
+    s.image = at::full({1, 4, 4, 4}, static_cast<float>(i));
+    s.label = at::zeros({1, 4, 4, 4});
+    return s;
+  };
+  LoaderOptions o;
+  o.batch_size = 1;
+  o.workers = 0;  // the source runs when the loader's next() is called
+  o.pin_memory = PinMemory::kOff;
+  DataLoader loader(source, Compose(std::vector<std::shared_ptr<const Transform>>{}), o);
+  BatchesAhead ahead(loader, c10::Device(c10::kCPU));
+  EXPECT_FALSE(ahead.side_stream());
+  for (const int64_t epoch : {0, 1}) {
+    loaded = 0;
+    ahead.start_epoch({5, 2, 9}, epoch);
+    std::vector<float> seen;
+    while (auto b = ahead.next()) {
+      seen.push_back(b->image.flatten()[0].item<float>());
+      EXPECT_TRUE(b->image.is_same(b->host.image)) << "on the CPU nothing is copied";
+      EXPECT_EQ(loaded.load(), std::min<int64_t>(static_cast<int64_t>(seen.size()) + 1, 3));
+    }
+    EXPECT_EQ(seen, (std::vector<float>{5, 2, 9}));
+  }
+  ahead.start_epoch({1, 3}, 2);
+  ASSERT_TRUE(ahead.next().has_value());
+  ahead.start_epoch({4}, 3);  // the batch of index 3, taken ahead, is dropped
+  const auto b = ahead.next();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->image.flatten()[0].item<float>(), 4.0f);
+  EXPECT_FALSE(ahead.next().has_value());
+}
+
+// On a GPU (skipped without one): copies run on a side stream and each batch
+// arrives whole on the device.
+TEST(BatchesAheadTest, CopiesOnASideStreamAndDeliversWholeBatchesOnTheGpu) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  const SampleSource source = [](int64_t i) {
+    Sample s;
+    s.image = at::full({1, 64, 64, 64}, static_cast<float>(i));
+    s.label = at::zeros({1, 64, 64, 64});
+    return s;
+  };
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = 2;
+  DataLoader loader(source, Compose(std::vector<std::shared_ptr<const Transform>>{}), o);
+  BatchesAhead ahead(loader, c10::Device(c10::kCUDA, 0));
+  EXPECT_TRUE(ahead.side_stream());
+  ahead.start_epoch({0, 1, 2, 3, 4, 5, 6, 7}, 0);
+  int64_t batches = 0;
+  while (auto b = ahead.next()) {
+    EXPECT_TRUE(b->image.is_cuda());
+    EXPECT_TRUE(at::equal(b->image.cpu(), b->host.image));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 4);
 }
 
 // --accumulate 4 over batches of one volume takes the optimizer steps of

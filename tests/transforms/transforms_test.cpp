@@ -418,6 +418,12 @@ RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
   materialize_into(s, image, label);
   RC_ASSERT(at::equal(image, expected.to(at::kFloat)));
   RC_ASSERT(at::equal(label, expected));
+  // The GPU path's tensor ops, run on the CPU: the same bits.
+  image.zero_();
+  label.zero_();
+  materialize_into(s, image, label, Gather::kTensorOps);
+  RC_ASSERT(at::equal(image, expected.to(at::kFloat)));
+  RC_ASSERT(at::equal(label, expected));
 }
 
 // The vectorised scan against at::nonzero, on float labels of runs (the fast

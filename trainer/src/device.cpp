@@ -12,6 +12,22 @@ const std::vector<std::pair<std::string, DeviceKind>>& enum_names(DeviceKind) {
   return kNames;
 }
 
+const std::vector<std::pair<std::string, CacheDevice>>& enum_names(CacheDevice) {
+  static const std::vector<std::pair<std::string, CacheDevice>> kNames{
+      {"host", CacheDevice::kHost}, {"device", CacheDevice::kDevice}, {"cuda", CacheDevice::kCuda}};
+  return kNames;
+}
+
+std::optional<c10::Device> resolve_cache_device(CacheDevice kind, const c10::Device& training) {
+  if (kind == CacheDevice::kHost) return std::nullopt;
+  if (kind == CacheDevice::kCuda && !training.is_cuda()) {
+    throw std::invalid_argument(
+        "--cache-device cuda: the network trains on " + training.str() +
+        " (--device); use --cache-device host, or device to run the GPU path's code there");
+  }
+  return training;
+}
+
 c10::Device resolve_device(DeviceKind kind, int64_t local_rank) {
   const int64_t gpus = at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0;
   if (kind == DeviceKind::kCpu || (kind == DeviceKind::kAuto && gpus == 0)) return c10::kCPU;
@@ -21,6 +37,15 @@ c10::Device resolve_device(DeviceKind kind, int64_t local_rank) {
         "--device cpu");
   const auto index = static_cast<c10::DeviceIndex>((local_rank < 0 ? 0 : local_rank) % gpus);
   return {c10::kCUDA, index};
+}
+
+std::string refused_nondeterministic_kernel(const std::string& message) {
+  static const std::string kRefusal = " does not have a deterministic implementation";
+  const size_t at = message.find(kRefusal);
+  if (at == std::string::npos || at == 0) return "";
+  const size_t space = message.find_last_of(" \n", at - 1);
+  const size_t begin = space == std::string::npos ? 0 : space + 1;
+  return message.substr(begin, at - begin);
 }
 
 Backend backend_for(Backend chosen, const c10::Device& device) {

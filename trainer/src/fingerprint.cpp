@@ -14,7 +14,7 @@ namespace volshard {
 namespace {
 
 uint64_t tensor_xxh64(const at::Tensor& t, uint64_t seed = 0) {
-  const at::Tensor c = t.contiguous();
+  const at::Tensor c = t.to(at::kCPU).contiguous();  // a batch made on a GPU reads through the host
   return xxh64(c.data_ptr(), static_cast<size_t>(c.nbytes()), seed);
 }
 
@@ -83,8 +83,9 @@ int64_t step_of(const char* variable) {
 void inject_gradient_noise(const std::vector<at::Tensor>& parameters, int64_t step) {
   static const int64_t at_step = step_of("VOLSHARD_INJECT_GRADIENT_NOISE");
   if (step != at_step || parameters.empty() || !parameters[0].grad().defined()) return;
-  float* g = parameters[0].grad().data_ptr<float>();
-  g[0] = std::nextafter(g[0], g[0] >= 0 ? 1e30f : -1e30f);
+  at::Tensor first = parameters[0].grad().view({-1})[0];  // on any device
+  const float g = first.item<float>();
+  first.fill_(std::nextafter(g, g >= 0 ? 1e30f : -1e30f));
 }
 
 void inject_gradient_inf(const std::vector<at::Tensor>& parameters, int64_t step) {

@@ -5,6 +5,7 @@
 #include <ATen/Version.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -24,7 +25,12 @@ int64_t set_up_machine(const TrainOptions& o) {
           : std::max<int64_t>(
                 1, static_cast<int64_t>(std::thread::hardware_concurrency()) / local_world);
   at::set_num_threads(static_cast<int>(threads));
-  if (o.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (o.deterministic) {
+    // cuBLAS is deterministic only with a fixed workspace, read when its first
+    // handle is made (torch's recipe); a value the user set is kept.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, false);
+  }
   return threads;
 }
 

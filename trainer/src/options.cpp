@@ -202,7 +202,7 @@ void TrainOptions::validate() const {
     bad("train: --invariant: --dropout=" + std::to_string(model.dropout) +
         " draws from each rank's own generator; use --dropout 0");
   try {
-    (void)resolve_device(device, 0);
+    (void)resolve_cache_device(cache_device, resolve_device(device, 0));
   } catch (const std::invalid_argument& e) {
     bad(std::string("train: ") + e.what());
   }

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "batches_ahead.h"
 #include "fingerprint.h"
 #include "machine.h"
 #include "optim.h"
@@ -65,9 +66,10 @@ Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& de
 
 // `pairs` must outlive the cache: items past the cache rate are loaded on use.
 SampleCache make_cache(const TrainOptions& o, const std::vector<ImageLabelPair>& pairs,
-                       int64_t threads, bool progress) {
+                       int64_t threads, bool progress, const at::Device& device) {
   const PairOptions prefix = feed_prefix(o.resolved_feed());
   CacheOptions c;
+  c.device = resolve_cache_device(o.cache_device, device);
   c.cache_rate = o.cache_rate;
   c.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
   c.progress = progress;
@@ -83,8 +85,9 @@ SampleCache make_cache(const TrainOptions& o, const std::vector<ImageLabelPair>&
       static_cast<int64_t>(pairs.size()), c);
 }
 
-LoaderOptions loader_options(const TrainOptions& o) {
+LoaderOptions loader_options(const TrainOptions& o, const at::Device& device) {
   LoaderOptions lo;
+  lo.device = resolve_cache_device(o.cache_device, device);
   lo.batch_size = o.invariant ? 1 : o.batch_size;  // --invariant: one volume at a time
   lo.workers = o.workers;
   lo.seed = o.seed;
@@ -200,6 +203,7 @@ struct Engine {
   GradientReducer reducer;
   const SampleCache cache;
   DataLoader loader;
+  BatchesAhead batches;  // the loader's, on the device a step ahead
   RunFolder run;
   const DistributedSamplerOptions sampler;
   const int64_t steps_per_epoch, total_steps;  // optimizer steps
@@ -228,8 +232,9 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       resumed_steps(position.global_step),
       scaler(make_grad_scaler(o, position)),
       reducer(net.parameters(), c),
-      cache(make_cache(o, data.train, threads, lead)),
-      loader(cache.source(), feed_augmentation(o.resolved_feed()), loader_options(o)),
+      cache(make_cache(o, data.train, threads, lead, device)),
+      loader(cache.source(), feed_augmentation(o.resolved_feed()), loader_options(o, device)),
+      batches(loader, device),
       run(o, position, c),
       sampler(sampler_options(o, n_train, c)),
       steps_per_epoch(
@@ -278,14 +283,14 @@ int64_t Engine::start_epoch(int64_t epoch) {
         mine.push_back(order[static_cast<size_t>(start + k)]);
       plan.push_back({taken, count});
     }
-    loader.start_epoch(mine, epoch);
+    batches.start_epoch(mine, epoch);
   } else {
     for (int64_t left = (total + o.batch_size - 1) / o.batch_size; left > 0;) {
       const int64_t m = std::min(o.accumulate, left);
       plan.push_back({m, m * o.batch_size * world});
       left -= m;
     }
-    loader.start_epoch(order, epoch);
+    batches.start_epoch(order, epoch);
   }
   if (restore) return position.sampler->consumed;
   position.epoch_loss_sum = 0;
@@ -313,7 +318,7 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
   std::vector<std::vector<SampleMeta>> metas;
   SampleHashes hashes;  // --fingerprints
   for (int64_t m = 0; m < micro; ++m) {
-    const std::optional<Batch> batch = loader.next();
+    const std::optional<DeviceBatch> batch = batches.next();
     if (!batch) throw std::logic_error("train: the loader ended before the epoch's planned steps");
     if (o.model.dropout > 0) {
       // The masks from the run's seed, per rank, step and micro-batch: a rerun
@@ -322,9 +327,8 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
       net.seed_dropout(derive_seed(SeedStreams(o.seed).rank_seed(rank, position.global_step),
                                    Stream::kRank, step, static_cast<uint64_t>(m)));
     }
-    // Pinned batches (the loader pins where CUDA is) copy without blocking.
-    const at::Tensor image = batch->image.to(device, /*non_blocking=*/true);
-    const at::Tensor label = batch->label.to(device, /*non_blocking=*/true);
+    const at::Tensor& image = batch->image;
+    const at::Tensor& label = batch->label;
     at::Tensor logits;
     {
       const AutocastScope autocast(o.amp, device.type());
@@ -347,10 +351,10 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
       if (last) reducer.finish();
     }
     loss_sum += loss_value;
-    wait += batch->wait_seconds;
-    crops += static_cast<double>(batch->image.size(0));
-    metas.push_back(batch->meta);
-    if (o.fingerprints) hashes.add(*batch);
+    wait += batch->host.wait_seconds;
+    crops += static_cast<double>(image.size(0));
+    metas.push_back(batch->host.meta);
+    if (o.fingerprints) hashes.add(batch->host);
   }
   if (o.invariant) exact_gradient_mean(sample_gradients, part.positions, net.parameters(), comm);
   inject_gradient_inf(net.parameters(), position.global_step + 1);
@@ -500,10 +504,9 @@ void Engine::save(int64_t epoch, int64_t consumed, bool end_of_epoch) {
   write_checkpoint(run.checkpoint_path(), s, o, world, run.config_json(), net, *opt);
 }
 
-}  // namespace
-
-TrainSummary train(const TrainOptions& options, Communicator& comm,
-                   const std::function<bool()>& stop_requested) {
+// train() before torch's refusal of a nondeterministic operation is put in our words.
+TrainSummary train_run(const TrainOptions& options, Communicator& comm,
+                       const std::function<bool()>& stop_requested) {
   options.validate();
   DataSplit data = list_data(options);
   TrainOptions o = options;  // the network's input channels from the data, saved so
@@ -512,10 +515,14 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
   if (comm.rank() == 0) {
     create_run_folder(o.out_dir);
     open_run_log((std::filesystem::path(o.out_dir) / "train.log").string(), !o.resume.empty());
+    const c10::Device device = resolve_device(o.device, o.local_rank);
+    const std::optional<c10::Device> cache_device = resolve_cache_device(o.cache_device, device);
     print_run_line(std::cerr, "volshard train: " + std::to_string(comm.world_size()) +
                                   " rank(s) over " + to_string(comm.options().backend) + " on " +
-                                  resolve_device(o.device, o.local_rank).str() + ", " +
-                                  std::to_string(threads) +
+                                  device.str() + ", cache and augmentation " +
+                                  (cache_device ? "on " + cache_device->str() + " (tensor ops)"
+                                                : std::string("in host memory")) +
+                                  ", " + std::to_string(threads) +
                                   " intra-op thread(s) per rank, BLAS: " + loaded_blas());
   }
   comm.barrier();
@@ -560,6 +567,24 @@ TrainSummary train(const TrainOptions& options, Communicator& comm,
   if (e.lead && summary.interrupted) e.run.save_model(e.net.state_dict());
   comm.barrier();
   return summary;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options, Communicator& comm,
+                   const std::function<bool()>& stop_requested) {
+  try {
+    return train_run(options, comm, stop_requested);
+  } catch (const c10::Error& e) {
+    const std::string kernel = refused_nondeterministic_kernel(e.msg());
+    if (kernel.empty()) throw;
+    throw std::runtime_error(
+        "train: --deterministic: " + kernel + " has no deterministic implementation on " +
+        resolve_device(options.device, options.local_rank).str() +
+        " (torch refuses it under deterministic algorithms); train with --deterministic false, "
+        "where `volshard repro` expects the weights of two runs to differ and still checks their "
+        "data");
+  }
 }
 
 }  // namespace volshard

@@ -130,6 +130,10 @@ std::vector<int32_t> foreground_of(const T* label, int64_t voxels) {
 LabelIndices label_indices(const at::Tensor& label, const at::Tensor* image,
                            double image_threshold) {
   (void)spatial_shape(label);
+  if (!label.is_cpu() || (image != nullptr && !image->is_cpu())) {  // a sample on a GPU
+    const at::Tensor host_image = image != nullptr ? image->cpu() : at::Tensor();
+    return label_indices(label.cpu(), image != nullptr ? &host_image : nullptr, image_threshold);
+  }
   // One-hot labels: channel 0 is the background and does not count.
   const at::Tensor channels_used =
       label.size(0) > 1 ? label.narrow(0, 1, label.size(0) - 1) : label;

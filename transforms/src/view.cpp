@@ -292,8 +292,10 @@ void check_map(const at::Tensor& t, const SpatialMap& m, const char* what) {
   }
 }
 
-// dst (contiguous C x view size) = src seen through m.
-void gather_into(const at::Tensor& src, const SpatialMap& m, at::Tensor& dst, const char* what) {
+// dst (contiguous C x view size) = src seen through m: the host kernels for
+// CPU tensors of the common dtypes, else (or with kTensorOps) ATen's ops.
+void gather_into(const at::Tensor& src, const SpatialMap& m, at::Tensor& dst, const char* what,
+                 Gather how) {
   if (src.dim() != 4) {
     throw std::invalid_argument(std::string("materialize: the ") + what +
                                 " is not C x X x Y x Z (" + std::to_string(src.dim()) + " dims)");
@@ -307,7 +309,9 @@ void gather_into(const at::Tensor& src, const SpatialMap& m, at::Tensor& dst, co
                                 " x " + std::to_string(want[3]) + " tensor");
   }
   const auto in = src.scalar_type(), out = dst.scalar_type();
-  if (in == at::kFloat && out == at::kFloat) {
+  if (how == Gather::kTensorOps || !src.is_cpu() || !dst.is_cpu()) {
+    dst.copy_(aten_view(src, m), /*non_blocking=*/!dst.is_cpu());  // ordered on dst's stream
+  } else if (in == at::kFloat && out == at::kFloat) {
     gather_tensor<float, float>(src, m, dst);
   } else if (in == at::kByte && out == at::kFloat) {
     gather_tensor<uint8_t, float>(src, m, dst);
@@ -328,7 +332,7 @@ Sample materialize(Sample sample) {
   const auto fresh = [&m](const at::Tensor& t, const char* what) {
     if (!t.defined()) return t;
     at::Tensor out = at::empty({t.size(0), m.size[0], m.size[1], m.size[2]}, t.options());
-    gather_into(t, m, out, what);
+    gather_into(t, m, out, what, Gather::kAuto);
     return out;
   };
   sample.image = fresh(sample.image, "image");
@@ -337,10 +341,10 @@ Sample materialize(Sample sample) {
   return sample;
 }
 
-void materialize_into(const Sample& sample, at::Tensor& image, at::Tensor& label) {
+void materialize_into(const Sample& sample, at::Tensor& image, at::Tensor& label, Gather how) {
   const SpatialMap m = view_of(sample);
-  gather_into(sample.image, m, image, "image");
-  gather_into(sample.label, m, label, "label");
+  gather_into(sample.image, m, image, "image", how);
+  gather_into(sample.label, m, label, "label", how);
 }
 
 SpatialMap view_of(const Sample& sample) {

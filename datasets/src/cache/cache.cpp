@@ -103,6 +103,10 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
       wanted, options.threads,
       [&](int64_t i) {
         Sample s = load_or_prepare(i);
+        if (options.device) {  // the label indices stay in host memory, where the crops read them
+          s.image = s.image.to(*options.device);
+          s.label = s.label.to(*options.device);
+        }
         const int64_t b = sample_bytes(s);
         if (bytes.fetch_add(b) + b > options.max_bytes && options.max_bytes >= 0) {
           bytes -= b;

@@ -92,6 +92,10 @@ void LoaderOptions::validate() const {
     throw std::invalid_argument("DataLoader: prefetch_batches=" + std::to_string(prefetch_batches) +
                                 " must be in [1, 64]");
   }
+  if (pin_memory == PinMemory::kOn && device) {
+    throw std::invalid_argument("DataLoader: pin_memory=on with device=" + device->str() +
+                                ": batches made on a device are not in host memory; use auto");
+  }
   if (pin_memory == PinMemory::kOn && !at::hasCUDA()) {
     throw std::invalid_argument(
         "DataLoader: pin_memory=on needs a CUDA build of LibTorch and a visible GPU (at::hasCUDA() "
@@ -285,7 +289,8 @@ std::string rows_text(const Sample& s) {
 
 }  // namespace
 
-Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype, bool pinned) {
+Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_dtype, bool pinned,
+              Gather how) {
   Batch batch;
   if (samples.empty()) return batch;
   allocate_rows(samples[0], static_cast<int64_t>(samples.size()), label_dtype, pinned, batch.image,
@@ -306,7 +311,7 @@ Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_d
   for (size_t k = 0; k < samples.size(); ++k) {
     at::Tensor image = batch.image[static_cast<int64_t>(k)],
                label = batch.label[static_cast<int64_t>(k)];
-    materialize_into(samples[k], image, label);  // the crop, rotation and flip happen here, once
+    materialize_into(samples[k], image, label, how);  // the crop, turn and flip happen here, once
     batch.meta.push_back(std::move(samples[k].meta));
   }
   return batch;
@@ -331,6 +336,7 @@ struct DataLoader::Impl {
   Compose transforms_;
   LoaderOptions options_;
   bool pinned_ = false;
+  Gather gather_ = Gather::kAuto;  // kTensorOps for batches made on a device
   std::vector<int64_t> indices_;
   int64_t epoch_ = 0;
   int64_t num_batches_ = 0;
@@ -369,8 +375,9 @@ DataLoader::Impl::Impl(SampleSource source, Compose transforms, LoaderOptions op
       pool_(static_cast<size_t>(std::max<int64_t>(options.prefetch_batches, 1) + 2)) {
   options_.validate();
   if (!source_) throw std::invalid_argument("DataLoader: source is empty");
-  pinned_ = options_.pin_memory == PinMemory::kOn ||
-            (options_.pin_memory == PinMemory::kAuto && at::hasCUDA());
+  pinned_ = !options_.device && (options_.pin_memory == PinMemory::kOn ||
+                                 (options_.pin_memory == PinMemory::kAuto && at::hasCUDA()));
+  if (options_.device) gather_ = Gather::kTensorOps;
   try {
     for (int64_t w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
   } catch (const std::system_error& e) {
@@ -398,6 +405,10 @@ std::vector<Sample> DataLoader::Impl::produce(int64_t index, int64_t epoch) cons
   try {
     Sample sample = source_(index);
     sample.meta.index = index;
+    if (options_.device) {  // no-ops for a cache on that device
+      sample.image = sample.image.to(*options_.device);
+      sample.label = sample.label.to(*options_.device);
+    }
     const uint64_t seed = SeedStreams(options_.seed).sample_seed(index, epoch);
     return transforms_.lazy(std::move(sample), seed);
   } catch (const std::exception& e) {
@@ -406,13 +417,13 @@ std::vector<Sample> DataLoader::Impl::produce(int64_t index, int64_t epoch) cons
   }
 }
 
-// The rows of a batch: pinned ones from the CUDA host allocator; pageable
-// ones from the pool, the label after the image (aligned to 64 bytes). Called
-// under mutex_.
+// The rows of a batch: on the device, or pinned ones from the CUDA host
+// allocator (both allocators recycle their blocks); pageable ones from the
+// pool, the label after the image (aligned to 64 bytes). Called under mutex_.
 void DataLoader::Impl::allocate_batch(const Sample& first, int64_t rows, at::Tensor& image,
                                       at::Tensor& label) {
-  if (pinned_) {
-    allocate_rows(first, rows, options_.label_dtype, true, image, label);
+  if (pinned_ || options_.device) {
+    allocate_rows(first, rows, options_.label_dtype, pinned_, image, label);
     return;
   }
   const RowShapes r = row_shapes(first, rows, options_.label_dtype);
@@ -423,7 +434,7 @@ void DataLoader::Impl::allocate_batch(const Sample& first, int64_t rows, at::Ten
 }
 
 int64_t DataLoader::Impl::reserve(int64_t index) {
-  if (pinned_) return 0;
+  if (pinned_ || options_.device) return 0;
   std::vector<Sample> crops;
   try {
     crops = produce(index, 0);  // lazy: nothing is copied
@@ -477,7 +488,7 @@ auto DataLoader::Impl::make_result(size_t position, uint64_t generation, int64_t
       Sample& s = result.samples[k];
       const int64_t row = slot * rows.per_volume + static_cast<int64_t>(k);
       at::Tensor image = rows.image[row], label = rows.label[row];
-      materialize_into(s, image, label);
+      materialize_into(s, image, label, gather_);
       s.image = image;
       s.label = label;
       s.view.reset();
@@ -581,7 +592,7 @@ std::optional<Batch> DataLoader::Impl::next() {
     for (Result& r : parts) {
       for (Sample& s : r.samples) samples.push_back(std::move(s));
     }
-    batch = collate(std::move(samples), options_.label_dtype, pinned_);
+    batch = collate(std::move(samples), options_.label_dtype, pinned_, gather_);
   }
   batch.step = next_batch_ - 1;
   batch.wait_seconds = waited;

@@ -5,6 +5,8 @@
 // and, with a cache_dir, MONAI's PersistentDataset: each prepared item is
 // also written to disk and the next run loads it instead of preparing it.
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +46,11 @@ struct CacheOptions {
   /// editing a file, or the config, makes the item's entry be rebuilt; moving
   /// the dataset does not. Called from the fill threads concurrently.
   ItemFiles item_files;
+  /// Where the cached items' tensors live (MONAI's CacheDataset followed by
+  /// ToDeviced): nullopt, host memory; a GPU, that device's memory, prepared
+  /// (or loaded) on the host and moved there once. max_bytes then counts that
+  /// memory. Items past the budget are prepared on every get(), on the host.
+  std::optional<c10::Device> device;
 
   void validate() const;  ///< throws std::invalid_argument naming the value
 };

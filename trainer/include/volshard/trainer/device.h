@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,10 +21,30 @@ enum class DeviceKind {
 };
 const std::vector<std::pair<std::string, DeviceKind>>& enum_names(DeviceKind);
 
+/// Where the cached prefix lives and the augmentation runs (--cache-device).
+enum class CacheDevice {
+  kHost,    ///< host memory, the host kernels, pinned batches copied to the device
+  kDevice,  ///< the training device (--device) with tensor ops: MONAI's GPU-cache recipe; on
+            ///< the CPU, the same code (its batches equal kHost's bit for bit)
+  kCuda,    ///< kDevice, refused unless the network trains on a GPU
+};
+const std::vector<std::pair<std::string, CacheDevice>>& enum_names(CacheDevice);
+
+/// The device kind's cache and loader device (LoaderOptions::device), or
+/// nullopt for host memory. Throws std::invalid_argument for kCuda when
+/// `training` is not a GPU.
+std::optional<c10::Device> resolve_cache_device(CacheDevice kind, const c10::Device& training);
+
 /// The device of the rank that is `local_rank` on its machine: cuda:(local_rank
 /// mod the devices) as torchrun's recipe (`cuda:LOCAL_RANK`), or the CPU.
 /// Throws std::invalid_argument for kCuda without a CUDA device.
 c10::Device resolve_device(DeviceKind kind, int64_t local_rank);
+
+/// The operation torch's deterministic-algorithms check refused, read from
+/// its message ("put_ does not have a deterministic implementation, but you
+/// set 'torch.use_deterministic_algorithms(True)'..."), or "" when `message`
+/// is not such a refusal.
+std::string refused_nondeterministic_kernel(const std::string& message);
 
 /// kAuto's backend on `device`: NCCL between GPUs, Gloo on CPUs.
 Backend backend_for(Backend chosen, const c10::Device& device);

@@ -169,6 +169,7 @@ struct TrainOptions {
   double val_fraction = 0.2;  ///< --data only: the last fraction of pairs validates
   double cache_rate = 1.0;    ///< fraction of training volumes whose prefix stays in memory
   std::string cache_dir;      ///< also persist the prepared prefix here (warm restarts)
+  CacheDevice cache_device = CacheDevice::kHost;  ///< where the cache and augmentation live
   int64_t workers = 2;        ///< loader threads per rank
   std::string out_dir;        ///< RUN folder
   // Schedule
@@ -248,6 +249,12 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("cache_rate", "fraction of training volumes kept in memory").at_least(0).at_most(1),
         o.cache_rate);
   visit(F("cache_dir", "persist the cached prefix here: a second run starts warm"), o.cache_dir);
+  visit(F("cache_device",
+          "where the cached prefix lives and the augmentation runs: host (host memory and "
+          "kernels, batches pinned and copied to the device); device (the --device's memory, "
+          "crops, turns, flips and intensity as tensor ops there: MONAI's GPU-cache recipe; on "
+          "the CPU the same code gives host's batches bit for bit); cuda (device, on a GPU only)"),
+        o.cache_device);
   visit(F("workers", "loader threads per rank").at_least(0).at_most(kMaxThreads), o.workers);
   visit(F("out", "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)"),
         o.out_dir);
@@ -359,7 +366,11 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.device);
   visit(F("backend", "collective backend (auto: nccl on GPUs, gloo on CPUs; nccl needs CUDA)"),
         o.backend);
-  visit(F("deterministic", "deterministic algorithms only"), o.deterministic);
+  visit(F("deterministic",
+          "deterministic algorithms only (torch.use_deterministic_algorithms; on CUDA with "
+          "CUBLAS_WORKSPACE_CONFIG=:4096:8 unless set): an operation without one stops the run, "
+          "named; false on CUDA: `volshard repro` expects weights to differ between runs"),
+        o.deterministic);
 }
 
 struct PredictOptions {
