@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "volshard/transforms/transforms.h"
 
@@ -69,13 +70,81 @@ TEST(ResampleTest, SlabsGiveTheBitsOfOneAffineGridAndGridSamplerCall) {
             .to(at::kFloat);
     // One plane per slab, three (the last slab taking the rest), and the default.
     for (const int64_t slab : {int64_t{1}, 3 * plane, int64_t{0}}) {
-      const SpatialImage got = slab == 0 ? resample(image, grid, mode)
-                                         : detail::resample_in_slabs(image, grid, mode, slab);
+      const SpatialImage got =
+          slab == 0 ? resample(image, grid, mode)
+                    : detail::resample_in_slabs(image, grid, mode, slab, /*separable=*/true);
       ASSERT_EQ(got.data.sizes(), want.sizes());
       EXPECT_TRUE(at::equal(got.data, want)) << "slab " << slab;
       EXPECT_EQ(got.affine, grid.affine);
     }
   }
+}
+
+// Spacing of any orientation (LPS, axes permuted), any spacing up or down,
+// odd sizes and one-voxel axes: the grid maps axes to axes, and the per-axis
+// tables give every bit affine_grid and grid_sampler give (float32 and int16
+// inputs, trilinear and nearest, any slab size), with NaN and infinities too.
+TEST(ResampleTest, PerAxisTablesGiveTheBitsOfAffineGridAndGridSamplerWhereAxesMapToAxes) {
+  at::manual_seed(11);
+  const std::vector<Affine> affines = [] {
+    std::vector<Affine> a{identity_affine(), lps_affine()};
+    Affine permuted{};  // voxel axis 0 along world y, 1 along z, 2 along x (PSR-like)
+    permuted[1][0] = -1.2;
+    permuted[2][1] = 0.7;
+    permuted[0][2] = 3.0;
+    permuted[0][3] = 5.0;
+    permuted[3][3] = 1.0;
+    a.push_back(permuted);
+    return a;
+  }();
+  const std::vector<std::array<int64_t, 3>> shapes{{23, 19, 6}, {1, 17, 9}, {8, 1, 1}, {31, 4, 13}};
+  const std::vector<std::array<double, 3>> spacings{
+      {1.5, 1.5, 2.0}, {0.31, 0.5, 0.77}, {2.9, 0.4, 7.0}};
+  int64_t compared = 0;
+  for (const Affine& affine : affines) {
+    for (const auto& shape : shapes) {
+      for (const auto& pixdim : spacings) {
+        for (const bool short_ints : {false, true}) {
+          at::Tensor data = at::randn({2, shape[0], shape[1], shape[2]}) * 300;
+          if (short_ints) data = data.to(at::kShort);
+          if (!short_ints && shape[0] > 8) {
+            data[0][3][0][0] = std::nanf("");
+            data[1][2][1][0] = INFINITY;
+          }
+          const SpatialImage image{data, affine};
+          const Grid grid = spacing_grid(shape, image.affine, pixdim);
+          ASSERT_TRUE(detail::maps_axes_to_axes(detail::resample_theta(shape, affine, grid)))
+              << "Spacing's grid takes the tables";
+          for (const Interpolation mode : {Interpolation::kBilinear, Interpolation::kNearest}) {
+            const SpatialImage want = detail::resample_in_slabs(image, grid, mode, 0, false);
+            for (const int64_t slab : {int64_t{1}, int64_t{1} << 16}) {
+              const SpatialImage got = detail::resample_in_slabs(image, grid, mode, slab, true);
+              ASSERT_EQ(got.data.sizes(), want.data.sizes());
+              // Bit for bit, NaN included: compare the float32 patterns.
+              ASSERT_TRUE(at::equal(got.data.view(at::kInt), want.data.view(at::kInt)))
+                  << "shape " << shape[0] << "x" << shape[1] << "x" << shape[2] << " pixdim "
+                  << pixdim[0] << "," << pixdim[1] << "," << pixdim[2]
+                  << (short_ints ? " int16" : " float32")
+                  << (mode == Interpolation::kNearest ? " nearest" : " trilinear") << ", "
+                  << (got.data.view(at::kInt) != want.data.view(at::kInt)).sum().item<int64_t>()
+                  << " voxels differ";
+              EXPECT_EQ(got.affine, want.affine);
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 4 * 3 * 2 * 2 * 2);
+  // An oblique affine's Spacing: the solve leaves rounding off the diagonal,
+  // so it takes affine_grid and grid_sampler (MONAI's own path), as does a
+  // grid of other directions.
+  const Affine oblique = oblique_affine({0.8, 0.9, 3.0});
+  EXPECT_FALSE(detail::maps_axes_to_axes(detail::resample_theta(
+      {23, 19, 17}, oblique, spacing_grid({23, 19, 17}, oblique, {0.7, 0.6, 1.1}))));
+  EXPECT_FALSE(detail::maps_axes_to_axes(
+      detail::resample_theta({23, 19, 17}, oblique, Grid{{20, 20, 20}, identity_affine()})));
 }
 
 TEST(ResampleTest, ResamplingBackOntoTheOriginalGridGivesItsShapeAndAffine) {

@@ -36,6 +36,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "checks.h"
 #include "volshard/core/error.h"
@@ -127,6 +128,88 @@ at::Tensor theta_of(const at::Tensor& xform, const std::array<int64_t, 3>& in_sh
 at::Tensor linspace_from_neg_one(int64_t steps) {
   if (steps <= 1) return at::zeros({1}, at::kDouble);
   return at::linspace(-1, 1, steps, at::kDouble) * (steps - 1) / steps;
+}
+
+// One axis of a grid that maps axes to axes: for each output index, the
+// source coordinate grid_sampler_3d computes (align_corners false, border
+// padding) and its two corners' weights, in its own arithmetic.
+struct AxisSamples {
+  std::vector<int64_t> lo;         // floor of the coordinate (>= 0: border clips)
+  std::vector<bool> hi_inside;     // lo + 1 within the input (the kernel skips it otherwise)
+  std::vector<double> w_lo, w_hi;  // (lo + 1) - x and x - lo
+  std::vector<int64_t> nearest;    // nearbyint(x)
+};
+
+AxisSamples axis_samples(const at::Tensor& lin, double scale, double shift, int64_t in_size) {
+  const auto n = static_cast<size_t>(lin.numel());
+  const double* l = lin.data_ptr<double>();
+  AxisSamples a{std::vector<int64_t>(n), std::vector<bool>(n), std::vector<double>(n),
+                std::vector<double>(n), std::vector<int64_t>(n)};
+  for (size_t i = 0; i < n; ++i) {
+    // The base grid's row times theta: the other two products are exact
+    // zeros, so BLAS's sum is this product plus the shift (compiled without
+    // contraction into a fused multiply-add: -ffp-contract=off).
+    const double g = l[i] * scale + shift;
+    double x = ((g + 1) * static_cast<double>(in_size) - 1) / 2;       // grid_sampler_unnormalize
+    x = std::min(static_cast<double>(in_size - 1), std::max(x, 0.0));  // clip_coordinates
+    const auto lo = static_cast<int64_t>(std::floor(x));
+    a.lo[i] = lo;
+    a.hi_inside[i] = lo + 1 < in_size;
+    a.w_lo[i] = static_cast<double>(lo + 1) - x;
+    a.w_hi[i] = x - static_cast<double>(lo);
+    a.nearest[i] = static_cast<int64_t>(std::nearbyint(x));
+  }
+  return a;
+}
+
+// grid_sampler_3d_cpu_impl's loop for a grid that maps axes to axes, on the
+// planes [begin, end) of the output: the same corner weights (products in its
+// order), the same sum (corners in its order, those outside skipped), in
+// float64 from the input's values, rounded once to float32. Each output
+// voxel reads its coordinates from the three axes' tables instead of a grid.
+template <class In>
+void sample_separable(const In* in, const std::array<int64_t, 4>& in_strides, int64_t channels,
+                      const AxisSamples& z, const AxisSamples& y, const AxisSamples& x,
+                      bool nearest, int64_t begin, int64_t end, float* out,
+                      const std::array<int64_t, 3>& out_shape) {
+  const int64_t sc = in_strides[0], sd = in_strides[1], sh = in_strides[2], sw = in_strides[3];
+  const int64_t height = out_shape[1], width = out_shape[2];
+  const int64_t out_channel = out_shape[0] * height * width;
+  for (int64_t d = begin; d < end; ++d) {
+    const auto zd = static_cast<size_t>(d);
+    for (int64_t h = 0; h < height; ++h) {
+      const auto yh = static_cast<size_t>(h);
+      float* row = out + (d * height + h) * width;
+      for (int64_t w = 0; w < width; ++w) {
+        const auto xw = static_cast<size_t>(w);
+        if (nearest) {
+          const In* v = in + z.nearest[zd] * sd + y.nearest[yh] * sh + x.nearest[xw] * sw;
+          for (int64_t c = 0; c < channels; ++c)
+            row[c * out_channel + w] = static_cast<float>(static_cast<double>(v[c * sc]));
+          continue;
+        }
+        const double xl = x.w_lo[xw], xh = x.w_hi[xw], yl = y.w_lo[yh], yh_ = y.w_hi[yh],
+                     zl = z.w_lo[zd], zh = z.w_hi[zd];
+        const double tnw = xl * yl * zl, tne = xh * yl * zl, tsw = xl * yh_ * zl,
+                     tse = xh * yh_ * zl, bnw = xl * yl * zh, bne = xh * yl * zh,
+                     bsw = xl * yh_ * zh, bse = xh * yh_ * zh;
+        const bool x1 = x.hi_inside[xw], y1 = y.hi_inside[yh], z1 = z.hi_inside[zd];
+        const In* v = in + z.lo[zd] * sd + y.lo[yh] * sh + x.lo[xw] * sw;
+        for (int64_t c = 0; c < channels; ++c, v += sc) {
+          double acc = 0;
+          acc += static_cast<double>(v[0]) * tnw;
+          if (x1) acc += static_cast<double>(v[sw]) * tne;
+          if (y1) acc += static_cast<double>(v[sh]) * tsw;
+          if (x1 && y1) acc += static_cast<double>(v[sh + sw]) * tse;
+          if (z1) acc += static_cast<double>(v[sd]) * bnw;
+          if (z1 && x1) acc += static_cast<double>(v[sd + sw]) * bne;
+          if (z1 && y1) acc += static_cast<double>(v[sd + sh]) * bsw;
+          if (z1 && y1 && x1) acc += static_cast<double>(v[sd + sh + sw]) * bse;
+          row[c * out_channel + w] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
 }
 
 void check_grid_shape(const Grid& grid) {
@@ -257,6 +340,14 @@ Grid spacing_grid(const std::array<int64_t, 3>& shape, const Affine& affine,
 
 namespace detail {
 
+bool maps_axes_to_axes(const at::Tensor& theta) {
+  const auto t = theta.accessor<double, 3>();
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < 3; ++c)
+      if (r != c && t[0][r][c] != 0.0) return false;
+  return true;
+}
+
 at::Tensor resample_theta(const std::array<int64_t, 3>& in_shape, const Affine& in_affine,
                           const Grid& grid) {
   check_grid_shape(grid);
@@ -267,7 +358,7 @@ at::Tensor resample_theta(const std::array<int64_t, 3>& in_shape, const Affine& 
 }
 
 SpatialImage resample_in_slabs(const SpatialImage& image, const Grid& grid, Interpolation mode,
-                               int64_t slab_voxels) {
+                               int64_t slab_voxels, bool separable) {
   const std::array<int64_t, 3> in_shape = spatial_shape(image.data);
   check_grid_shape(grid);
   const at::Tensor src = affine_tensor(image.affine, "resample: the image's affine");
@@ -278,13 +369,42 @@ SpatialImage resample_in_slabs(const SpatialImage& image, const Grid& grid, Inte
                                  at::allclose(xform, at::eye(4, at::kDouble), 1e-5, kAffineTol))) {
     return {image.data.to(at::kFloat), image.affine};
   }
-  const at::Tensor theta_t = theta_of(xform, in_shape, grid.shape).transpose(1, 2);
-  const at::Tensor input = image.data.to(at::kDouble).contiguous().unsqueeze(0);
+  const at::Tensor theta = theta_of(xform, in_shape, grid.shape);
   const int64_t depth = grid.shape[0], height = grid.shape[1], width = grid.shape[2];
   const int64_t plane = height * width;
   at::Tensor out = at::empty({image.data.size(0), depth, height, width}, at::kFloat);
   const at::Tensor lin_w = linspace_from_neg_one(width), lin_h = linspace_from_neg_one(height),
                    lin_d = linspace_from_neg_one(depth);
+  const int64_t planes =
+      std::max<int64_t>(1, (std::max(slab_voxels, kMinSlabVoxels) + plane - 1) / plane);
+  if (separable && maps_axes_to_axes(theta)) {
+    // Spacing's case: each output axis samples one input axis, so three tables
+    // of coordinates and weights replace the float64 grid (24 bytes a voxel)
+    // and the float64 copy of the input, and the result keeps every bit.
+    const auto t = theta.accessor<double, 3>();
+    const AxisSamples x = axis_samples(lin_w, t[0][0][0], t[0][0][3], in_shape[2]);
+    const AxisSamples y = axis_samples(lin_h, t[0][1][1], t[0][1][3], in_shape[1]);
+    const AxisSamples z = axis_samples(lin_d, t[0][2][2], t[0][2][3], in_shape[0]);
+    const bool nearest = mode == Interpolation::kNearest;
+    const at::Tensor input = image.data.scalar_type() == at::kFloat
+                                 ? image.data.contiguous()
+                                 : image.data.to(at::kDouble).contiguous();
+    const std::array<int64_t, 4> strides{input.stride(0), input.stride(1), input.stride(2),
+                                         input.stride(3)};
+    float* o = out.data_ptr<float>();
+    at::parallel_for(0, depth, planes, [&](int64_t begin, int64_t end) {
+      if (input.scalar_type() == at::kFloat) {
+        sample_separable(input.data_ptr<float>(), strides, input.size(0), z, y, x, nearest, begin,
+                         end, o, grid.shape);
+      } else {
+        sample_separable(input.data_ptr<double>(), strides, input.size(0), z, y, x, nearest, begin,
+                         end, o, grid.shape);
+      }
+    });
+    return {out, grid.affine};
+  }
+  const at::Tensor theta_t = theta.transpose(1, 2);
+  const at::Tensor input = image.data.to(at::kDouble).contiguous().unsqueeze(0);
   const int64_t interpolation =
       mode == Interpolation::kNearest ? 1 : 0;  // GridSamplerInterpolation
   constexpr int64_t kBorder = 1;                // GridSamplerPadding
@@ -292,8 +412,6 @@ SpatialImage resample_in_slabs(const SpatialImage& image, const Grid& grid, Inte
   // over the batch only). Slabs bound the float64 grid's memory and share the
   // work; each slab's base grid and bmm are make_base_grid_5D's and
   // affine_grid_generator_5D's rows, and grid_sampler treats voxels alone.
-  const int64_t planes =
-      std::max<int64_t>(1, (std::max(slab_voxels, kMinSlabVoxels) + plane - 1) / plane);
   const int64_t slabs = std::max<int64_t>(1, depth / planes);  // the last slab takes the rest
   at::parallel_for(0, slabs, 1, [&](int64_t first, int64_t last) {
     for (int64_t s = first; s < last; ++s) {
@@ -316,7 +434,7 @@ SpatialImage resample_in_slabs(const SpatialImage& image, const Grid& grid, Inte
 }  // namespace detail
 
 SpatialImage resample(const SpatialImage& image, const Grid& grid, Interpolation mode) {
-  return detail::resample_in_slabs(image, grid, mode, kSlabVoxels);
+  return detail::resample_in_slabs(image, grid, mode, kSlabVoxels, /*separable=*/true);
 }
 
 SpatialImage spacing(const SpatialImage& image, const std::array<double, 3>& pixdim,
