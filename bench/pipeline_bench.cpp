@@ -96,6 +96,7 @@ FeedOptions pipeline_feed(const std::string& name, int64_t crop) {
     p.intensity = IntensityKind::kRange;
     p.range = {-57, 164, 0, 1, true};
     p.crop_foreground = true;
+    p.order = {"intensity", "crop_foreground", "orientation", "spacing"};  // the notebook's
     p.num_classes = 2;
   } else {
     p.pixdim = {1, 1, 1};

@@ -414,6 +414,9 @@ PYBIND11_MODULE(_volshard, m) {
           "spatial_pad", [](const FeedOptions& f) { return f.prefix.spatial_pad; },
           [](FeedOptions& f, const std::vector<int64_t>& v) { f.prefix.spatial_pad = v; })
       .def_property(
+          "prefix_order", [](const FeedOptions& f) { return f.prefix.order; },
+          [](FeedOptions& f, const std::vector<std::string>& v) { f.prefix.order = v; })
+      .def_property(
           "labels", [](const FeedOptions& f) { return f.prefix.labels; },
           [](FeedOptions& f, LabelMap v) { f.prefix.labels = v; })
       .def_property(

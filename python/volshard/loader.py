@@ -68,6 +68,7 @@ _PIPELINE_KEYS = {
     "a_min": float, "a_max": float, "b_min": float, "b_max": float, "clip": bool,
     "nonzero": bool, "channel_wise": bool, "normalize_on": "_NormalizeOn", "crop_foreground": bool,
     "foreground_margin": int, "spatial_pad": lambda v: [int(x) for x in ([v] if isinstance(v, int) else v)],
+    "prefix_order": lambda v: [str(x) for x in (v.split(",") if isinstance(v, str) else v)],
     "labels": "_LabelMap", "num_classes": int, "crop_kind": "_CropKind", "crop": None,
     "num_samples": int, "rot90_prob": float, "flip_prob": float, "rand_scale": float,
     "rand_shift": float, "allow_smaller": bool,
@@ -200,7 +201,8 @@ class Loader:
     configs/spleen.json, whose network and optimiser keys are ignored) sets
     the CT/MRI steps: orientation, pixdim, intensity (scale, range,
     normalize) with a_min/a_max/b_min/b_max/clip or nonzero/channel_wise/
-    normalize_on (crop, volume), crop_foreground, spatial_pad, labels (classes, brats, decathlon_brats), num_classes,
+    normalize_on (crop, volume), crop_foreground, spatial_pad, prefix_order (the steps' order), labels (classes,
+    brats, decathlon_brats), num_classes,
     crop_kind (pos_neg, spatial), flip_prob, rand_scale, rand_shift, and
     crop, num_samples, rot90_prob, allow_smaller, which the arguments of the
     same names override when given (defaults: 96, 4, 0.5, False).

@@ -95,6 +95,59 @@ TEST(PrefixTest, SpleenPrefixEqualsItsTransformsOneByOne) {
   EXPECT_NE(other.config_key(), o.config_key());
 }
 
+// prefix_order as MONAI's spleen notebook runs it (window and crop first,
+// then Orientation and Spacing): the same steps by hand in that order, the
+// label following each move; another volume than the default order's; the
+// trace's moves in the order they ran; the cache key names the order.
+TEST(PrefixTest, TheNotebooksOrderCropsFirstAndEqualsItsTransformsInThatOrder) {
+  const CtPair ct = write_ct(test_dir());
+  PairOptions o;
+  o.prefix = spleen_prefix();
+  o.prefix.order = {"intensity", "crop_foreground", "orientation", "spacing"};
+  const Sample s = load_pair(ct.pair, 2, o);
+  const Volume image = read_volume_as_float(ct.pair.image);
+  const Volume label = read_volume_as_float(ct.pair.label);
+  SpatialImage img{scale_intensity_range(image.data, o.prefix.range), image.affine};
+  SpatialImage lab{label.data, image.affine};
+  const VoxelBox box = foreground_box(img.data);
+  img = crop_box(img, box);
+  lab = crop_box(lab, box);
+  img = spacing(orient(img, "RAS"), {1.5, 1.5, 2.0}, Interpolation::kBilinear);
+  lab = spacing(orient(lab, "RAS"), {1.5, 1.5, 2.0}, Interpolation::kNearest);
+  ASSERT_EQ(s.image.sizes(), img.data.sizes());
+  EXPECT_TRUE(at::equal(s.image, img.data));
+  EXPECT_TRUE(at::equal(s.label.to(at::kFloat), lab.data));
+  EXPECT_EQ(s.meta.affine, img.affine);
+  PairOptions tutorial_order = o;
+  tutorial_order.prefix.order = PrefixOptions().order;
+  const Sample t = load_pair(ct.pair, 2, tutorial_order);
+  EXPECT_TRUE(s.image.sizes() != t.image.sizes() || !at::equal(s.image, t.image));
+  EXPECT_NE(o.config_key(), tutorial_order.config_key());
+  EXPECT_THAT(o.config_key(),
+              HasSubstr("range [-57, 164] -> [0, 1] clip; crop_foreground margin 0; "
+                        "orientation RAS; spacing 1.5,1.5,2"));
+  PrefixTrace trace;
+  (void)prepare_image(image, o, &trace);
+  ASSERT_EQ(trace.moves.size(), 3u);
+  EXPECT_EQ(trace.moves[0].kind, PrefixStep::kCropForeground);
+  EXPECT_EQ(trace.moves[1].kind, PrefixStep::kOrientation);
+  EXPECT_EQ(trace.moves[2].kind, PrefixStep::kSpacing);
+  EXPECT_EQ(trace.moves[0].box.start, box.start);
+  EXPECT_EQ(trace.prepared().shape,
+            (std::array<int64_t, 3>{img.data.size(1), img.data.size(2), img.data.size(3)}));
+  // Back onto the file's grid: nearest there and back keeps the organ (90
+  // voxels at 5 mm; MONAI's Invertd of its own notebook transforms scores the
+  // same 0.769 on this case, 0.889 in the other order).
+  const at::Tensor back = invert_prefix(s.label.to(at::kFloat), trace, Interpolation::kNearest);
+  ASSERT_EQ(back.sizes(), ct.label.sizes());
+  const at::Tensor truth = ct.label.to(at::kFloat);
+  const double dice = 2 * (back * truth).sum().item<double>() /
+                      (back.sum().item<double>() + truth.sum().item<double>());
+  EXPECT_GT(dice, 0.75);
+  EXPECT_EQ(back.slice(1, 0, box.start[0]).abs().sum().item<double>(), 0)
+      << "zeros where the crop cut";
+}
+
 TEST(PrefixTest, InvertPrefixBringsAPredictionBackOntoTheFilesGrid) {
   const CtPair ct = write_ct(test_dir());
   PairOptions o;
@@ -104,7 +157,7 @@ TEST(PrefixTest, InvertPrefixBringsAPredictionBackOntoTheFilesGrid) {
   const SpatialImage prepared = prepare_image(v, o, &trace);
   EXPECT_EQ(trace.stored.shape, (std::array<int64_t, 3>{23, 19, 6}));
   EXPECT_EQ(trace.stored.affine, v.affine);
-  EXPECT_NE(trace.spaced.shape, trace.stored.shape);
+  EXPECT_NE(trace.prepared().shape, trace.stored.shape);
   // The label, prepared, then inverted with nearest: the organ lands where it was.
   const Sample s = load_pair(ct.pair, 0, o);
   ASSERT_EQ(s.label.sizes(), prepared.data.sizes());
@@ -268,6 +321,17 @@ TEST(PrefixTest, BadOptionsNameTheFlag) {
   EXPECT_THROW(p.validate(), std::invalid_argument);
   p.spatial_pad = {40, 0, 40};
   EXPECT_NO_THROW(p.validate());
+  p.order = {"intensity", "crop_foreground", "orientation"};
+  EXPECT_THAT([&] { p.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  HasSubstr("--prefix-order=intensity,crop_foreground,orientation: name each of "
+                            "orientation, spacing, intensity, crop_foreground once")));
+  p.order = {"intensity", "spacing", "orientation", "spacing"};
+  EXPECT_THAT([&] { p.validate(); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                         HasSubstr("'spacing' is named twice")));
+  p.order = {"intensity", "crop", "orientation", "spacing"};
+  EXPECT_THAT([&] { p.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("'crop' is not a step")));
 }
 
 }  // namespace

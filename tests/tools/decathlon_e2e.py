@@ -118,6 +118,55 @@ class DecathlonTest(unittest.TestCase):
         src_extent = np.abs(src.affine[:3, :3] @ (np.array(src.shape[:3]) - 1)).max()
         self.assertLess(np.abs(image.affine[:3, :3] @ (np.array(image.shape[:3]) - 1)).max(), src_extent + 1)
 
+    def oblique_ct(self):
+        """An odd-sized CT-like pair on an oblique, anisotropic grid (rotated 12 degrees about z, LPS-like)."""
+        rng = np.random.RandomState(5)
+        hu = np.full((37, 29, 11), -1000.0)
+        hu[6:31, 4:25, 1:10] = 40 + rng.randn(25, 21, 9) * 8
+        label = np.zeros(hu.shape, np.uint8)
+        label[14:22, 10:17, 3:8] = 1
+        hu[label > 0] = 130
+        c, s_ = np.cos(np.radians(12)), np.sin(np.radians(12))
+        affine = np.array([[-0.7 * c, 0.9 * s_, 0, 30], [-0.7 * s_, -0.9 * c, 0, -12], [0, 0, 3.0, -40],
+                           [0, 0, 0, 1]])
+        paths = self.out("oblique_ct.nii.gz"), self.out("oblique_ct_seg.nii.gz")
+        nib.save(nib.Nifti1Image(hu.astype(np.int16), affine), paths[0])
+        nib.save(nib.Nifti1Image(label, affine), paths[1])
+        return paths
+
+    def test_the_spleen_config_equals_monais_notebook_transforms_in_their_order(self):
+        # configs/spleen.json runs MONAI's spleen notebook in its order: window, crop to the foreground,
+        # then Orientation and Spacing. MONAI 1.4 runs the notebook's own transforms on the same files.
+        from monai.transforms import (Compose, CropForegroundd, EnsureChannelFirstd, LoadImaged, Orientationd,
+                                      ScaleIntensityRanged, Spacingd)
+        notebook = Compose([
+            LoadImaged(keys=["image", "label"]), EnsureChannelFirstd(keys=["image", "label"]),
+            ScaleIntensityRanged(keys=["image"], a_min=-57, a_max=164, b_min=0.0, b_max=1.0, clip=True),
+            CropForegroundd(keys=["image", "label"], source_key="image"),
+            Orientationd(keys=["image", "label"], axcodes="RAS"),
+            Spacingd(keys=["image", "label"], pixdim=(1.5, 1.5, 2.0), mode=("bilinear", "nearest"))])
+        cases = [(self.ct_file(i, "image"), self.ct_file(i, "label")) for i in (0, 3)] + [self.oblique_ct()]
+        for k, (image, label) in enumerate(cases):
+            out = self.out(f"notebook_{k}")
+            p = run("prepare", "--config", os.path.join(CONFIGS, "spleen.json"), "--image", image, "--label", label,
+                    "--out", out)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            ours_image, ours_label = nib.load(os.path.join(out, "image.nii.gz")), nib.load(os.path.join(out, "label.nii.gz"))
+            theirs = notebook({"image": image, "label": label})
+            want_image, want_label = np.asarray(theirs["image"])[0], np.asarray(theirs["label"])[0]
+            self.assertEqual(ours_image.shape, want_image.shape, image)
+            np.testing.assert_allclose(ours_image.affine, np.asarray(theirs["image"].affine), atol=1e-4,
+                                       err_msg=image)
+            np.testing.assert_array_equal(np.asanyarray(ours_image.dataobj), want_image, err_msg=image)
+            np.testing.assert_array_equal(np.asanyarray(ours_label.dataobj), want_label, err_msg=label)
+        # The other order (Orientation and Spacing first, then window and crop) is another volume.
+        p = run("prepare", "--config", os.path.join(CONFIGS, "spleen.json"), "--prefix-order",
+                "orientation,spacing,intensity,crop_foreground", "--image", cases[0][0], "--label", cases[0][1],
+                "--out", self.out("tutorial_order"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        other = nib.load(os.path.join(self.out("tutorial_order"), "image.nii.gz"))
+        self.assertNotEqual(other.shape, nib.load(os.path.join(self.out("notebook_0"), "image.nii.gz")).shape)
+
     def test_brats_config_trains_three_region_channels_and_scores_each(self):
         run_dir = self.out("brats_run")
         # The tutorial's SegResNet, small: 2 levels of 8 and 16 channels.

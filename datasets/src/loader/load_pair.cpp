@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -38,34 +39,31 @@ void check_label_values(const at::Tensor& label, int64_t classes, const std::str
                         " is not a class index in [0, " + std::to_string(classes) + ")");
 }
 
-// Orientation and Spacing (trilinear) of a float32 image, each grid recorded in `t`.
-SpatialImage regrid(SpatialImage v, const PrefixOptions& o, PrefixTrace& t) {
-  t.stored = {spatial_of(v.data), v.affine};
-  if (!o.orientation.empty() && axcodes(v.affine) != o.orientation) v = orient(v, o.orientation);
-  t.oriented = {spatial_of(v.data), v.affine};
-  if (!o.pixdim.empty()) {
-    const Grid grid =
-        spacing_grid(spatial_of(v.data), v.affine, {o.pixdim[0], o.pixdim[1], o.pixdim[2]});
-    if (grid.shape != spatial_of(v.data) || grid.affine != v.affine)
-      v = resample(v, grid, Interpolation::kBilinear);
-  }
-  t.spaced = {spatial_of(v.data), v.affine};
-  t.box = {{0, 0, 0}, t.spaced.shape};
-  return v;
-}
+Grid grid_of(const SpatialImage& v) { return {spatial_of(v.data), v.affine}; }
 
 // A label (on the image's stored grid) moved as `t` says the image was: the
-// same orientation, nearest resampling onto the spaced grid, CropForeground's
-// box (which the image's values chose). invert_prefix is the way back.
+// same orientations, nearest resampling onto each spaced grid, CropForeground's
+// boxes (which the image's values chose), in the order they ran.
+// invert_prefix is the way back.
 SpatialImage follow_trace(SpatialImage v, const std::string& orientation, const PrefixTrace& t) {
-  if (t.oriented.affine != t.stored.affine) v = orient(v, orientation);
-  if (t.spaced.shape != t.oriented.shape || t.spaced.affine != t.oriented.affine) {
-    const at::ScalarType dtype = v.data.scalar_type();
-    v = resample({v.data.to(at::kFloat), v.affine}, t.spaced, Interpolation::kNearest);
-    v.data = v.data.to(dtype);  // nearest: the same values
+  for (const PrefixTrace::Move& m : t.moves) {
+    switch (m.kind) {
+      case PrefixStep::kOrientation:
+        v = orient(v, orientation);
+        break;
+      case PrefixStep::kSpacing: {
+        const at::ScalarType dtype = v.data.scalar_type();
+        v = resample({v.data.to(at::kFloat), v.affine}, m.after, Interpolation::kNearest);
+        v.data = v.data.to(dtype);  // nearest: the same values
+        break;
+      }
+      case PrefixStep::kCropForeground:
+        v = crop_box(v, m.box);
+        break;
+      case PrefixStep::kIntensity:
+        break;  // moves no grid: never recorded
+    }
   }
-  if (t.box.start != std::array<int64_t, 3>{} || t.box.end != t.spaced.shape)
-    v = crop_box(v, t.box);
   return v;
 }
 
@@ -88,9 +86,60 @@ void apply_intensity(at::Tensor& image, const PairOptions& o) {
 
 bool reorients(const PrefixOptions& o) { return !o.orientation.empty() || !o.pixdim.empty(); }
 
+// The intensity step, as PrefixOptions::key says it.
+std::string intensity_key(const PrefixOptions& p) {
+  switch (p.intensity) {
+    case IntensityKind::kNone:
+      return "";
+    case IntensityKind::kScale:
+      return "; scale_intensity [0, 1]";
+    case IntensityKind::kRange:
+      return "; range [" + value_text(p.range.a_min) + ", " + value_text(p.range.a_max) + "] -> [" +
+             value_text(p.range.b_min) + ", " + value_text(p.range.b_max) + "]" +
+             (p.range.clip ? " clip" : "");
+    case IntensityKind::kNormalize:
+      return std::string("; normalize") + (p.normalize.nonzero ? " nonzero" : "") +
+             (p.normalize.channel_wise ? " channel_wise" : "") +
+             (p.normalize_on == NormalizeOn::kVolume ? " volume" : "");
+  }
+  return "";
+}
+
+const std::vector<std::pair<std::string, PrefixStep>>& step_names() {
+  static const std::vector<std::pair<std::string, PrefixStep>> kNames{
+      {"orientation", PrefixStep::kOrientation},
+      {"spacing", PrefixStep::kSpacing},
+      {"intensity", PrefixStep::kIntensity},
+      {"crop_foreground", PrefixStep::kCropForeground}};
+  return kNames;
+}
+
 }  // namespace
 
+std::vector<PrefixStep> PrefixOptions::steps() const {
+  std::string given, names;
+  for (const std::string& name : order) given += (given.empty() ? "" : ",") + name;
+  for (const auto& [name, step] : step_names()) names += (names.empty() ? "" : ", ") + name;
+  std::vector<PrefixStep> out;
+  for (const std::string& name : order) {
+    const auto& all = step_names();
+    const auto it =
+        std::find_if(all.begin(), all.end(), [&](const auto& n) { return n.first == name; });
+    if (it == all.end() || std::find(out.begin(), out.end(), it->second) != out.end()) {
+      throw std::invalid_argument("--prefix-order=" + given + ": '" + printable(name) + "' " +
+                                  (it == all.end() ? "is not a step" : "is named twice") +
+                                  "; name each of " + names + " once, in the order they run");
+    }
+    out.push_back(it->second);
+  }
+  if (out.size() != step_names().size())
+    throw std::invalid_argument("--prefix-order=" + given + ": name each of " + names +
+                                " once, in the order they run");
+  return out;
+}
+
 void PrefixOptions::validate() const {
+  (void)steps();
   if (!orientation.empty()) check_axcodes(orientation, "--orientation=" + printable(orientation));
   if (!pixdim.empty()) {
     bool ok = pixdim.size() == 3;
@@ -131,28 +180,24 @@ std::array<int64_t, 3> PrefixOptions::pad_size() const {
 
 std::string PrefixOptions::key() const {
   std::string k;
-  if (!orientation.empty()) k += "; orientation " + orientation;
-  if (!pixdim.empty())
-    k += "; spacing " + value_text(pixdim[0]) + "," + value_text(pixdim[1]) + "," +
-         value_text(pixdim[2]);
-  switch (intensity) {
-    case IntensityKind::kNone:
-      break;
-    case IntensityKind::kScale:
-      k += "; scale_intensity [0, 1]";
-      break;
-    case IntensityKind::kRange:
-      k += "; range [" + value_text(range.a_min) + ", " + value_text(range.a_max) + "] -> [" +
-           value_text(range.b_min) + ", " + value_text(range.b_max) + "]" +
-           (range.clip ? " clip" : "");
-      break;
-    case IntensityKind::kNormalize:
-      k += std::string("; normalize") + (normalize.nonzero ? " nonzero" : "") +
-           (normalize.channel_wise ? " channel_wise" : "") +
-           (normalize_on == NormalizeOn::kVolume ? " volume" : "");
-      break;
+  for (const PrefixStep step : steps()) {  // in the order they run
+    switch (step) {
+      case PrefixStep::kOrientation:
+        if (!orientation.empty()) k += "; orientation " + orientation;
+        break;
+      case PrefixStep::kSpacing:
+        if (!pixdim.empty())
+          k += "; spacing " + value_text(pixdim[0]) + "," + value_text(pixdim[1]) + "," +
+               value_text(pixdim[2]);
+        break;
+      case PrefixStep::kIntensity:
+        k += intensity_key(*this);
+        break;
+      case PrefixStep::kCropForeground:
+        if (crop_foreground) k += "; crop_foreground margin " + std::to_string(foreground_margin);
+        break;
+    }
   }
-  if (crop_foreground) k += "; crop_foreground margin " + std::to_string(foreground_margin);
   if (const auto pad = pad_size(); pad != std::array<int64_t, 3>{})
     k += "; spatial_pad " + shape_text(pad);
   if (labels == LabelMap::kBrats) k += "; labels brats 1/2/4";
@@ -172,39 +217,74 @@ std::string PairOptions::config_key() const {
 SpatialImage prepare_image(const Volume& image, const PairOptions& o, PrefixTrace* trace) {
   PrefixTrace local;
   PrefixTrace& t = trace ? *trace : local;
-  const at::Tensor data =
-      image.data.scalar_type() == at::kFloat ? image.data : image.data.to(at::kFloat);
-  SpatialImage v = regrid({data, image.affine}, o.prefix, t);
-  apply_intensity(v.data, o);
-  if (o.prefix.crop_foreground) {
-    t.box = foreground_box(v.data, o.prefix.foreground_margin);
-    v = crop_box(v, t.box);
+  const PrefixOptions& p = o.prefix;
+  SpatialImage v{image.data.scalar_type() == at::kFloat ? image.data : image.data.to(at::kFloat),
+                 image.affine};
+  t.stored = grid_of(v);
+  t.moves.clear();
+  for (const PrefixStep step : p.steps()) {
+    const Grid before = grid_of(v);
+    VoxelBox box;
+    switch (step) {
+      case PrefixStep::kOrientation:
+        if (!p.orientation.empty() && axcodes(v.affine) != p.orientation)
+          v = orient(v, p.orientation);
+        break;
+      case PrefixStep::kSpacing:
+        if (!p.pixdim.empty()) {
+          const Grid grid =
+              spacing_grid(before.shape, v.affine, {p.pixdim[0], p.pixdim[1], p.pixdim[2]});
+          if (grid.shape != before.shape || grid.affine != v.affine)
+            v = resample(v, grid, Interpolation::kBilinear);
+        }
+        break;
+      case PrefixStep::kIntensity:
+        apply_intensity(v.data, o);
+        break;
+      case PrefixStep::kCropForeground:
+        if (p.crop_foreground) {
+          box = foreground_box(v.data, p.foreground_margin);
+          v = crop_box(v, box);
+        }
+        break;
+    }
+    const Grid after = grid_of(v);
+    if (after.shape != before.shape || after.affine != before.affine)
+      t.moves.push_back({step, before, after, box});
   }
   return v;
 }
 
 at::Tensor invert_prefix(const at::Tensor& prediction, const PrefixTrace& t, Interpolation mode) {
-  at::Tensor x = prediction;
-  const std::array<int64_t, 3> box_shape{
-      t.box.end[0] - t.box.start[0], t.box.end[1] - t.box.start[1], t.box.end[2] - t.box.start[2]};
-  if (spatial_of(x) != box_shape)
-    throw std::invalid_argument("invert_prefix: prediction " + spatial_text(x) +
-                                " differs from the prepared grid " + shape_text(box_shape));
-  if (box_shape != t.spaced.shape) {  // CropForeground undone: zeros outside the box
-    at::Tensor full = at::zeros(
-        {x.size(0), t.spaced.shape[0], t.spaced.shape[1], t.spaced.shape[2]}, x.options());
-    full.slice(1, t.box.start[0], t.box.end[0])
-        .slice(2, t.box.start[1], t.box.end[1])
-        .slice(3, t.box.start[2], t.box.end[2])
-        .copy_(x);
-    x = full;
+  if (spatial_of(prediction) != t.prepared().shape)
+    throw std::invalid_argument("invert_prefix: prediction " + spatial_text(prediction) +
+                                " differs from the prepared grid " +
+                                shape_text(t.prepared().shape));
+  SpatialImage v{prediction, t.prepared().affine};
+  for (auto m = t.moves.rbegin(); m != t.moves.rend(); ++m) {
+    switch (m->kind) {
+      case PrefixStep::kCropForeground: {  // zeros outside the box
+        at::Tensor full =
+            at::zeros({v.data.size(0), m->before.shape[0], m->before.shape[1], m->before.shape[2]},
+                      v.data.options());
+        full.slice(1, m->box.start[0], m->box.end[0])
+            .slice(2, m->box.start[1], m->box.end[1])
+            .slice(3, m->box.start[2], m->box.end[2])
+            .copy_(v.data);
+        v = {full, m->before.affine};
+        break;
+      }
+      case PrefixStep::kSpacing:
+        if (v.data.scalar_type() != at::kFloat) v.data = v.data.to(at::kFloat);
+        v = resample(v, m->before, mode);
+        break;
+      case PrefixStep::kOrientation:
+        v = orient(v, axcodes(m->before.affine));
+        break;
+      case PrefixStep::kIntensity:
+        break;
+    }
   }
-  SpatialImage v{x, t.spaced.affine};
-  if (t.spaced.shape != t.oriented.shape || t.spaced.affine != t.oriented.affine) {
-    if (v.data.scalar_type() != at::kFloat) v.data = v.data.to(at::kFloat);
-    v = resample(v, t.oriented, mode);
-  }
-  if (t.oriented.affine != t.stored.affine) v = orient(v, axcodes(t.stored.affine));
   return v.data.scalar_type() == prediction.scalar_type() ? v.data
                                                           : v.data.to(prediction.scalar_type());
 }

@@ -37,6 +37,9 @@ enum class LabelMap {
   kDecathlonBrats,  ///< Decathlon Task01 labels 1/2/3 as TC, WT, ET channels
 };
 
+/// A step of the prefix that PrefixOptions::order places.
+enum class PrefixStep { kOrientation, kSpacing, kIntensity, kCropForeground };
+
 /// SpatialPad's largest size per axis, voxels.
 inline constexpr int64_t kMaxPadEdge = 4096;
 
@@ -56,14 +59,26 @@ struct PrefixOptions {
   /// prediction see the volume as it is (the sliding window pads itself).
   std::vector<int64_t> spatial_pad;
   LabelMap labels = LabelMap::kClasses;
+  /// The order the steps run in, as MONAI's Compose lists them: each of
+  /// "orientation", "spacing", "intensity" and "crop_foreground" once (a step
+  /// runs only when its options ask for it). The default is the order this
+  /// project always had; MONAI's spleen notebook windows and crops first:
+  /// intensity, crop_foreground, orientation, spacing. The label follows every
+  /// step that moves the grid (nearest for Spacing), then the label mapping;
+  /// spatial_pad comes last.
+  std::vector<std::string> order{"orientation", "spacing", "intensity", "crop_foreground"};
   /// > 0: every stored label value must be an integer in [0, num_classes)
   /// (checked as it is read; the file and value named otherwise).
   int64_t num_classes = 0;
   /// Throws std::invalid_argument naming the field ("--pixdim=1,0,2 ...").
   void validate() const;
+  /// `order` as steps; throws std::invalid_argument naming --prefix-order
+  /// unless it names each step once.
+  std::vector<PrefixStep> steps() const;
   /// spatial_pad as three sizes ({0, 0, 0}: none).
   std::array<int64_t, 3> pad_size() const;
-  /// What the options compute, in words (part of the cache key).
+  /// What the options compute, in words, steps in their order (part of the
+  /// cache key).
   std::string key() const;
 };
 
@@ -88,22 +103,30 @@ struct PairOptions {
   std::string config_key() const;
 };
 
-/// How the prefix moved an image's grid, to map a prediction back onto the
-/// file's own grid (MONAI's Invertd).
+/// How the prefix moved an image's grid, to move its label the same way and
+/// map a prediction back onto the file's own grid (MONAI's Invertd), in any
+/// order of the steps.
 struct PrefixTrace {
-  Grid stored;    ///< the file's grid
-  Grid oriented;  ///< after Orientation (== stored without it)
-  Grid spaced;    ///< after Spacing (== oriented without it)
-  VoxelBox box;   ///< CropForeground's box in the spaced grid (all of it without)
+  /// A step that changed the grid (one that left it as it was is not kept).
+  struct Move {
+    PrefixStep kind;  ///< kOrientation, kSpacing or kCropForeground
+    Grid before, after;
+    VoxelBox box;  ///< kCropForeground: its box in `before`
+  };
+  Grid stored;              ///< the file's grid
+  std::vector<Move> moves;  ///< in the order they ran
+  /// The grid the prefix ends on: the last move's, else the stored one.
+  const Grid& prepared() const { return moves.empty() ? stored : moves.back().after; }
 };
 
 /// The image's prefix alone (no label): for prediction. `trace` may be null.
 SpatialImage prepare_image(const Volume& image, const PairOptions& options,
                            PrefixTrace* trace = nullptr);
 
-/// A prediction (C x the prepared grid) back on the file's grid: the crop
-/// padded with zeros, resampled onto the oriented grid (trilinear, or
-/// nearest for label maps), the orientation undone. C x stored shape.
+/// A prediction (C x the prepared grid) back on the file's grid, the moves
+/// undone last to first: a crop padded with zeros, a Spacing resampled back
+/// (trilinear, or nearest for label maps), an Orientation undone. C x stored
+/// shape.
 at::Tensor invert_prefix(const at::Tensor& prediction, const PrefixTrace& trace,
                          Interpolation mode);
 

@@ -146,7 +146,8 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
           "volume (nnU-Net); validation always takes the whole volume's")
             .for_training_only(),
         p.normalize_on);
-  visit(F("crop_foreground", "CropForeground: cut the volume to image > 0 (after intensity)"),
+  visit(F("crop_foreground",
+          "CropForeground: cut the volume to image > 0 (where prefix_order puts it)"),
         p.crop_foreground);
   visit(F("foreground_margin", "CropForeground margin, voxels").at_least(0), p.foreground_margin);
   visit(F("spatial_pad",
@@ -154,6 +155,11 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
           "x,y,z, so crops of any volume batch (training only; empty: none)")
             .for_training_only(),
         p.spatial_pad);
+  visit(F("prefix_order",
+          "the order of orientation, spacing, intensity, crop_foreground, each named once, as "
+          "MONAI's Compose lists them (MONAI's spleen notebook: intensity,crop_foreground,"
+          "orientation,spacing); a step runs only when its options ask for it"),
+        p.order);
   visit(F("labels",
           "label mapping (classes: indices as stored; brats: labels 1/2/4, "
           "decathlon_brats: Task01's 1/2/3, as TC, WT, ET channels)"),
