@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <map>
 #include <mutex>
 #include <new>
@@ -78,6 +81,22 @@ class BlockCache {
     }
     unmap_all(evicted);
     return true;
+  }
+
+  // Unmaps every released block (outside the lock); returns their bytes.
+  int64_t unmap_free() {
+    std::list<Free> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      evicted.splice(evicted.end(), by_age_);
+      by_size_.clear();
+      free_bytes_ = 0;
+      unmapped_ += static_cast<int64_t>(evicted.size());
+    }
+    int64_t bytes = 0;
+    for (const Free& f : evicted) bytes += static_cast<int64_t>(f.bytes);
+    unmap_all(evicted);
+    return bytes;
   }
 
   void lock_for_fork() { mutex_.lock(); }
@@ -182,5 +201,13 @@ void release_bytes(void* p, size_t bytes) noexcept {
 void enable_large_block_cache(bool on) { cache_on.store(on); }
 bool large_block_cache_enabled() { return cache_on.load(); }
 LargeBlockStats large_block_stats() { return cache().stats(); }
+
+int64_t release_free_memory() {
+  const int64_t bytes = cache().unmap_free();
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
+  return bytes;
+}
 
 }  // namespace volshard

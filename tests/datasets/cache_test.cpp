@@ -12,6 +12,7 @@
 
 #include "nifti_test_util.h"
 #include "transforms/augmentation_test_util.h"
+#include "volshard/core/large_blocks.h"
 #include "volshard/core/log.h"
 #include "volshard/datasets/volume.h"
 
@@ -69,6 +70,34 @@ TEST(SampleCacheTest, KeepsItsTensorsOnTheDeviceAndTheLabelIndicesOnTheHost) {
   ASSERT_NE(cached.indices, nullptr);
   EXPECT_EQ(cached.indices->foreground, std::vector<int32_t>{21});
   EXPECT_TRUE(cache.get(4).image.is_cpu());
+}
+
+// A fill whose prepare allocates and releases large blocks (as loading a CT
+// volume does) leaves none kept for reuse once every item is cached: nothing
+// will load again. With items left to load on demand, the blocks stay for them.
+TEST(SampleCacheTest, GivesTheFillsReleasedBlocksBackWhenEveryItemIsCached) {
+  const bool was = large_block_cache_enabled();
+  enable_large_block_cache(true);
+  constexpr size_t kScratch = size_t{32} << 20;
+  const SampleSource loading = [](int64_t i) {
+    void* scratch = allocate_bytes(kScratch);  // a file buffer, a float image
+    release_bytes(scratch, kScratch);
+    return prepared(i);
+  };
+  CacheOptions o;
+  o.threads = 2;
+  {
+    SampleCache all(loading, 4, o);
+    EXPECT_EQ(all.cached_items(), 4);
+    EXPECT_EQ(large_block_stats().free_bytes, 0);
+  }
+  o.max_bytes = 2 * (2 * 64 * 4 + 4);
+  {
+    SampleCache some(loading, 4, o);
+    EXPECT_EQ(some.cached_items(), 2);
+    EXPECT_GE(large_block_stats().free_bytes, static_cast<int64_t>(kScratch));
+  }
+  enable_large_block_cache(was);
 }
 
 TEST(SampleCacheTest, KeepsToTheRateAndTheByteBudget) {

@@ -48,6 +48,12 @@ struct LargeBlockStats {
 };
 LargeBlockStats large_block_stats();
 
+/// Gives the kernel back what is kept for reuse: every released large block
+/// and the free top of glibc's heap (malloc_trim). For a phase after which
+/// the sizes it used do not come again (a cache fill when everything is
+/// cached). Returns the large blocks' bytes unmapped.
+int64_t release_free_memory();
+
 /// `bytes` (>= 1) of fresh anonymous memory with every page faulted in by one
 /// madvise(MADV_POPULATE_WRITE) call (Linux >= 5.14; elsewhere pages fault in
 /// on first use), and with `written` also written once. On this project's VM
