@@ -429,6 +429,33 @@ RC_GTEST_PROP(SpatialViewProperty, GatheredMapEqualsAtenStepByStep, ()) {
 // The vectorised scan against at::nonzero, on float labels of runs (the fast
 // path's 16-at-a-time blocks), isolated voxels and NaN (foreground, as != 0),
 // and on the same labels as uint8.
+// CropForeground's box from float32 (one scan of each row from both ends)
+// equals the box of the same values as float64 (ATen's mask, any and
+// nonzero): sparse and dense foregrounds, several channels, NaN and negative
+// values, file-order strides, margins.
+RC_GTEST_PROP(ForegroundBoxProperty, TheFloatScanEqualsTheMaskOfAnyDtype, ()) {
+  const auto channels = *rc::gen::inRange<int64_t>(1, 3);
+  std::array<int64_t, 3> shape{};
+  for (auto& n : shape) n = *rc::gen::inRange<int64_t>(1, 12);
+  const int64_t voxels = channels * shape[0] * shape[1] * shape[2];
+  at::Tensor values = at::full({voxels}, -1.0f);
+  float* p = values.data_ptr<float>();
+  const auto hits = *rc::gen::inRange<int64_t>(0, 6);
+  for (int64_t k = 0; k < hits; ++k)
+    p[*rc::gen::inRange<int64_t>(0, voxels)] =
+        *rc::gen::elementOf(std::vector<float>{0.5f, 2.0f, 1e-30f});
+  p[*rc::gen::inRange<int64_t>(0, voxels)] = std::nanf("");
+  p[*rc::gen::inRange<int64_t>(0, voxels)] = 0.0f;
+  at::Tensor image = values.reshape({channels, shape[0], shape[1], shape[2]});
+  if (*rc::gen::arbitrary<bool>())
+    image = image.permute({0, 3, 2, 1}).contiguous().permute({0, 3, 2, 1});
+  const auto margin = *rc::gen::inRange<int64_t>(0, 3);
+  const VoxelBox fast = foreground_box(image, margin);
+  const VoxelBox mask = foreground_box(image.to(at::kDouble), margin);
+  RC_ASSERT(fast.start == mask.start);
+  RC_ASSERT(fast.end == mask.end);
+}
+
 RC_GTEST_PROP(LabelIndicesProperty, EqualNonzeroInCOrder, ()) {
   std::array<int64_t, 3> shape{};
   for (auto& n : shape) n = *rc::gen::inRange<int64_t>(1, 11);

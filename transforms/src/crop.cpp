@@ -287,13 +287,55 @@ CropParams sample_spatial_crop(const std::array<int64_t, 3>& shape,
   return crop;
 }
 
+namespace {
+
+// The first and last index of voxels > 0 (any channel) along each axis of a
+// float32 source, any strides, scanning each row from both ends; false when
+// there is none. NaN is not > 0, as in (source > 0).
+bool float_foreground_bounds(const at::Tensor& source, std::array<int64_t, 3>& first,
+                             std::array<int64_t, 3>& last) {
+  const float* p = source.data_ptr<float>();
+  const int64_t c_n = source.size(0), x_n = source.size(1), y_n = source.size(2),
+                z_n = source.size(3);
+  const int64_t sc = source.stride(0), sx = source.stride(1), sy = source.stride(2),
+                sz = source.stride(3);
+  first = {x_n, y_n, z_n};
+  last = {-1, -1, -1};
+  for (int64_t c = 0; c < c_n; ++c) {
+    for (int64_t x = 0; x < x_n; ++x) {
+      for (int64_t y = 0; y < y_n; ++y) {
+        const float* row = p + c * sc + x * sx + y * sy;
+        int64_t lo = 0;
+        while (lo < z_n && !(row[lo * sz] > 0.0f)) ++lo;
+        if (lo == z_n) continue;
+        int64_t hi = z_n - 1;
+        while (!(row[hi * sz] > 0.0f)) --hi;
+        first = {std::min(first[0], x), std::min(first[1], y), std::min(first[2], lo)};
+        last = {std::max(last[0], x), std::max(last[1], y), std::max(last[2], hi)};
+      }
+    }
+  }
+  return last[0] >= 0;
+}
+
+}  // namespace
+
 VoxelBox foreground_box(const at::Tensor& source, int64_t margin) {
   const std::array<int64_t, 3> shape = spatial_shape(source);
   if (margin < 0)
     throw std::invalid_argument("CropForeground: margin=" + std::to_string(margin) +
                                 " must be >= 0");
-  const at::Tensor mask = (source > 0).any(0);  // X x Y x Z
   VoxelBox box;
+  if (source.is_cpu() && source.scalar_type() == at::kFloat) {  // one pass, no mask
+    std::array<int64_t, 3> first{}, last{};
+    if (!float_foreground_bounds(source, first, last)) return VoxelBox{};
+    for (size_t a = 0; a < 3; ++a) {
+      box.start[a] = std::max<int64_t>(first[a] - margin, 0);
+      box.end[a] = std::min<int64_t>(last[a] + margin + 1, shape[a]);
+    }
+    return box;
+  }
+  const at::Tensor mask = (source > 0).any(0);  // X x Y x Z
   for (int64_t axis = 0; axis < 3; ++axis) {
     std::vector<int64_t> others;
     for (int64_t d = 0; d < 3; ++d)
