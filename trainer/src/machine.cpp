@@ -10,12 +10,9 @@
 #include <fstream>
 #include <thread>
 
-#include "volshard/datasets/loader.h"
-
 namespace volshard {
 
 int64_t set_up_machine(const TrainOptions& o) {
-  tune_allocator_for_volumes();
   const int64_t local_world = std::max<int64_t>(1, o.local_world_size);
   // --invariant: kernels split their sums by thread, so the count is fixed.
   const int64_t threads =

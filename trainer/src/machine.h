@@ -1,6 +1,8 @@
 #pragma once
-// The process-wide settings a training rank runs under: allocator, intra-op
-// threads, deterministic algorithms, and which BLAS the process loaded.
+// The process-wide settings a training rank runs under: intra-op threads,
+// deterministic algorithms, and which BLAS the process loaded. (The allocator
+// is tuned by the program at start-up, before any thread: main() calls
+// tune_allocator_for_volumes; mallopt after threads start is unsafe.)
 
 #include <cstdint>
 #include <string>
@@ -9,7 +11,7 @@
 
 namespace volshard {
 
-/// Tunes the allocator for volumes, sets LibTorch's intra-op threads
+/// Sets LibTorch's intra-op threads
 /// (options.threads, or cores / local_world_size, at least 1) and, with
 /// options.deterministic, deterministic algorithms. Process-wide: call before
 /// any tensor work. Returns the thread count.

@@ -38,7 +38,10 @@ struct TrainSummary {
 /// checkpoint.pt, metrics.jsonl, config.json and curves.png; every rank takes
 /// part in every collective. `stop_requested` is polled between steps (e.g.
 /// set by SIGTERM): the ranks agree on it, finish the step, write a checkpoint
-/// and return with interrupted = true.
+/// and return with interrupted = true. A program that trains should call
+/// tune_allocator_for_volumes() (datasets/loader.h) at start-up, before any
+/// thread, as volshard's main() does: results are the same without it, the
+/// memory is not.
 TrainSummary train(const TrainOptions& options, Communicator& comm,
                    const std::function<bool()>& stop_requested = {});
 
