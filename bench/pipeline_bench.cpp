@@ -83,6 +83,7 @@ double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t w
 }
 
 double loads_per_second(const SampleSource& load, int64_t volumes, int64_t workers, int epochs);
+void print_spleen_stages(const std::vector<ImageLabelPair>& pairs, const PrefixOptions& p);
 
 // configs/spleen.json and configs/brats.json as FeedOptions (crop as given).
 FeedOptions pipeline_feed(const std::string& name, int64_t crop) {
@@ -176,6 +177,7 @@ void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t v
       "(prefix ms/v: one thread's load_pair per volume, read to cached sample; file MB/v: the "
       ".nii.gz image + label;\ncache MB/v: the prepared prefix held per volume; ratio: volumes/s "
       "over the tutorial's)\n");
+  if (name == "spleen") print_spleen_stages(pairs, feed.prefix);
 }
 
 // The ceiling of the files rows: volumes per second that `workers` threads
@@ -272,6 +274,97 @@ void print_stages(const std::vector<ImageLabelPair>& pairs, const char* data) {
                   at::kFloat);
         });
   }
+}
+
+// The spleen prefix step by step on one thread (median ms a volume, in the
+// notebook's order), beside each step's memory floor: the bytes it must read
+// and write at least (its input and output tensors once each, the label's
+// too) at this machine's memcpy rate measured in the same run. Decompression
+// is compute, not copying: its floor is only writing the voxels out.
+void print_spleen_stages(const std::vector<ImageLabelPair>& pairs, const PrefixOptions& p) {
+  const auto n = static_cast<int64_t>(pairs.size());
+  const int rounds = 2;
+  ReadOptions image_read, label_read;
+  image_read.as_float = label_read.as_float = true;
+  label_read.uint8_if_it_fits = true;
+  struct Steps {
+    SpatialImage image, label;
+  };
+  std::vector<Volume> images, labels;
+  std::vector<Steps> windowed, cropped, oriented;
+  for (const auto& pair : pairs) {
+    images.push_back(read_volume(pair.image, image_read));
+    labels.push_back(read_volume(pair.label, label_read));
+    Steps s{{scale_intensity_range(images.back().data, p.range), images.back().affine},
+            {labels.back().data, images.back().affine}};
+    windowed.push_back(s);
+    const VoxelBox box = foreground_box(s.image.data, p.foreground_margin);
+    s = {crop_box(s.image, box), crop_box(s.label, box)};
+    cropped.push_back(s);
+    oriented.push_back({orient(s.image, p.orientation), orient(s.label, p.orientation)});
+  }
+  const std::array<double, 3> pixdim{p.pixdim[0], p.pixdim[1], p.pixdim[2]};
+  const auto mb = [](const at::Tensor& t) { return static_cast<double>(t.nbytes()) / 1e6; };
+  const double gbps = memcpy_gb_per_s();  // bytes copied a second: each read once, written once
+  const auto at = [](auto& v, int64_t i) -> auto& { return v[static_cast<size_t>(i)]; };
+  double total_ms = 0, total_floor = 0;
+  std::printf(
+      "\nthe spleen prefix step by step, one thread, median ms a volume (memcpy here: %.1f "
+      "GB/s)\n",
+      gbps);
+  std::printf("%-44s | %8s %10s %8s\n", "step", "ms", "floor MB", "floor ms");
+  const auto row = [&](const char* step, double floor_mb, auto fn) {
+    const double ms = stage_ms(n, rounds, fn);
+    const double floor_ms = floor_mb / 1e3 / gbps * 1e3;
+    total_ms += ms;
+    total_floor += floor_ms;
+    std::printf("%-44s | %8.1f %10.1f %8.1f\n", step, ms, floor_mb, floor_ms);
+  };
+  const double voxels_mb = mb(at(images, 0).data), label_mb = mb(at(labels, 0).data);
+  row("read image (int16 .nii.gz) as float32", voxels_mb,
+      [&](int64_t i) { read_volume(at(pairs, i).image, image_read); });
+  row("read label as uint8", label_mb,
+      [&](int64_t i) { read_volume(at(pairs, i).label, label_read); });
+  row("ScaleIntensityRange (window, clip)", 2 * voxels_mb,
+      [&](int64_t i) { scale_intensity_range(at(images, i).data, p.range); });
+  row("CropForeground (box, image and label)",
+      voxels_mb + mb(at(cropped, 0).image.data) + mb(at(cropped, 0).label.data), [&](int64_t i) {
+        const Steps& s = at(windowed, i);
+        const VoxelBox box = foreground_box(s.image.data, p.foreground_margin);
+        crop_box(s.image, box);
+        crop_box(s.label, box);
+      });
+  row("Orientation RAS (image and label)",
+      2 * (mb(at(cropped, 0).image.data) + mb(at(cropped, 0).label.data)), [&](int64_t i) {
+        orient(at(cropped, i).image, p.orientation);
+        orient(at(cropped, i).label, p.orientation);
+      });
+  const SpatialImage spaced = spacing(at(oriented, 0).image, pixdim, Interpolation::kBilinear);
+  row("Spacing image (trilinear)", mb(at(oriented, 0).image.data) + mb(spaced.data),
+      [&](int64_t i) { spacing(at(oriented, i).image, pixdim, Interpolation::kBilinear); });
+  row("Spacing label (nearest)",
+      mb(at(oriented, 0).label.data) + mb(spaced.data) / 4,  // uint8 in, the same voxels out
+      [&](int64_t i) {
+        const SpatialImage& l = at(oriented, i).label;
+        spacing({l.data.to(at::kFloat), l.affine}, pixdim, Interpolation::kNearest);
+      });
+  std::vector<at::Tensor> spaced_labels;
+  for (const Steps& s : oriented)
+    spaced_labels.push_back(
+        spacing({s.label.data.to(at::kFloat), s.label.affine}, pixdim, Interpolation::kNearest)
+            .data.to(at::kByte));
+  row("label indices", mb(spaced.data) / 4,
+      [&](int64_t i) { label_indices(at(spaced_labels, i)); });
+  std::printf("%-44s | %8.1f %10s %8.1f\n", "sum of the steps", total_ms, "", total_floor);
+  PairOptions po;
+  po.prefix = p;
+  po.compact_label = true;
+  std::printf("%-44s | %8.1f\n", "load_pair (the whole prefix, as cached)",
+              stage_ms(n, rounds, [&](int64_t i) { load_pair(at(pairs, i), i, po); }));
+  std::printf(
+      "(floor: the step's input and output bytes at memcpy's rate; sizes of volume 0: %.0f "
+      "MB float32 read, %.0f MB after the crop, %.0f MB spaced)\n",
+      voxels_mb, mb(at(cropped, 0).image.data), mb(spaced.data));
 }
 
 // Resident and peak-resident MB of this process (VmRSS, VmHWM).

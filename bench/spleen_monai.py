@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""The spleen pipeline side by side with MONAI 1.4 running its notebook's own transforms, in the
+same run, on the same synthetic Decathlon CT folder (`volshard synth --kind ct`).
+
+MONAI: LoadImaged, EnsureChannelFirstd, ScaleIntensityRanged(-57, 164 -> 0, 1, clip),
+CropForegroundd, Orientationd(RAS), Spacingd(1.5, 1.5, 2), RandCropByPosNegLabeld(96^3, pos 1,
+neg 1, 4 samples), through torch's DataLoader (2 worker processes, batch 2, list_data_collate);
+cached: CacheDataset(cache_rate 1, 2 threads) and the same DataLoader.
+volshard: volshard.Loader(pipeline="configs/spleen.json", 2 threads, batch 2), from files
+(cache_rate 0) and cached (cache_rate 1).
+
+MONAI runs twice: as its users run it, and with glibc's malloc tuned (GLIBC_TUNABLES) as
+volshard's tune_allocator_for_volumes() tunes it, which python/README.md's recipe calls.
+Each (side, source) runs in a fresh Python process, the sides alternated, so that peak RSS and
+CPU seconds are each its own: wall and CPU (the process and its worker processes) per volume, the
+prefix alone per case (one thread, no crops: MONAI's Compose of the deterministic steps, volshard's
+`prepare`-equal prefix), and peak RSS (the process's VmHWM, MONAI's worker processes' too).
+
+usage: PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python bench/spleen_monai.py \
+           --bin build/bin/volshard [--volumes 8] [--size 384] [--epochs 2] [--rounds 2]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG = os.path.join(HERE, "..", "configs", "spleen.json")
+
+CHILD = r"""
+import json, os, resource, sys, time
+import torch
+side, source, datalist, config, epochs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+torch.set_num_threads(1)
+with open(datalist) as f:
+    root = os.path.dirname(datalist)
+    items = [{"image": os.path.normpath(os.path.join(root, d["image"])),
+              "label": os.path.normpath(os.path.join(root, d["label"]))} for d in json.load(f)["training"]]
+
+
+def cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def peak_mb():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (s.ru_maxrss + c.ru_maxrss) / 1024  # the process + its largest worker
+
+
+out = {}
+if side.startswith("monai"):
+    from monai.data import CacheDataset, Dataset, list_data_collate
+    from monai.transforms import (Compose, CropForegroundd, EnsureChannelFirstd, LoadImaged, Orientationd,
+                                  RandCropByPosNegLabeld, ScaleIntensityRanged, Spacingd)
+    from monai.utils import set_determinism
+    set_determinism(seed=0)
+    prefix = [LoadImaged(keys=["image", "label"]), EnsureChannelFirstd(keys=["image", "label"]),
+              ScaleIntensityRanged(keys=["image"], a_min=-57, a_max=164, b_min=0.0, b_max=1.0, clip=True),
+              CropForegroundd(keys=["image", "label"], source_key="image"),
+              Orientationd(keys=["image", "label"], axcodes="RAS"),
+              Spacingd(keys=["image", "label"], pixdim=(1.5, 1.5, 2.0), mode=("bilinear", "nearest"))]
+    if source == "prefix":
+        t0, c0 = time.perf_counter(), cpu()
+        Compose(prefix)(items[0])
+        t0, c0 = time.perf_counter(), cpu()
+        for it in items:
+            Compose(prefix)(it)
+        out = {"wall": time.perf_counter() - t0, "cpu": cpu() - c0}
+    else:
+        crop = RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(96, 96, 96), pos=1,
+                                      neg=1, num_samples=4, image_key="image", image_threshold=0)
+        t0, c0 = time.perf_counter(), cpu()
+        if source == "cached":
+            ds = CacheDataset(items, Compose(prefix + [crop]), cache_rate=1.0, num_workers=2, progress=False)
+        else:
+            ds = Dataset(items, Compose(prefix + [crop]))
+        out["setup"] = time.perf_counter() - t0
+        loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True, num_workers=2,
+                                             collate_fn=list_data_collate)
+        t0, c0 = time.perf_counter(), cpu()
+        for _ in range(epochs):
+            for b in loader:
+                pass
+        out.update({"wall": time.perf_counter() - t0, "cpu": cpu() - c0})
+else:
+    import volshard
+    volshard.tune_allocator_for_volumes()  # as python/README.md's recipe, before any loader
+    if source == "prefix":
+        t0, c0 = time.perf_counter(), cpu()
+        # One thread, the prefix alone: a loader of whole prepared volumes, as validation reads them.
+        for item in volshard.ValidationLoader(items, pipeline=config, split=None, num_replicas=1, rank=0):
+            pass
+        out = {"wall": time.perf_counter() - t0, "cpu": cpu() - c0}
+    else:
+        sampler = volshard.DistributedSampler(len(items), num_replicas=1, rank=0, seed=0)
+        t0 = time.perf_counter()
+        loader = volshard.Loader(items, sampler, pipeline=config, batch_size=2, workers=2, cache_threads=2,
+                                 cache_rate=1.0 if source == "cached" else 0.0)
+        out["setup"] = time.perf_counter() - t0
+        t0, c0 = time.perf_counter(), cpu()
+        for e in range(epochs):
+            loader.set_epoch(e)
+            for b in loader:
+                pass
+        out.update({"wall": time.perf_counter() - t0, "cpu": cpu() - c0})
+        loader.close()
+out["peak_mb"] = peak_mb()
+print(json.dumps(out))
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--volumes", type=int, default=8)
+    ap.add_argument("--size", type=int, default=384, help="in-plane edge (size / 4 slices)")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="volshard_spleen_monai_")
+    data = os.path.join(root, "Task09")
+    subprocess.run([args.bin, "synth", "--kind", "ct", "--out", data, "--count", str(args.volumes), "--size",
+                    str(args.size), "--seed", "0"], check=True, capture_output=True)
+    datalist = os.path.join(data, "dataset.json")
+    with open(datalist) as f:
+        n = len(json.load(f)["training"])
+    results = {}
+    sides = ("monai", "monai_tuned", "volshard")
+    # MONAI as its users run it, and with glibc tuned as tune_allocator_for_volumes tunes it
+    # (mmap threshold 256 MiB, trim threshold 1 GiB, one arena) in every worker process.
+    tuned = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=268435456:"
+                 "glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1")
+    for r in range(args.rounds):
+        for source in ("prefix", "files", "cached"):
+            for side in (sides if r % 2 == 0 else tuple(reversed(sides))):
+                p = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, side, source, datalist, CONFIG,
+                                    str(args.epochs)], capture_output=True, text=True,
+                                   env=tuned if side == "monai_tuned" else None)
+                if p.returncode != 0:
+                    sys.exit(f"{side} {source} failed:\n{p.stderr[-3000:]}")
+                results.setdefault((side, source), []).append(json.loads(p.stdout.strip().splitlines()[-1]))
+    print(f"spleen pipeline (configs/spleen.json; MONAI 1.4's notebook transforms) on {n} synthetic "
+          f"{args.size} x {args.size} x {args.size // 4} int16 CT volumes; batch 2, 96^3 x 4 crops, 2 workers "
+          f"(MONAI: processes, volshard: threads), {args.epochs} epochs, median of {args.rounds} alternated rounds")
+    print(f"{'source':8} {'side':12} | {'wall s/vol':>10} {'CPU s/vol':>10} {'peak MB':>8} | "
+          f"{'wall ratio':>10} {'CPU ratio':>9} {'CPU ratio, tuned':>16}")
+    print("-" * 97)
+    for source in ("prefix", "files", "cached"):
+        volumes = n if source == "prefix" else n * args.epochs
+        row = {}
+        for side in sides:
+            rs = results[(side, source)]
+            row[side] = (statistics.median(x["wall"] for x in rs) / volumes,
+                         statistics.median(x["cpu"] for x in rs) / volumes,
+                         statistics.median(x["peak_mb"] for x in rs))
+        for side in sides:
+            wall, cpu, peak = row[side]
+            ratio = ""
+            if side == "volshard":
+                ratio = (f"{row['monai'][0] / wall:9.1f}x {row['monai'][1] / cpu:8.1f}x "
+                         f"{row['monai_tuned'][1] / cpu:15.1f}x")
+            print(f"{source:8} {side:12} | {wall:10.3f} {cpu:10.3f} {peak:8.0f} | {ratio}")
+    print("(prefix: one thread, the deterministic steps alone, per case; files: every epoch from the files; "
+          "cached: the prefix cached, then the crops; peak MB: VmHWM of the process plus its largest worker "
+          "process; ratios: MONAI's over volshard's; tuned: MONAI with glibc tuned as volshard tunes it)")
+
+
+if __name__ == "__main__":
+    main()
