@@ -120,6 +120,31 @@ TEST_F(TrainTest, TwoRunsWithTheSameSeedWriteTheSameModelAndMetrics) {
   EXPECT_EQ(metrics, metrics_without_timing(file("b", "metrics.jsonl")));
 }
 
+// --amp bf16 on the CPU with the spleen tutorial's network shape (two softmax
+// classes, batch norm, four levels): torch's oneDNN bfloat16 convolutions give
+// other gradients from run to run at the same inputs, on one thread (also in
+// Python: MONAI's UNet, torch 2.11; now and then a NaN), so with --deterministic
+// the trainer runs them without oneDNN. Two runs write the same bytes.
+TEST_F(TrainTest, AmpBf16OnTheCpuRepeatsBitIdenticalWithTheSpleenNetworksShape) {
+  const auto spleen_like = [this](const std::string& run) {
+    TrainOptions o = options(run);
+    o.amp = Amp::kBf16;
+    o.model.out_channels = 2;
+    o.activation = Activation::kSoftmax;
+    o.model.norm = NormKind::kBatch;
+    o.model.channels = {4, 8, 16, 32};
+    o.model.strides = {2, 2, 2};
+    o.model.num_res_units = 2;
+    o.val_every = 0;
+    o.epochs = 1;
+    return o;
+  };
+  for (const char* run : {"a", "b", "c"})
+    run_ranks(1, [&](Communicator& comm) { train(spleen_like(run), comm); });
+  EXPECT_EQ(bytes(file("a", "model.pt")), bytes(file("b", "model.pt")));
+  EXPECT_EQ(bytes(file("a", "model.pt")), bytes(file("c", "model.pt")));
+}
+
 // --model segresnet with --dropout (the BraTS tutorial's 0.2): the masks come
 // from the model's own generator, seeded per rank, step and micro-batch, so
 // two runs and a stopped-and-resumed run write the same bytes. With torch's
@@ -692,6 +717,19 @@ TEST(ValidationBalanceTest, TheCostliestVolumeGoesFirstToTheLeastLoadedRank) {
       EXPECT_EQ(seen, std::vector<int>(static_cast<size_t>(n), 1));
     }
   }
+}
+
+// A loss that became NaN is written as null in metrics.jsonl: the curves
+// leave those points out instead of stopping the run at its epoch's end (a
+// JSON type error did).
+TEST(CurvesTest, LeavesOutTheStepsWhoseLossIsNull) {
+  const std::string metrics =
+      "{\"type\":\"step\",\"epoch\":0,\"step\":1,\"loss\":0.6}\n"
+      "{\"type\":\"step\",\"epoch\":0,\"step\":2,\"loss\":null}\n"
+      "{\"type\":\"epoch\",\"epoch\":0,\"step\":2,\"loss\":null}\n";
+  Canvas img(1, 1);
+  EXPECT_NO_THROW(img = draw_curves(metrics));
+  EXPECT_GT(img.width(), 1);
 }
 
 TEST(CurvesTest, DrawsEveryStepsLossAndTicksOnBothAxes) {

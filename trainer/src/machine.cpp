@@ -27,6 +27,12 @@ int64_t set_up_machine(const TrainOptions& o) {
     // handle is made (torch's recipe); a value the user set is kept.
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     at::globalContext().setDeterministicAlgorithms(true, false);
+    // oneDNN's bfloat16 convolutions give other gradients from run to run at
+    // the same inputs (torch 2.11, on one thread too, now and then a NaN; its
+    // mkldnn.deterministic flag does not help): --amp bf16 on the CPU runs
+    // them without oneDNN, as torch.backends.mkldnn.enabled = False.
+    if (o.amp == Amp::kBf16 && resolve_device(o.device, o.local_rank).is_cpu())
+      at::globalContext().setUserEnabledMkldnn(false);
   }
   return threads;
 }

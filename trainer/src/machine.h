@@ -13,7 +13,8 @@ namespace volshard {
 
 /// Sets LibTorch's intra-op threads
 /// (options.threads, or cores / local_world_size, at least 1) and, with
-/// options.deterministic, deterministic algorithms. Process-wide: call before
+/// options.deterministic, deterministic algorithms (and, for --amp bf16 on
+/// the CPU, convolutions without oneDNN, whose bfloat16 kernels are not). Process-wide: call before
 /// any tensor work. Returns the thread count.
 int64_t set_up_machine(const TrainOptions& options);
 

@@ -187,10 +187,13 @@ Canvas draw_curves(const std::string& metrics_jsonl) {
     const json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) continue;
     const auto step = static_cast<double>(j.value("step", int64_t{0}));
-    if (j.value("type", "") == "step") step_loss.push_back({step, j.value("loss", 0.0)});
+    // A NaN loss is written as null: no point for it.
+    const bool has_loss = j.contains("loss") && j["loss"].is_number();
+    if (j.value("type", "") == "step" && has_loss)
+      step_loss.push_back({step, j["loss"].get<double>()});
     if (j.value("type", "") != "epoch") continue;
     epoch_ends.push_back(step);
-    epoch_loss.push_back({step, j.value("loss", 0.0)});
+    if (has_loss) epoch_loss.push_back({step, j["loss"].get<double>()});
     if (j.contains("val_dice") && j["val_dice"].is_number())
       dice.push_back({step, j["val_dice"].get<double>()});
     if (j.contains("val_dice_per_class") && j["val_dice_per_class"].is_array()) {

@@ -374,8 +374,9 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.backend);
   visit(F("deterministic",
           "deterministic algorithms only (torch.use_deterministic_algorithms; on CUDA with "
-          "CUBLAS_WORKSPACE_CONFIG=:4096:8 unless set): an operation without one stops the run, "
-          "named; false on CUDA: `volshard repro` expects weights to differ between runs"),
+          "CUBLAS_WORKSPACE_CONFIG=:4096:8 unless set; with --amp bf16 on the CPU, convolutions "
+          "without oneDNN, whose bfloat16 kernels are not): an operation without one stops the "
+          "run, named; false on CUDA: `volshard repro` expects weights to differ between runs"),
         o.deterministic);
 }
 
