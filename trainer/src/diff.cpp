@@ -14,21 +14,13 @@
 #include "json_lines.h"
 #include "resume.h"
 #include "volshard/core/file_io.h"
+#include "volshard/trainer/options.h"
 
 namespace volshard {
 namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
-// Options that change where a run writes or how it waits, not what it
-// computes (loader threads: batches are the same for any count).
-const std::set<std::string>& run_local_keys() {
-  static const std::set<std::string> keys{
-      "out",     "trace_samples", "cache_dir",        "workers",
-      "timeout", "fingerprints",  "checkpoint_every", "cache_rate"};
-  return keys;
-}
 
 struct Run {
   std::string dir;
@@ -130,7 +122,10 @@ RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
   const Run a = read_run(run_a), b = read_run(run_b);
   RunDiff d;
   std::ostringstream out;
-  const auto counted = [](const std::string& key) { return run_local_keys().count(key) == 0; };
+  // Options that change where a run writes or how it waits, not what it
+  // computes (Field::run_local: loader threads, the batches are the same for any count).
+  const std::set<std::string>& run_local = TrainOptions::keys_with(Field::Role::kLocal);
+  const auto counted = [&](const std::string& key) { return run_local.count(key) == 0; };
   const std::string options = option_differences(a.config, b.config, counted);
   const std::string local =
       option_differences(a.config, b.config, [&](const std::string& key) { return !counted(key); });

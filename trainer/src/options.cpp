@@ -160,6 +160,21 @@ double voxels_bytes(int64_t edge, int64_t count, const ModelOptions& net) {
 
 }  // namespace
 
+const std::set<std::string>& TrainOptions::keys_with(Field::Role role) {
+  static const auto collect = [](Field::Role wanted) {
+    std::set<std::string> keys;
+    TrainOptions o;
+    for_each_field(o, [&](const Field& f, const auto&) {
+      if (f.role == wanted) keys.insert(f.key);
+    });
+    return keys;
+  };
+  static const std::set<std::string> kept = collect(Field::Role::kKept),
+                                     local = collect(Field::Role::kLocal),
+                                     other = collect(Field::Role::kOther);
+  return role == Field::Role::kKept ? kept : role == Field::Role::kLocal ? local : other;
+}
+
 void TrainOptions::validate() const {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
   if (data_dir.empty() == datalist.empty())

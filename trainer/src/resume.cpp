@@ -52,15 +52,9 @@ std::string differences(const json& saved, const json& now,
 // randomness and what the network is (other options, such as the learning
 // rate or the number of epochs, may change). Every difference is named.
 void check_resumed_config(const json& now, const json& saved, const std::string& path) {
-  static const std::set<std::string> kKept = {
-      "data",        "datalist",     "image_glob",  "label_glob",   "val_fraction", "seed",
-      "crop",        "crop_kind",    "num_samples", "model",        "in_channels",  "out_channels",
-      "channels",    "strides",      "res_units",   "init_filters", "blocks_down",  "blocks_up",
-      "norm",        "num_groups",   "dropout",     "activation",   "orientation",  "pixdim",
-      "intensity",   "normalize_on", "spatial_pad", "labels",       "invariant",    "amp",
-      "prefix_order"};
+  const std::set<std::string>& kept = TrainOptions::keys_with(Field::Role::kKept);
   const std::string d =
-      differences(saved, now, [](const std::string& key) { return kKept.count(key) > 0; });
+      differences(saved, now, [&](const std::string& key) { return kept.count(key) > 0; });
   if (!d.empty())
     throw std::invalid_argument("train: --resume " + path + " was trained otherwise: " + d +
                                 ". Resume with the run's own options (or give --resume-anyway "

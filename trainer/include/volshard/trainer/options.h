@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,13 @@ struct Field {
   bool training_only = false;
   /// A command's own spelling of the flag (nullptr: "--" + key, '-' for '_').
   const char* flag_name = nullptr;
+  /// What the field is to a run's identity.
+  enum class Role {
+    kOther,
+    kKept,   ///< the data, the randomness or the network: a resumed run must keep it
+    kLocal,  ///< where a run writes or how it waits, not what it computes: diff sets it aside
+  };
+  Role role = Role::kOther;
 
   Field(const char* k, const char* h) : key(k), help(h) {}
   Field& at_least(double v) { return lo = v, *this; }
@@ -82,6 +90,8 @@ struct Field {
   Field& below(double v) { return hi = v, hi_open = true, *this; }
   Field& flag_only() { return in_json = false, *this; }
   Field& for_training_only() { return training_only = true, *this; }
+  Field& kept_on_resume() { return role = Role::kKept, *this; }
+  Field& run_local() { return role = Role::kLocal, *this; }
   /// "--batch-size"
   std::string flag() const;
   /// Throws std::invalid_argument "<who>: --flag=value must be in [lo, hi]"
@@ -94,31 +104,46 @@ template <class Self, class Visit>
 void for_each_model_field(Self& m, Visit&& visit) {
   visit(Field("model",
               "the network: unet (MONAI's UNet) or segresnet (MONAI's SegResNet, the BraTS "
-              "tutorial's)"),
+              "tutorial's)")
+            .kept_on_resume(),
         m.kind);
-  visit(Field("in_channels", "input channels of the network (0: the images' channels)").at_least(0),
+  visit(Field("in_channels", "input channels of the network (0: the images' channels)")
+            .kept_on_resume()
+            .at_least(0),
         m.in_channels);
-  visit(Field("out_channels", "output channels of the network (classes with softmax)").at_least(1),
+  visit(Field("out_channels", "output channels of the network (classes with softmax)")
+            .kept_on_resume()
+            .at_least(1),
         m.out_channels);
-  visit(Field("channels", "unet: feature channels per level, comma-separated"), m.channels);
-  visit(Field("strides", "unet: down-sampling stride per level, comma-separated (one fewer)"),
+  visit(Field("channels", "unet: feature channels per level, comma-separated").kept_on_resume(),
+        m.channels);
+  visit(Field("strides", "unet: down-sampling stride per level, comma-separated (one fewer)")
+            .kept_on_resume(),
         m.strides);
-  visit(Field("res_units", "unet: residual units per block (0: plain convolutions)").at_least(0),
+  visit(Field("res_units", "unet: residual units per block (0: plain convolutions)")
+            .kept_on_resume()
+            .at_least(0),
         m.num_res_units);
   visit(Field("init_filters", "segresnet: channels of the first level (doubling per level)")
+            .kept_on_resume()
             .at_least(1),
         m.init_filters);
-  visit(Field("blocks_down", "segresnet: residual blocks per level going down, comma-separated"),
+  visit(Field("blocks_down", "segresnet: residual blocks per level going down, comma-separated")
+            .kept_on_resume(),
         m.blocks_down);
   visit(Field("blocks_up",
-              "segresnet: residual blocks per level going up, comma-separated (one fewer)"),
+              "segresnet: residual blocks per level going up, comma-separated (one fewer)")
+            .kept_on_resume(),
         m.blocks_up);
   visit(Field("norm",
               "normalisation (auto: the model's MONAI default, instance for unet, group for "
-              "segresnet; batch: SyncBatchNorm over ranks; group: GroupNorm)"),
+              "segresnet; batch: SyncBatchNorm over ranks; group: GroupNorm)")
+            .kept_on_resume(),
         m.norm);
-  visit(Field("num_groups", "group norm: channel groups").at_least(1), m.num_groups);
+  visit(Field("num_groups", "group norm: channel groups").kept_on_resume().at_least(1),
+        m.num_groups);
   visit(Field("dropout", "dropout probability (segresnet: Dropout3d after the first convolution)")
+            .kept_on_resume()
             .at_least(0)
             .below(1),
         m.dropout);
@@ -128,11 +153,14 @@ void for_each_model_field(Self& m, Visit&& visit) {
 template <class Self, class Visit>
 void for_each_prefix_field(Self& p, Visit&& visit) {
   using F = Field;
-  visit(F("orientation", "Orientation: axis codes such as RAS (empty: as stored)"), p.orientation);
-  visit(F("pixdim", "Spacing: voxel size in mm, x,y,z (empty: as stored)"), p.pixdim);
+  visit(F("orientation", "Orientation: axis codes such as RAS (empty: as stored)").kept_on_resume(),
+        p.orientation);
+  visit(F("pixdim", "Spacing: voxel size in mm, x,y,z (empty: as stored)").kept_on_resume(),
+        p.pixdim);
   visit(F("intensity",
           "intensity transform (scale: to [0, 1]; range: --a-min.. window; "
-          "normalize: z-score; in training per crop or per volume: normalize_on)"),
+          "normalize: z-score; in training per crop or per volume: normalize_on)")
+            .kept_on_resume(),
         p.intensity);
   visit(F("a_min", "range: input window low, e.g. -57 HU"), p.range.a_min);
   visit(F("a_max", "range: input window high, e.g. 164 HU"), p.range.a_max);
@@ -144,6 +172,7 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
   visit(F("normalize_on",
           "normalize: statistics of each training crop (MONAI's BraTS) or of the whole "
           "volume (nnU-Net); validation always takes the whole volume's")
+            .kept_on_resume()
             .for_training_only(),
         p.normalize_on);
   visit(F("crop_foreground",
@@ -153,16 +182,19 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
   visit(F("spatial_pad",
           "SpatialPad (symmetric, zeros) after CropForeground to at least this size, one value or "
           "x,y,z, so crops of any volume batch (training only; empty: none)")
+            .kept_on_resume()
             .for_training_only(),
         p.spatial_pad);
   visit(F("prefix_order",
           "the order of orientation, spacing, intensity, crop_foreground, each named once, as "
           "MONAI's Compose lists them (MONAI's spleen notebook: intensity,crop_foreground,"
-          "orientation,spacing); a step runs only when its options ask for it"),
+          "orientation,spacing); a step runs only when its options ask for it")
+            .kept_on_resume(),
         p.order);
   visit(F("labels",
           "label mapping (classes: indices as stored; brats: labels 1/2/4, "
-          "decathlon_brats: Task01's 1/2/3, as TC, WT, ET channels)"),
+          "decathlon_brats: Task01's 1/2/3, as TC, WT, ET channels)")
+            .kept_on_resume(),
         p.labels);
 }
 
@@ -236,6 +268,10 @@ struct TrainOptions {
   /// scheme's labels).
   FeedOptions resolved_feed() const;
 
+  /// The keys of the table's fields that have `role` (Field::kept_on_resume,
+  /// Field::run_local).
+  static const std::set<std::string>& keys_with(Field::Role role);
+
   /// The table: visit(Field, member) for every option, in help order.
   template <class Self, class Visit>
   static void for_each_field(Self& o, Visit&& visit);
@@ -244,34 +280,47 @@ struct TrainOptions {
 template <class Self, class Visit>
 void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   using F = Field;
-  visit(F("data", "folder of image/label pairs (--image-glob, --label-glob); this or --datalist"),
+  visit(F("data", "folder of image/label pairs (--image-glob, --label-glob); this or --datalist")
+            .kept_on_resume(),
         o.data_dir);
-  visit(F("datalist", "MONAI/Decathlon JSON datalist (training, validation); this or --data"),
+  visit(F("datalist", "MONAI/Decathlon JSON datalist (training, validation); this or --data")
+            .kept_on_resume(),
         o.datalist);
-  visit(F("image_glob", "--data: image file pattern"), o.image_glob);
-  visit(F("label_glob", "--data: label file pattern"), o.label_glob);
-  visit(F("val_fraction", "--data: fraction of pairs held out for validation").at_least(0).below(1),
+  visit(F("image_glob", "--data: image file pattern").kept_on_resume(), o.image_glob);
+  visit(F("label_glob", "--data: label file pattern").kept_on_resume(), o.label_glob);
+  visit(F("val_fraction", "--data: fraction of pairs held out for validation")
+            .kept_on_resume()
+            .at_least(0)
+            .below(1),
         o.val_fraction);
-  visit(F("cache_rate", "fraction of training volumes kept in memory").at_least(0).at_most(1),
+  visit(F("cache_rate", "fraction of training volumes kept in memory")
+            .run_local()
+            .at_least(0)
+            .at_most(1),
         o.cache_rate);
-  visit(F("cache_dir", "persist the cached prefix here: a second run starts warm"), o.cache_dir);
+  visit(F("cache_dir", "persist the cached prefix here: a second run starts warm").run_local(),
+        o.cache_dir);
   visit(F("cache_device",
           "where the cached prefix lives and the augmentation runs: host (host memory and "
           "kernels, batches pinned and copied to the device); device (the --device's memory, "
           "crops, turns, flips and intensity as tensor ops there: MONAI's GPU-cache recipe; on "
           "the CPU the same code gives host's batches bit for bit); cuda (device, on a GPU only)"),
         o.cache_device);
-  visit(F("workers", "loader threads per rank").at_least(0).at_most(kMaxThreads), o.workers);
-  visit(F("out", "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)"),
+  visit(F("workers", "loader threads per rank").run_local().at_least(0).at_most(kMaxThreads),
+        o.workers);
+  visit(F("out", "run folder (model.pt, checkpoint.pt, metrics.jsonl, config.json, curves.png)")
+            .run_local(),
         o.out_dir);
   visit(F("epochs", "passes over the training set").at_least(1).at_most(1000000), o.epochs);
   visit(F("batch_size", "volumes per rank and step").at_least(1), o.batch_size);
   for_each_prefix_field(o.feed.prefix, visit);
-  visit(F("crop_kind", "random crop (pos_neg: RandCropByPosNegLabel; spatial: RandSpatialCrop)"),
+  visit(F("crop_kind", "random crop (pos_neg: RandCropByPosNegLabel; spatial: RandSpatialCrop)")
+            .kept_on_resume(),
         o.feed.crop_kind);
-  visit(F("crop", "crop edge, voxels (cubic)").at_least(1), o.feed.crop);
-  visit(F("num_samples", "crops per volume").at_least(1).at_most(kMaxCropsPerVolume),
-        o.feed.num_samples);
+  visit(F("crop", "crop edge, voxels (cubic)").kept_on_resume().at_least(1), o.feed.crop);
+  visit(
+      F("num_samples", "crops per volume").kept_on_resume().at_least(1).at_most(kMaxCropsPerVolume),
+      o.feed.num_samples);
   visit(F("allow_smaller", "crops larger than a volume shrink to it"), o.feed.allow_smaller);
   visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1),
         o.feed.rot90_prob);
@@ -307,19 +356,22 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
           "mixed precision of the training forward pass (torch.autocast): off; fp16 (float16, "
           "the loss scaled by a GradScaler as torch's: a step with an inf or nan gradient is "
           "skipped and the scale backs off; kept in checkpoints); bf16 (bfloat16, no scaler; the "
-          "CPU too). Validation and predict stay float32"),
+          "CPU too). Validation and predict stay float32")
+            .kept_on_resume(),
         o.amp);
   visit(F("invariant",
           "the same model.pt at any world size: --batch-size is the global batch (volumes per "
           "optimizer step, whatever the ranks), each volume's gradient is taken on its own and "
           "their sum is exact (64-bit fixed point); instance norm, no dropout, --threads fixed "
-          "(default 1)"),
+          "(default 1)")
+            .kept_on_resume(),
         o.invariant);
-  visit(F("seed", "base seed of the sampler, augmentation and weights"), o.seed);
+  visit(F("seed", "base seed of the sampler, augmentation and weights").kept_on_resume(), o.seed);
   for_each_model_field(o.model, visit);
   visit(F("activation",
           "sigmoid: labels as channels (binary, BraTS); softmax: class indices, "
-          "one-hot Dice without background"),
+          "one-hot Dice without background")
+            .kept_on_resume(),
         o.activation);
   visit(F("loss", "dice: DiceLoss; dicece: DiceCELoss (Dice plus cross-entropy, BCE with sigmoid)"),
         o.loss.kind);
@@ -341,6 +393,7 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
           "loaded rank; count: MONAI's split, r, r + W, ...); the metric is the same either way"),
         o.val_balance);
   visit(F("checkpoint_every", "also checkpoint every this many steps (0: epoch ends only)")
+            .run_local()
             .at_least(0),
         o.checkpoint_every);
   visit(F("max_steps",
@@ -356,14 +409,17 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.resume_anyway);
   visit(F("overwrite", "a fresh run replaces the run already in --out").flag_only(), o.overwrite);
   visit(F("init_weights", "state_dict .pt saved by Python/MONAI to start from"), o.init_weights);
-  visit(F("trace_samples", "JSON lines of every crop fed (epoch, step, rank, index, crop, k)"),
+  visit(F("trace_samples", "JSON lines of every crop fed (epoch, step, rank, index, crop, k)")
+            .run_local(),
         o.trace_samples);
   visit(F("fingerprints",
           "RUN/fingerprints.jsonl: per step, 64-bit hashes of the samples, their augmentation and "
           "bytes, the loss, each gradient bucket after the all-reduce and the weights after the "
-          "step, for `volshard diff`"),
+          "step, for `volshard diff`")
+            .run_local(),
         o.fingerprints);
-  visit(F("timeout", "seconds a collective waits for a lost peer").above(0), o.timeout_s);
+  visit(F("timeout", "seconds a collective waits for a lost peer").run_local().above(0),
+        o.timeout_s);
   visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0).at_most(kMaxThreads),
         o.threads);
   visit(F("device",
