@@ -9,15 +9,16 @@
 #include <stdexcept>
 
 #include "gzip.h"
+#include "nifti_layout.h"
 
 namespace volshard {
 namespace {
 
-constexpr int64_t kNifti1HeaderSize = 348;
-constexpr int64_t kNifti2HeaderSize = 540;
+constexpr int64_t kNifti1HeaderSize = detail::kNifti1Layout.header_size;
+constexpr int64_t kNifti2HeaderSize = detail::kNifti2Layout.header_size;
 // nibabel's single_vox_offset: header + the 4 extension-flag bytes.
-constexpr int64_t kNifti1MinVoxOffset = 352;
-constexpr int64_t kNifti2MinVoxOffset = 544;
+constexpr int64_t kNifti1MinVoxOffset = detail::kNifti1Layout.vox_offset_written;
+constexpr int64_t kNifti2MinVoxOffset = detail::kNifti2Layout.vox_offset_written;
 
 std::string fmt(double v) {
   std::ostringstream s;
@@ -113,17 +114,6 @@ int32_t bswap32(int32_t v) {
   return static_cast<int32_t>((u >> 24) | ((u >> 8) & 0xff00u) | ((u << 8) & 0xff0000u) |
                               (u << 24));
 }
-
-// The layouts (byte offsets) of the fields we use, NIfTI-1 and NIfTI-2.
-struct Layout {
-  size_t dim, dim_size, intent_p, intent_p_size, intent_code, intent_code_size, datatype, bitpix,
-      pixdim, vox_offset, scl_slope, scl_inter, cal_max, cal_min, xyzt_units, xyzt_units_size,
-      descrip, qform_code, sform_code, code_size, quatern, srow, intent_name, real_size;
-};
-constexpr Layout kLayout1{40,  2,   56,  4, 68,  2,   70,  72, 76,  108, 112, 116,
-                          124, 128, 123, 1, 148, 252, 254, 2,  256, 280, 328, 4};
-constexpr Layout kLayout2{16,  8,   80,  8, 504, 4,   12,  14, 104, 168, 176, 184,
-                          192, 200, 500, 4, 240, 344, 348, 4,  352, 400, 508, 8};
 
 }  // namespace
 
@@ -292,11 +282,11 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
                         std::to_string(h.version) + " needs " + std::to_string(h.header_size));
   }
   const FieldReader f(data, h.big_endian);
-  const Layout& L = h.version == 1 ? kLayout1 : kLayout2;
+  const detail::NiftiLayout& L = detail::nifti_layout(h.version);
 
   // Magic: single-file only.
   if (h.version == 1) {
-    const std::string magic = f.str(344, 4);
+    const std::string magic = f.str(L.magic, 4);
     if (magic.empty())
       fail_file(path,
                 "an Analyze 7.5 header (sizeof_hdr=348, no NIfTI magic), not NIfTI-1: "
@@ -306,7 +296,7 @@ NiftiHeader parse_nifti_header(const uint8_t* data, size_t size, const std::stri
     if (magic != "n+1")
       fail_file(path, "magic=\"" + printable(magic) + "\" must be \"n+1\" for a NIfTI-1 file");
   } else {
-    const std::string magic = f.str(4, 4);
+    const std::string magic = f.str(L.magic, 4);
     if (magic == "ni2")
       fail_file(path, "magic=\"ni2\": a .hdr/.img pair header; only single-file .nii is supported");
     if (magic != "n+2")

@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "gzip.h"
+#include "nifti_layout.h"
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/nifti_header.h"
@@ -210,62 +211,59 @@ std::vector<uint8_t> encode_nifti_header(const NiftiWriteSpec& spec) {
   }
   if (qform_code == 0) q = Qform{};
 
-  const size_t hsize = v1 ? 348 : 540;
-  std::vector<uint8_t> b(hsize + 4, 0);
-  const int64_t esize = element_size(spec.datatype);
+  // One pass over the version's layout (nifti_layout.h, the reader's table):
+  // integers and reals take the width the version gives them.
+  const detail::NiftiLayout& L = detail::nifti_layout(spec.version);
+  std::vector<uint8_t> b(static_cast<size_t>(L.header_size) + 4, 0);
+  const auto put_int = [&b](size_t offset, size_t width, int64_t v) {
+    if (width == 1) {
+      b[offset] = static_cast<uint8_t>(v);
+    } else if (width == 2) {
+      put_i16(b, offset, v);
+    } else if (width == 4) {
+      put_i32(b, offset, v);
+    } else {
+      put_i64(b, offset, v);
+    }
+  };
+  const auto put_real = [&](size_t offset, double v) {
+    if (L.real_size == 4) {
+      put_f32(b, offset, v);
+    } else {
+      put_f64(b, offset, v);
+    }
+  };
+  put_i32(b, 0, L.header_size);
   if (v1) {
-    put_i32(b, 0, 348);
-    put_i16(b, 40, ndim);
-    for (int i = 1; i < 8; ++i)
-      put_i16(b, 40 + 2 * static_cast<size_t>(i),
-              i <= ndim ? spec.shape[static_cast<size_t>(i - 1)] : 1);
-    put_i16(b, 70, static_cast<int64_t>(spec.datatype));
-    put_i16(b, 72, esize * 8);
-    put_f32(b, 76, q.qfac);
-    for (int i = 1; i < 8; ++i)
-      put_f32(b, 76 + 4 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
-    put_f32(b, 108, 352);
-    put_f32(b, 112, spec.scl_slope);
-    put_f32(b, 116, spec.scl_inter);
-    b[123] = 2;  // xyzt_units: mm
-    std::memcpy(b.data() + 148, spec.descrip.data(), std::min<size_t>(spec.descrip.size(), 79));
-    put_i16(b, 252, qform_code);
-    put_i16(b, 254, 2);  // sform_code: aligned, as nibabel writes
-    put_f32(b, 256, q.b);
-    put_f32(b, 260, q.c);
-    put_f32(b, 264, q.d);
-    for (int i = 0; i < 3; ++i) put_f32(b, 268 + 4 * static_cast<size_t>(i), a[i][3]);
-    for (int r = 0; r < 3; ++r)
-      for (int c = 0; c < 4; ++c)
-        put_f32(b, 280 + 16 * static_cast<size_t>(r) + 4 * static_cast<size_t>(c), a[r][c]);
-    std::memcpy(b.data() + 344, "n+1", 4);
+    std::memcpy(b.data() + L.magic, "n+1", 4);
   } else {
-    put_i32(b, 0, 540);
-    std::memcpy(b.data() + 4, "n+2\0\r\n\032\n", 8);
-    put_i16(b, 12, static_cast<int64_t>(spec.datatype));
-    put_i16(b, 14, esize * 8);
-    put_i64(b, 16, ndim);
-    for (int i = 1; i < 8; ++i)
-      put_i64(b, 16 + 8 * static_cast<size_t>(i),
-              i <= ndim ? spec.shape[static_cast<size_t>(i - 1)] : 1);
-    put_f64(b, 104, q.qfac);
-    for (int i = 1; i < 8; ++i)
-      put_f64(b, 104 + 8 * static_cast<size_t>(i), i <= 3 ? zooms[i - 1] : 1.0);
-    put_i64(b, 168, 544);
-    put_f64(b, 176, spec.scl_slope);
-    put_f64(b, 184, spec.scl_inter);
-    std::memcpy(b.data() + 240, spec.descrip.data(), std::min<size_t>(spec.descrip.size(), 79));
-    put_i32(b, 344, qform_code);
-    put_i32(b, 348, 2);
-    put_f64(b, 352, q.b);
-    put_f64(b, 360, q.c);
-    put_f64(b, 368, q.d);
-    for (int i = 0; i < 3; ++i) put_f64(b, 376 + 8 * static_cast<size_t>(i), a[i][3]);
-    for (int r = 0; r < 3; ++r)
-      for (int c = 0; c < 4; ++c)
-        put_f64(b, 400 + 32 * static_cast<size_t>(r) + 8 * static_cast<size_t>(c), a[r][c]);
-    put_i32(b, 500, 2);  // xyzt_units: mm
+    std::memcpy(b.data() + L.magic, "n+2\0\r\n\032\n", 8);
   }
+  put_int(L.dim, L.dim_size, ndim);
+  for (size_t i = 1; i < 8; ++i)
+    put_int(L.dim + L.dim_size * i, L.dim_size,
+            static_cast<int64_t>(i) <= ndim ? spec.shape[i - 1] : 1);
+  put_i16(b, L.datatype, static_cast<int64_t>(spec.datatype));
+  put_i16(b, L.bitpix, element_size(spec.datatype) * 8);
+  put_real(L.pixdim, q.qfac);
+  for (size_t i = 1; i < 8; ++i) put_real(L.pixdim + L.real_size * i, i <= 3 ? zooms[i - 1] : 1.0);
+  if (v1) {  // NIfTI-1 keeps vox_offset as a float32, NIfTI-2 as an int64
+    put_f32(b, L.vox_offset, static_cast<double>(L.vox_offset_written));
+  } else {
+    put_i64(b, L.vox_offset, L.vox_offset_written);
+  }
+  put_real(L.scl_slope, spec.scl_slope);
+  put_real(L.scl_inter, spec.scl_inter);
+  put_int(L.xyzt_units, L.xyzt_units_size, 2);  // mm
+  std::memcpy(b.data() + L.descrip, spec.descrip.data(), std::min<size_t>(spec.descrip.size(), 79));
+  put_int(L.qform_code, L.code_size, qform_code);
+  put_int(L.sform_code, L.code_size, 2);  // aligned, as nibabel writes
+  put_real(L.quatern, q.b);
+  put_real(L.quatern + L.real_size, q.c);
+  put_real(L.quatern + 2 * L.real_size, q.d);
+  for (size_t i = 0; i < 3; ++i) put_real(L.qoffset() + L.real_size * i, a[i][3]);
+  for (size_t r = 0; r < 3; ++r)
+    for (size_t c = 0; c < 4; ++c) put_real(L.srow + L.real_size * (4 * r + c), a[r][c]);
   return b;
 }
 
