@@ -72,6 +72,12 @@ struct SpatialMap {
   SpatialMap rotated90(int64_t k, int64_t p, int64_t q) const;
 };
 
+/// A volume with its voxel-to-world affine.
+struct SpatialImage {
+  at::Tensor data;  ///< C x X x Y x Z
+  Affine affine{};
+};
+
 struct Sample {
   /// C x X x Y x Z, float32. Any strides without overlap (a file-order view
   /// from read_volume is fine); transforms' outputs are contiguous.

@@ -1,0 +1,103 @@
+#pragma once
+// Grids and axes: MONAI's Orientation, Spacing (transforms/src/spatial.cpp,
+// resample.cpp), RandRotate90 and RandFlip's draws and views.
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "volshard/core/affine.h"
+#include "volshard/core/seed_streams.h"
+#include "volshard/transforms/sample.h"
+
+namespace volshard {
+
+// ---- Orientation ------------------------------------------------------------
+
+/// nibabel's io_orientation: for each voxel axis, the world axis (0 = x L/R,
+/// 1 = y P/A, 2 = z I/S) it is closest to, and +1 or -1 (pointing R/A/S or
+/// L/P/I). Throws std::invalid_argument for a singular affine.
+std::array<std::array<int, 2>, 3> io_orientation(const Affine& affine);
+/// nibabel's aff2axcodes: "RAS", "LPS", "PSR", ...
+std::string axcodes(const Affine& affine);
+/// The one rule for axis codes, nibabel's axcodes2ornt with its default
+/// labels (MONAI's Orientation passes them on): three upper-case letters of
+/// L/R, P/A, I/S naming each world axis once. Throws std::invalid_argument
+/// "<what> <why>" otherwise (what: "--orientation=ras", ...).
+void check_axcodes(const std::string& codes, const std::string& what);
+
+/// MONAI's Orientation(axcodes): the voxel axes permuted and flipped so that
+/// they point along `axcodes` (three distinct letters of L/R, P/A, I/S), the
+/// affine updated to keep world positions. Exact (no interpolation). Throws
+/// std::invalid_argument naming the codes.
+SpatialImage orient(const SpatialImage& image, const std::string& axcodes);
+
+// ---- Spacing -----------------------------------------------------------------
+
+enum class Interpolation { kBilinear, kNearest };  ///< trilinear in 3D, as MONAI's "bilinear"
+
+/// A voxel grid: its spatial shape and voxel-to-world affine.
+struct Grid {
+  std::array<int64_t, 3> shape{};
+  Affine affine{};
+};
+
+/// The grid MONAI's Spacing(pixdim) resamples onto: the affine's axis
+/// directions kept and scaled to `pixdim` mm, shape and origin from the input
+/// corners (MONAI's zoom_affine and compute_shape_offset). Throws
+/// std::invalid_argument naming the value for a pixdim <= 0 or a singular
+/// affine.
+Grid spacing_grid(const std::array<int64_t, 3>& shape, const Affine& affine,
+                  const std::array<double, 3>& pixdim);
+
+/// The image (C x X x Y x Z, float32) resampled onto `grid`: each output
+/// voxel's world position mapped into the input's voxels and interpolated
+/// (trilinear or nearest), positions outside taking the border value, as
+/// MONAI's Spacing. Float32 out; a grid equal to the image's own returns the
+/// data unchanged.
+SpatialImage resample(const SpatialImage& image, const Grid& grid, Interpolation mode);
+
+/// MONAI's Spacing(pixdim, mode): resample(image, spacing_grid(...), mode).
+SpatialImage spacing(const SpatialImage& image, const std::array<double, 3>& pixdim,
+                     Interpolation mode);
+
+// ---- RandRotate90 ---------------------------------------------------------
+
+struct Rotate90Options {
+  double prob = 0.1;
+  int64_t max_k = 3;                          ///< k uniform in [1, max_k]
+  std::array<int64_t, 2> spatial_axes{0, 1};  ///< the tutorial uses {0, 2}
+  void validate() const;
+};
+
+struct Rotate90Params {
+  int64_t k = 0;  ///< drawn first, as MONAI, even when not applied
+  bool apply = false;
+};
+
+/// k = 1 + below(max_k) first, then apply = uniform_double() < prob.
+Rotate90Params sample_rotate90(const Rotate90Options& options, StreamRng& rng);
+/// torch.rot90(x, k, (1 + axes[0], 1 + axes[1])) on image and label, contiguous.
+Sample apply_rotate90(Sample sample, const Rotate90Params& params, const Rotate90Options& options);
+/// The same rotation, left pending in sample.view.
+Sample rotate90_lazy(Sample sample, const Rotate90Params& params, const Rotate90Options& options);
+
+// ---- RandFlip -------------------------------------------------------------
+
+struct FlipOptions {
+  double prob = 0.1;
+  std::vector<int64_t> spatial_axes{0, 1,
+                                    2};  ///< flipped together when applied (MONAI: None = all)
+  void validate() const;
+};
+
+/// apply = uniform_double() < prob.
+bool sample_flip(const FlipOptions& options, StreamRng& rng);
+Sample apply_flip(Sample sample, bool apply, const FlipOptions& options);
+/// The same flip, left pending in sample.view.
+Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options);
+
+}  // namespace volshard
