@@ -106,7 +106,7 @@ def main():
     quick = args.quick
     crop, big = (32, 32) if quick else (96, 128)
     size = 48 if quick else 160
-    steps = 6 if quick else 40
+    steps = 6 if quick else 25
     channels = (4, 8, 16, 32) if quick else (16, 32, 64, 128, 256)
     strides = (2, 2, 2) if quick else (2, 2, 2, 2)
     net = ["--channels", ",".join(map(str, channels)), "--strides", ",".join(map(str, strides)),

@@ -8,7 +8,7 @@
 # travel (its Debian dependencies are hundreds of MB): that build reads no 2D
 # images, which the GPU path does not need.
 #
-#   scripts/gpu/prepare.sh          writes .gpu/debs/*.deb and .gpu/wheels/monai-*.whl, prints their size
+#   scripts/gpu/prepare.sh          writes .gpu/debs/*.deb and .gpu/wheels/{monai,nibabel}-*.whl, prints their size
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -25,12 +25,14 @@ rm -f .gpu/debs/*.deb
 (cd .gpu/debs && apt-get download -q "${packages[@]}" >/dev/null)
 bytes=$(du -cb .gpu/debs/*.deb | tail -1 | cut -f1)
 echo "gpu: $(ls .gpu/debs/*.deb | wc -l) packages in .gpu/debs, $((bytes / 1024)) KiB (with the tree: 64 MiB at most)"
-# MONAI (pure Python) for the benchmarks' baselines, at the version the project pins.
+# MONAI (the benchmarks' baselines) and nibabel (the end-to-end tests' oracle), pure Python, at
+# the versions the project pins; numpy and the rest are on that machine already.
 python=$(scripts/pyenv.sh --path)/bin/python
-monai=$(grep -E '^monai==' scripts/requirements.txt)
 mkdir -p .gpu/wheels
 rm -f .gpu/wheels/*.whl
-"$python" -m pip download -q --no-deps --only-binary=:all: -d .gpu/wheels "$monai" >/dev/null
+for pin in $(grep -E '^(monai|nibabel)==' scripts/requirements.txt); do
+  "$python" -m pip download -q --no-deps --only-binary=:all: -d .gpu/wheels "$pin" >/dev/null
+done
 echo "gpu: $(ls .gpu/wheels) in .gpu/wheels"
 bytes=$((bytes + $(du -cb .gpu/wheels/*.whl | tail -1 | cut -f1)))
 if ((bytes > 32 * 1024 * 1024)); then
