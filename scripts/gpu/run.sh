@@ -15,7 +15,7 @@
 #                                           here, without a GPU: the same configure against the
 #                                           unpacked packages, a few targets built and tested
 #
-# Environment: PYTHON (default: python3, the one with torch there), JOBS (default: nproc),
+# Environment: COMMIT (what the summary names; the tree travels without .git), PYTHON (default: python3, the one with torch there), JOBS (default: nproc),
 # BUDGET (seconds for the whole script, default 560),
 # VOLSHARD_GPU_TESTS (a ctest -R regex of the tests that need a GPU, run first).
 set -uo pipefail
@@ -41,7 +41,7 @@ stage() { [[ "$stages" == *" $1 "* ]]; }
 # left CAP: the seconds a stage may take, at most CAP, keeping 15 s to write the summary.
 left() { local l=$((budget - $(elapsed) - 15)); ((l > $1)) && l=$1; ((l < 1)) && l=1; echo $l; }
 
-say "gpu run: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$( [[ -n "$(git status --porcelain 2>/dev/null)" ]] && echo ' (with uncommitted changes)')"
+say "gpu run: $(date -u +%FT%TZ), commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}$( [[ -n "$(git status --porcelain 2>/dev/null)" ]] && echo ' (with uncommitted changes)')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' | tee -a "$summary"
 work=$root/.gpu/work  # what the benchmarks write (data, runs); $OUT gets their tables and metrics
 rm -rf "$work"
