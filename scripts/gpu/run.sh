@@ -90,7 +90,8 @@ export PYTHONPATH="$pylib${PYTHONPATH:+:$PYTHONPATH}"
 torch_prefix=$("$python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
 cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
   "-DCMAKE_PREFIX_PATH=$prefix/usr;$torch_prefix" "-DCMAKE_LIBRARY_PATH=$libdir"
-  "-DVOLSHARD_PYTHON=$(command -v "$python")" -DVOLSHARD_BUILD_FUZZ=OFF)
+  "-DVOLSHARD_PYTHON=$(command -v "$python")" -DVOLSHARD_BUILD_FUZZ=OFF
+  -DVOLSHARD_BUILD_BENCH=OFF)  # the CPU benchmarks need nifti_clib, which does not travel
 say "gpu: configure ($(elapsed) s)"
 [[ -e "$build/CMakeCache.txt" ]] && cmake_args=(-B "$build")  # a second call: the configured build
 cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; say "gpu: configure failed"; exit 1; }
