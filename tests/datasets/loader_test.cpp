@@ -468,6 +468,7 @@ TEST(DataLoaderTest, ReserveFaultsInTheFirstEpochsBuffersAhead) {
     LoaderOptions o;
     o.workers = workers;
     o.prefetch_batches = 2;
+    o.pin_memory = PinMemory::kOff;  // pinned batches (the default where a GPU is) have no pool
     DataLoader reserved(cached, crops, o), lazy(cached, crops, o);
     EXPECT_EQ(reserved.reserve(), 4 * batch_bytes) << workers << " workers";
     EXPECT_EQ(reserved.reserve(3), 4 * batch_bytes) << "a second call adds nothing";

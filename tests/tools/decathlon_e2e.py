@@ -24,6 +24,10 @@ except ImportError:
     print("SKIP: nibabel/numpy/torch are not importable")
     sys.exit(77)
 
+# The CPU's semantics, also on a machine with a GPU: the binaries started here see none
+# (train_e2e.py's GpuTest runs them on the GPU).
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 BINARY = None
 CONFIGS = None
 

@@ -22,6 +22,10 @@ except ImportError:
     print("SKIP: nibabel/numpy are not importable")
     sys.exit(77)
 
+# The CPU's semantics, also on a machine with a GPU: the binaries started here see none
+# (train_e2e.py's GpuTest runs them on the GPU).
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 BINARY = CONFIGS = DATA = None
 
 # The first six cases of dataset.json train (hippocampus_003's image and label

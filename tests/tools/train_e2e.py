@@ -32,6 +32,12 @@ except ImportError:
 BINARY = None
 FIXTURES = None
 
+# These suites check the CPU's semantics (bit-identity, resume, faults), also on a machine with a GPU:
+# the binaries they start see none. GpuTest gives its runs the GPUs back.
+HAS_CUDA = torch.cuda.is_available()
+GPUS_SHOWN = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 # A small UNet (3 levels) on 64^3 volumes with 32^3 crops: a few seconds a run.
 SMALL = ["--crop", "32", "--num-samples", "2", "--channels", "4,8,16,32", "--strides", "2,2,2",
          "--workers", "1", "--threads", "1", "--batch-size", "1"]
@@ -42,7 +48,11 @@ def run(*args, env=None, timeout=600):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
               "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
         full_env.pop(k, None)
-    full_env.update(env or {})
+    for k, v in (env or {}).items():  # None removes a variable
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = v
     return subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, env=full_env,
                           timeout=timeout)
 
@@ -171,8 +181,6 @@ class TrainJobTest(Base):
         self.assertIn("cache and augmentation on cpu (tensor ops)", p.stderr)
         self.assertEqual(model_bytes(device), model_bytes(host))
         self.assertEqual(metrics(device), metrics(host))
-        if torch.cuda.is_available():
-            return
         p = self.train(self.out("cuda"), "--device", "cpu", "--cache-device", "cuda", check=False)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--cache-device cuda: the network trains on cpu (--device)", p.stderr)
@@ -313,8 +321,7 @@ class TrainJobTest(Base):
             (["--amp", "fp16", "--invariant"], "--invariant sums float32 gradients exactly: --amp fp16"),
             (["--model", "segresnet", "--init-filters", "12"], "init_filters=12 is not a multiple of num_groups=8"),
         ]
-        if not torch.cuda.is_available():
-            cases.append((["--device", "cuda"], "--device cuda: no CUDA device here"))
+        cases.append((["--device", "cuda"], "--device cuda: no CUDA device here"))  # the GPUs are hidden
         for extra, message in cases:
             out = self.out("bad")
             args = ["--data", self.data, "--out", out, "--epochs", "1", "--val-fraction", "0.25",
@@ -1074,6 +1081,40 @@ class FaultTest(Base):
                 "--nproc-per-node", 3, *SMALL, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIsNotNone([m for m in metrics(out) if m[0] == "epoch"][0][5])
+
+
+@unittest.skipUnless(HAS_CUDA, "no CUDA device (the GPU machine runs these: scripts/gpu/run.sh)")
+class GpuTest(Base):
+    """The binaries on the GPUs this machine has (the other suites hide them)."""
+
+    def train_on_gpus(self, out, *extra, nproc=1):
+        return run("train", "--data", self.data, "--out", out, "--epochs", 1, "--val-fraction", "0.25",
+                   "--nproc-per-node", nproc, *SMALL, "--device", "cuda", *extra, env=GPUS_SHOWN)
+
+    def test_one_rank_trains_on_the_gpu_and_repeats_bit_identical(self):
+        a, b = self.out("a"), self.out("b")
+        for out in (a, b):
+            p = self.train_on_gpus(out)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("on cuda:0", p.stderr)
+        self.assertEqual(metrics(a), metrics(b))  # deterministic algorithms (the default) on the GPU
+        self.assertEqual(model_bytes(a), model_bytes(b))
+
+    def test_the_cache_and_augmentation_on_the_gpu_with_fp16_train(self):
+        out = self.out("cache")
+        p = self.train_on_gpus(out, "--cache-device", "cuda", "--amp", "fp16")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("cache and augmentation on cuda:0 (tensor ops)", p.stderr)
+        self.assertTrue(all(m[3] is not None for m in metrics(out) if m[0] == "step"))
+
+    def test_more_ranks_than_gpus_share_them_over_gloo_and_nccl_is_refused_there(self):
+        ranks = torch.cuda.device_count() + 1
+        p = self.train_on_gpus(self.out("shared"), nproc=ranks)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("%d rank(s) over gloo on cuda:0" % ranks, p.stderr)
+        p = self.train_on_gpus(self.out("nccl"), "--backend", "nccl", nproc=ranks)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--backend nccl: %d ranks on this machine share %d GPU(s)" % (ranks, ranks - 1), p.stderr)
 
 
 def main():

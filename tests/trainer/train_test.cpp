@@ -71,6 +71,7 @@ class TrainTest : public ::testing::Test {
     o.model.num_res_units = 1;
     o.val_every = 1;
     o.seed = 7;
+    o.device = DeviceKind::kCpu;  // the CPU's semantics, also where a GPU is; CUDA tests ask for it
     return o;
   }
 
@@ -233,14 +234,27 @@ double max_relative_difference(const std::string& a, const std::string& b) {
 }
 
 // --device: auto is the CPU here; cuda is refused naming the flag before
-// anything is written; the backend follows the device.
+// anything is written; the backend follows the device and how many local
+// ranks share its GPUs: NCCL with one GPU per rank, else Gloo, and an
+// explicit NCCL over a shared GPU is refused naming both counts.
 TEST_F(TrainTest, DeviceAutoIsTheCpuWithoutCudaAndCudaIsRefusedByName) {
   const int64_t gpus = at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0;
+  const c10::Device cuda0(c10::kCUDA, 0);
   EXPECT_EQ(resolve_device(DeviceKind::kCpu, 3), c10::Device(c10::kCPU));
-  EXPECT_EQ(backend_for(Backend::kAuto, c10::Device(c10::kCPU)), Backend::kGloo);
-  EXPECT_EQ(backend_for(Backend::kAuto, c10::Device(c10::kCUDA, 0)), Backend::kNccl);
-  EXPECT_EQ(backend_for(Backend::kGloo, c10::Device(c10::kCUDA, 0)), Backend::kGloo);
+  EXPECT_EQ(backend_for(Backend::kAuto, c10::Device(c10::kCPU), 4), Backend::kGloo);
+  EXPECT_EQ(backend_for(Backend::kGloo, cuda0, 1), Backend::kGloo);
+  EXPECT_EQ(backend_for(Backend::kAuto, cuda0, gpus + 1), Backend::kGloo);  // ranks share a GPU
+  try {
+    backend_for(Backend::kNccl, cuda0, gpus + 1);
+    FAIL() << "NCCL with two ranks on one GPU";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--backend nccl: " + std::to_string(gpus + 1) +
+                                               " ranks on this machine share " +
+                                               std::to_string(gpus) + " GPU(s)"));
+  }
   if (gpus > 0) {
+    EXPECT_EQ(backend_for(Backend::kAuto, cuda0, gpus), Backend::kNccl);
+    EXPECT_EQ(backend_for(Backend::kNccl, cuda0, 1), Backend::kNccl);
     EXPECT_EQ(resolve_device(DeviceKind::kAuto, gpus + 1), c10::Device(c10::kCUDA, 1 % gpus));
     return;
   }

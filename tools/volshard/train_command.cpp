@@ -108,7 +108,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   sigaction(SIGUSR1, &sa, nullptr);
 
   CommOptions co;
-  co.backend = backend_for(o.backend, resolve_device(o.device, o.local_rank));
+  co.backend = backend_for(o.backend, resolve_device(o.device, o.local_rank), o.local_world_size);
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   g_announce_stop.store(r.rank == 0);
   try {

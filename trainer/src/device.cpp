@@ -48,9 +48,18 @@ std::string refused_nondeterministic_kernel(const std::string& message) {
   return message.substr(begin, at - begin);
 }
 
-Backend backend_for(Backend chosen, const c10::Device& device) {
+Backend backend_for(Backend chosen, const c10::Device& device, int64_t local_world_size) {
+  const int64_t gpus = at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0;
+  const bool shared = device.is_cuda() && local_world_size > gpus;
+  if (chosen == Backend::kNccl && shared) {
+    throw std::invalid_argument(
+        "--backend nccl: " + std::to_string(local_world_size) + " ranks on this machine share " +
+        std::to_string(gpus) +
+        " GPU(s), and NCCL runs one rank per GPU; use --backend auto (Gloo, through the host) or "
+        "--nproc-per-node " + std::to_string(gpus));
+  }
   if (chosen != Backend::kAuto) return chosen;
-  return device.is_cuda() ? Backend::kNccl : Backend::kGloo;
+  return device.is_cuda() && !shared ? Backend::kNccl : Backend::kGloo;
 }
 
 }  // namespace volshard

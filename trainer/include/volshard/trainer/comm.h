@@ -35,7 +35,7 @@ class PendingReduce {
 enum class Backend {
   kGloo,
   kNccl,
-  kAuto,  ///< an option's value only: NCCL on GPUs, Gloo on CPUs (backend_for, device.h)
+  kAuto,  ///< an option's value only: NCCL with a GPU per rank, else Gloo (backend_for, device.h)
 };
 std::string to_string(Backend backend);
 

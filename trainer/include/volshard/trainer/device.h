@@ -46,7 +46,11 @@ c10::Device resolve_device(DeviceKind kind, int64_t local_rank);
 /// is not such a refusal.
 std::string refused_nondeterministic_kernel(const std::string& message);
 
-/// kAuto's backend on `device`: NCCL between GPUs, Gloo on CPUs.
-Backend backend_for(Backend chosen, const c10::Device& device);
+/// The backend of a rank on `device` with `local_world_size` ranks on its
+/// machine: kAuto is NCCL when every local rank has a GPU of its own, else
+/// Gloo (on CPUs, or ranks sharing a GPU: NCCL refuses two ranks on one
+/// device, Gloo reduces CUDA tensors through the host). An explicit NCCL
+/// with ranks sharing a GPU throws std::invalid_argument naming the counts.
+Backend backend_for(Backend chosen, const c10::Device& device, int64_t local_world_size);
 
 }  // namespace volshard
