@@ -22,6 +22,10 @@ import subprocess
 import sys
 import time
 
+# Deterministic cuBLAS, for the baseline under torch.use_deterministic_algorithms (set before torch
+# starts cuBLAS; `volshard train --deterministic` sets the same for itself).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
 
 def run(cmd, env=None, check=True):
     full = dict(os.environ)
@@ -59,10 +63,12 @@ def volshard_train(args, data, name, *extra, nproc=1, check=True):
     return out, time.perf_counter() - t0, p
 
 
-def baseline_step_seconds(args, crop, crops, steps, channels, strides):
+def baseline_step_seconds(args, crop, crops, steps, channels, strides, deterministic=False):
     """MONAI's UNet + DiceLoss + Adam under torch.amp (fp16 on CUDA, bf16 on the CPU dry run), on
-    tensors already on the device: the median step."""
+    tensors already on the device: the median step. `deterministic`: under
+    torch.use_deterministic_algorithms(True), as `volshard train` runs by default."""
     import torch
+    torch.use_deterministic_algorithms(deterministic)
     try:
         from monai.losses import DiceLoss
         from monai.networks.nets import UNet
@@ -129,8 +135,18 @@ def main():
     lines = steady(step_lines(out), 3)
     ours = statistics.median(8 / l["samples_per_s"] for l in lines)
     theirs, what = baseline_step_seconds(args, crop, 8, steps, channels, strides)
-    say(f"| step, {crop}^3, 2 x 4 crops, {amp[1]} | {ours * 1000:.1f} ms | "
+    say(f"| step, {crop}^3, 2 x 4 crops, {amp[1]} (volshard deterministic, the default) | {ours * 1000:.1f} ms | "
         + (f"{theirs * 1000:.1f} ms ({what}) | {theirs / ours:.2f}x |" if theirs else f"{what} | |"))
+    # The same on equal terms: both sides with deterministic algorithms, then both without.
+    theirs, what = baseline_step_seconds(args, crop, 8, steps, channels, strides, deterministic=True)
+    say(f"| step, both deterministic | {ours * 1000:.1f} ms | "
+        + (f"{theirs * 1000:.1f} ms ({what}, deterministic) | {theirs / ours:.2f}x |" if theirs else f"{what} | |"))
+    out, _, _ = volshard_train(args, data, "tutorial_nondet", *common, "--workers", 8, "--max-steps", steps,
+                               "--epochs", 100, "--no-deterministic")
+    free = statistics.median(8 / l["samples_per_s"] for l in steady(step_lines(out), 3))
+    theirs, what = baseline_step_seconds(args, crop, 8, steps, channels, strides)
+    say(f"| step, neither deterministic | {free * 1000:.1f} ms | "
+        + (f"{theirs * 1000:.1f} ms ({what}) | {theirs / free:.2f}x |" if theirs else f"{what} | |"))
     # 2. Data wait as a share of the step with 2 and 8 loader threads.
     for workers in (2, 8):
         out, _, _ = volshard_train(args, data, f"wait{workers}", *common, "--workers", workers, "--max-steps",

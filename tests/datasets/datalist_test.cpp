@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
@@ -40,6 +43,27 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "no error";
+}
+
+// This binary links LibTorch, whose PyPI build exports its own copies of
+// std::filesystem (pytorch/pytorch#133437): the build names libstdc++ ahead of
+// it (transforms/CMakeLists.txt), so that the functions every test and tool
+// calls are libstdc++'s. Where that failed, every remove_all crashed (the GPU
+// machine's compiler links libstdc++ statically).
+TEST(LinkOrderTest, StdFilesystemIsLibstdcxxsNotLibTorchsCopy) {
+  using RemoveAll = std::uintmax_t (*)(const fs::path&);
+  using TempDirectoryPath = fs::path (*)();
+  const void* functions[] = {reinterpret_cast<const void*>(static_cast<RemoveAll>(&fs::remove_all)),
+                             reinterpret_cast<const void*>(
+                                 static_cast<TempDirectoryPath>(&fs::temp_directory_path))};
+  for (const void* f : functions) {
+    Dl_info info{};
+    ASSERT_NE(dladdr(f, &info), 0);
+    EXPECT_THAT(info.dli_fname, HasSubstr("libstdc++"))
+        << "std::filesystem::" << (info.dli_sname ? info.dli_sname : "?")
+        << " resolves to a copy in " << info.dli_fname
+        << ": libstdc++ must come before LibTorch in this binary's DT_NEEDED";
+  }
 }
 
 TEST(NaturalOrderTest, PutsImg10AfterImg9) {

@@ -35,6 +35,7 @@ FIXTURES = None
 # These suites check the CPU's semantics (bit-identity, resume, faults), also on a machine with a GPU:
 # the binaries they start see none. GpuTest gives its runs the GPUs back.
 HAS_CUDA = torch.cuda.is_available()
+GPU_COUNT = torch.cuda.device_count()  # read before they are hidden (torch reads the variable once)
 GPUS_SHOWN = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
@@ -1108,7 +1109,7 @@ class GpuTest(Base):
         self.assertTrue(all(m[3] is not None for m in metrics(out) if m[0] == "step"))
 
     def test_more_ranks_than_gpus_share_them_over_gloo_and_nccl_is_refused_there(self):
-        ranks = torch.cuda.device_count() + 1
+        ranks = GPU_COUNT + 1
         p = self.train_on_gpus(self.out("shared"), nproc=ranks)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("%d rank(s) over gloo on cuda:0" % ranks, p.stderr)

@@ -361,6 +361,30 @@ TEST(DiceCELossTest, TheTrainersLossMatchesMonaiOnTheFixture) {
   }
 }
 
+// On a GPU under deterministic algorithms (the trainer's default), DiceCE with
+// class indices runs (CUDA refuses nll_loss2d there: the spleen recipe stopped
+// on it) and equals the CPU's value and gradient within float tolerance.
+TEST(DiceCELossTest, ClassIndicesTrainOnCudaUnderDeterministicAlgorithms) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  DiceCELossOptions o;
+  o.dice.softmax = true;
+  o.dice.to_onehot_y = true;
+  at::manual_seed(3);
+  const at::Tensor logits = at::randn({2, 3, 4, 5, 6});
+  const at::Tensor target = at::randint(0, 3, {2, 1, 4, 5, 6}).to(at::kFloat);
+  const bool was = at::globalContext().deterministicAlgorithms();
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  const at::Tensor cpu = logits.clone().set_requires_grad(true);
+  const at::Tensor gpu = logits.to(at::kCUDA).set_requires_grad(true);
+  const at::Tensor on_cpu = dice_ce_loss(cpu, target, o);
+  const at::Tensor on_gpu = dice_ce_loss(gpu, target.to(at::kCUDA), o);
+  on_cpu.backward();
+  on_gpu.backward();
+  at::globalContext().setDeterministicAlgorithms(was, false);
+  EXPECT_NEAR(on_gpu.item<double>(), on_cpu.item<double>(), 1e-5);
+  EXPECT_LE((gpu.grad().cpu() - cpu.grad()).abs().max().item<double>(), 1e-6);
+}
+
 TEST(DiceCELossTest, RefusesNegativeWeightsAndUnreducedLossNamingThem) {
   DiceCELossOptions o;
   o.dice.softmax = true;

@@ -85,6 +85,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   if (!launched) lo.validate();
   if ((lo.nproc_per_node > 1 || lo.nnodes > 1) && !launched && launch.init_method.empty()) {
     check_training_config(options, lo.nnodes * lo.nproc_per_node);  // before any worker starts
+    (void)backend_for(options.backend, resolve_device(options.device, 0), lo.nproc_per_node);
     return run_workers(lo);
   }
 
@@ -108,10 +109,10 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   sigaction(SIGUSR1, &sa, nullptr);
 
   CommOptions co;
-  co.backend = backend_for(o.backend, resolve_device(o.device, o.local_rank), o.local_world_size);
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   g_announce_stop.store(r.rank == 0);
   try {
+    co.backend = backend_for(o.backend, resolve_device(o.device, o.local_rank), o.local_world_size);
     Communicator comm(r, co);
     const TrainSummary s = train(o, comm, [] { return g_stop_signal.load() != 0; });
     if (r.rank == 0) {

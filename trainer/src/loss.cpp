@@ -1,6 +1,7 @@
 #include "volshard/trainer/loss.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 
 #include <cmath>
 #include <limits>
@@ -115,6 +116,19 @@ at::Tensor dice_ce_loss(const at::Tensor& input, const at::Tensor& target,
   if (input.size(1) == 1) {
     ce = at::binary_cross_entropy_with_logits(input, target.to(input.scalar_type()), {}, {},
                                               reduction);
+  } else if (target.size(1) == 1 && input.is_cuda() &&
+             at::globalContext().deterministicAlgorithms()) {
+    // Class indices go through nll_loss2d, which CUDA refuses under deterministic
+    // algorithms (an atomic reduction); the same loss with the one-hot target as class
+    // probabilities is log_softmax, a product and sums, which it runs. Equal in value, summed
+    // in another order: the CPU keeps the index form (and its bits).
+    std::vector<int64_t> classes(static_cast<size_t>(input.dim()), 1);
+    classes[1] = input.size(1);
+    const at::Tensor onehot =
+        target.to(at::kLong).eq(at::arange(input.size(1), target.options().dtype(at::kLong))
+                                    .view(classes))
+            .to(input.scalar_type());
+    ce = at::cross_entropy_loss(input, onehot, {}, reduction);
   } else if (target.size(1) == 1) {  // class indices
     ce = at::cross_entropy_loss(input, target.squeeze(1).to(at::kLong), {}, reduction);
   } else {  // class probabilities
