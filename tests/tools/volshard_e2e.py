@@ -455,6 +455,9 @@ class FrontDoorToolTest(unittest.TestCase):
         rot = np.zeros((4, 4))
         rot[0, 1], rot[1, 2], rot[2, 0], rot[3, 3] = -1.5, 1.0, -2.0, 1.0  # i -> -z, j -> -x, k -> y
         affines["other"] = rot
+        sheared = np.eye(4)  # the closest rotation decides: nibabel says LIP, a per-column guess PLI
+        sheared[:3, :3] = [[-1.265, -0.623, 0.041], [-2.325, -0.219, -1.246], [-0.732, -0.544, -0.316]]
+        affines["sheared"] = sheared
         for name, affine in affines.items():
             path = os.path.join(self.dir, name + ".nii.gz")
             data = np.zeros((6, 5, 4), np.int16)

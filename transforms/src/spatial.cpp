@@ -80,90 +80,14 @@ Sample apply_flip(Sample sample, bool apply, const FlipOptions& options) {
   return materialize(flip_lazy(std::move(sample), apply, options));
 }
 
-namespace {
-
-constexpr char kAxisLabels[3][2] = {{'L', 'R'}, {'P', 'A'}, {'I', 'S'}};
-
-using Ornt = std::array<std::array<int, 2>, 3>;  // per voxel axis: world axis, +1 or -1
-
-// The world axis and direction each code names (0 R/A/S: +1; L/P/I: -1), or
-// {-1, 0} for a letter that names none.
-std::array<int, 2> axis_of_code(char c) {
-  for (int axis = 0; axis < 3; ++axis)
-    for (int side = 0; side < 2; ++side)
-      if (c == kAxisLabels[axis][side]) return {axis, side == 1 ? 1 : -1};
-  return {-1, 0};
-}
-
-// nibabel's axcodes2ornt for the default labels.
-Ornt ornt_of_codes(const std::string& codes) {
-  check_axcodes(codes, "Orientation: axcodes='" + codes + "'");
-  Ornt ornt{};
-  for (size_t i = 0; i < 3; ++i) ornt[i] = axis_of_code(codes[i]);
-  return ornt;
-}
-
-}  // namespace
-
-void check_axcodes(const std::string& codes, const std::string& what) {
-  auto bad = [&](const std::string& why) { throw std::invalid_argument(what + " " + why); };
-  if (codes.size() != 3) bad("must be three letters, one of L/R, P/A and I/S each (e.g. RAS)");
-  bool used[3] = {false, false, false};
-  for (const char c : codes) {
-    const int axis = axis_of_code(c)[0];
-    if (axis < 0)
-      bad("has '" + std::string(1, c) + "', not one of L R P A I S (upper case, as nibabel)");
-    if (used[axis]) bad("names the same axis twice");
-    used[axis] = true;
-  }
-}
-
-std::array<std::array<int, 2>, 3> io_orientation(const Affine& affine) {
-  // The rotation closest to the affine's direction matrix (columns scaled to
-  // unit length), then each voxel axis takes the world axis it points along
-  // most, greedily, as nibabel does.
-  at::Tensor rs = at::empty({3, 3}, at::kDouble);
-  auto* m = rs.data_ptr<double>();
-  for (int c = 0; c < 3; ++c) {
-    double zoom = 0;
-    for (int r = 0; r < 3; ++r) zoom += affine[r][c] * affine[r][c];
-    zoom = zoom == 0 ? 1.0 : std::sqrt(zoom);
-    for (int r = 0; r < 3; ++r) m[r * 3 + c] = affine[r][c] / zoom;
-  }
-  const auto [u, sv, vh] = at::linalg_svd(rs, /*full_matrices=*/false);
-  const double tol = sv.max().item<double>() * 3 * std::numeric_limits<double>::epsilon();
-  const at::Tensor keep = (sv > tol).nonzero().squeeze(1);
-  at::Tensor rot = at::matmul(u.index_select(1, keep), vh.index_select(0, keep)).contiguous();
-  auto* r = rot.data_ptr<double>();
-  Ornt ornt{};
-  for (int in = 0; in < 3; ++in) {
-    int out = 0;
-    double best = -1;
-    for (int w = 0; w < 3; ++w) {
-      if (std::abs(r[w * 3 + in]) > best) {
-        best = std::abs(r[w * 3 + in]);
-        out = w;
-      }
-    }
-    if (best <= 1e-8)
-      throw std::invalid_argument("Orientation: voxel axis " + std::to_string(in) +
-                                  " of the affine points nowhere (singular affine)");
-    ornt[static_cast<size_t>(in)] = {out, r[out * 3 + in] < 0 ? -1 : 1};
-    for (int c = 0; c < 3; ++c) r[out * 3 + c] = 0;
-  }
-  return ornt;
-}
-
-std::string axcodes(const Affine& affine) {
-  std::string codes;
-  for (const auto& [axis, flip] : io_orientation(affine))
-    codes += kAxisLabels[axis][flip > 0 ? 1 : 0];
-  return codes;
-}
-
 SpatialImage orient(const SpatialImage& image, const std::string& codes) {
   const std::array<int64_t, 3> shape = spatial_shape(image.data);
-  const Ornt start = io_orientation(image.affine), end = ornt_of_codes(codes);
+  const Ornt start = io_orientation(image.affine);
+  const Ornt end = ornt_of_codes(codes, "Orientation: axcodes='" + codes + "'");
+  for (size_t i = 0; i < 3; ++i)
+    if (start[i][0] < 0)
+      throw std::invalid_argument("Orientation: voxel axis " + std::to_string(i) +
+                                  " of the affine points nowhere (singular affine)");
   // nibabel's ornt_transform: voxel axis i goes to axis t[i][0], flipped if -1.
   Ornt t{};
   for (size_t i = 0; i < 3; ++i)

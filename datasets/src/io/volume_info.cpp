@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "volshard/core/error.h"
+#include "volshard/core/orientation.h"
 
 namespace volshard {
 
@@ -117,34 +118,6 @@ void scan(const NiftiFile& file, VolumeInfo& info) {
 
 }  // namespace
 
-std::string orientation_codes(const Affine& affine) {
-  // nibabel's io_orientation + ornt2axcodes: each voxel axis in turn takes
-  // the world axis its column moves along most (of those not yet taken), the
-  // sign giving the direction. (nibabel first removes shear by a polar
-  // decomposition; for an affine without shear the result is the same.)
-  static const char kCodes[3][2] = {{'L', 'R'}, {'P', 'A'}, {'I', 'S'}};
-  std::string out;
-  bool taken[3] = {false, false, false};
-  for (int in = 0; in < 3; ++in) {
-    double norm = 0;
-    for (int r = 0; r < 3; ++r) norm += affine[r][in] * affine[r][in];
-    norm = std::sqrt(norm);
-    int best = -1;
-    double best_abs = 0;
-    for (int r = 0; r < 3; ++r) {
-      const double a = norm > 0 ? std::abs(affine[r][in]) / norm : 0;
-      if (!taken[r] && a > best_abs + 1e-12) best = r, best_abs = a;
-    }
-    if (best < 0) {
-      out += '?';
-      continue;
-    }
-    taken[best] = true;
-    out += kCodes[best][affine[best][in] > 0 ? 1 : 0];
-  }
-  return out;
-}
-
 VolumeInfo describe_volume(const std::string& path) {
   const NiftiFile file = read_nifti(path);
   const NiftiHeader& h = file.header;
@@ -155,7 +128,7 @@ VolumeInfo describe_volume(const std::string& path) {
   info.version = h.version;
   info.spacing_mm = h.spacing_mm();
   info.affine = h.affine;
-  info.orientation = orientation_codes(h.affine);
+  info.orientation = axcodes(h.affine);
   info.scaled = h.has_scaling();
   switch (h.datatype) {
     case NiftiDatatype::kUint8:

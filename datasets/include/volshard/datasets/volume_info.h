@@ -22,7 +22,7 @@ struct VolumeInfo {
   bool scaled = false;                         ///< scl_slope/scl_inter applied
   double min = 0, max = 0, mean = 0, sum = 0;  ///< of the (scaled) data, NaN/Inf skipped
   int64_t nonfinite = 0;
-  std::string orientation;  ///< nibabel's aff2axcodes, joined: "RAS", "LPS", ...
+  std::string orientation;  ///< nibabel's aff2axcodes, joined: "RAS", "LPS", ... (core/orientation.h)
   /// An integer file's distinct values, ascending (the first 256 of them when
   /// there are more, see labels_complete); float or scaled data list them only
   /// when every finite value is an integer (a label saved as float32).
@@ -30,10 +30,6 @@ struct VolumeInfo {
   bool labels_complete = true;
 };
 
-/// The world direction each voxel axis points to, as nibabel's
-/// aff2axcodes(affine) joined ("RAS": i to Right, j to Anterior, k to
-/// Superior). Equal to nibabel's for affines without shear.
-std::string orientation_codes(const Affine& affine);
 
 /// Reads the file and summarises it in one pass over the voxels in their
 /// stored type (no float copy): about the reader's own memory. Throws

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "volshard/core/affine.h"
+#include "volshard/core/orientation.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/transforms/sample.h"
 
@@ -17,17 +18,7 @@ namespace volshard {
 
 // ---- Orientation ------------------------------------------------------------
 
-/// nibabel's io_orientation: for each voxel axis, the world axis (0 = x L/R,
-/// 1 = y P/A, 2 = z I/S) it is closest to, and +1 or -1 (pointing R/A/S or
-/// L/P/I). Throws std::invalid_argument for a singular affine.
-std::array<std::array<int, 2>, 3> io_orientation(const Affine& affine);
-/// nibabel's aff2axcodes: "RAS", "LPS", "PSR", ...
-std::string axcodes(const Affine& affine);
-/// The one rule for axis codes, nibabel's axcodes2ornt with its default
-/// labels (MONAI's Orientation passes them on): three upper-case letters of
-/// L/R, P/A, I/S naming each world axis once. Throws std::invalid_argument
-/// "<what> <why>" otherwise (what: "--orientation=ras", ...).
-void check_axcodes(const std::string& codes, const std::string& what);
+// io_orientation, axcodes and check_axcodes: volshard/core/orientation.h.
 
 /// MONAI's Orientation(axcodes): the voxel axes permuted and flipped so that
 /// they point along `axcodes` (three distinct letters of L/R, P/A, I/S), the
