@@ -406,6 +406,7 @@ class DecathlonSynthTest(unittest.TestCase):
         d = os.path.join(self.dir, "bad")
         for args, needles in [(["--kind", "foo"], ["--kind=foo", "spheres, ct, mri"]),
                               (["--kind", "ct", "--size", 8], ["--size=8", "[16, 512]", "--kind=ct"]),
+                              (["--kind", "ct", "--size", 0], ["--size=0", "[16, 512]", "--kind=ct"]),
                               (["--kind", "mri", "--size", 16], ["--size=16", "[24, 256]", "--kind=mri"]),
                               (["--kind", "ct", "--count", 0], ["--count=0", "--kind=ct"]),
                               (["--kind", "mri", "--noise", 0.1], ["--noise", "--kind=spheres only"])]:

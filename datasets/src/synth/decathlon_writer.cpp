@@ -56,10 +56,10 @@ void write_decathlon_dataset(const DecathlonSynthOptions& o) {
   const int64_t size = o.size == 0 ? default_decathlon_size(o.kind) : o.size;
   const std::array<int64_t, 3> shape = decathlon_shape(o.kind, size);  // validates size
   if (o.count < 1 || o.count > kMaxSynthCount)
-    throw std::invalid_argument("synth: count=" + std::to_string(o.count) + " must be in [1, " +
-                                std::to_string(kMaxSynthCount) + "]");
+    throw std::invalid_argument("--count=" + std::to_string(o.count) + " must be in [1, " +
+                                std::to_string(kMaxSynthCount) + "] for --kind=" + to_string(o.kind));
   if (o.threads < 1)
-    throw std::invalid_argument("synth: threads=" + std::to_string(o.threads) + " must be >= 1");
+    throw std::invalid_argument("--threads=" + std::to_string(o.threads) + " must be >= 1");
   const bool ct = o.kind == SynthKind::kCt;
   const std::string prefix = ct ? "spleen" : "BRATS";
   const int64_t num_test = decathlon_test_count(o.count), total = o.count + num_test;
