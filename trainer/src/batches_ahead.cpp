@@ -55,15 +55,24 @@ auto BatchesAhead::take() -> std::optional<Pending> {
 
 std::optional<DeviceBatch> BatchesAhead::next() {
   if (ahead_error_) std::rethrow_exception(std::exchange(ahead_error_, nullptr));
-  std::optional<Pending> current = ahead_ ? std::exchange(ahead_, std::nullopt) : take();
+  double waited = 0;  // in the loader during this call
+  std::optional<Pending> current;
+  if (ahead_) {
+    current = std::exchange(ahead_, std::nullopt);
+  } else {
+    current = take();
+    if (current) waited += current->batch.host.wait_seconds;
+  }
   if (!current) return std::nullopt;
   if (!ended_) {
     try {
       ahead_ = take();  // the next batch's copy overlaps this step
+      if (ahead_) waited += ahead_->batch.host.wait_seconds;
     } catch (...) {
       ahead_error_ = std::current_exception();  // raised when that batch is asked for
     }
   }
+  current->batch.waited_seconds = waited;
   if (current->copied) {
     const c10::Stream here = c10::impl::VirtualGuardImpl(device_.type()).getStream(device_);
     current->copied->block(here);

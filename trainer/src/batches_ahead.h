@@ -21,6 +21,9 @@ namespace volshard {
 struct DeviceBatch {
   Batch host;               ///< as the loader made it (meta, wait, fingerprints read its bytes)
   at::Tensor image, label;  ///< on the device
+  /// The seconds the next() that handed this batch out spent waiting in the
+  /// loader, for this batch or the one it took ahead: the step's own data wait.
+  double waited_seconds = 0;
 };
 
 class BatchesAhead {

@@ -351,7 +351,7 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
       if (last) reducer.finish();
     }
     loss_sum += loss_value;
-    wait += batch->host.wait_seconds;
+    wait += batch->waited_seconds;  // spent in this step (the batch ahead included)
     crops += static_cast<double>(image.size(0));
     metas.push_back(batch->host.meta);
     if (o.fingerprints) hashes.add(batch->host);
