@@ -178,6 +178,10 @@ struct Engine {
   // Samples the epoch (continuing the checkpoint's mid-way); returns the
   // positions all ranks had consumed before it started here.
   int64_t start_epoch(int64_t epoch);
+  // Starts the loader on `epoch`'s order, so that its first batches are made
+  // while the epoch before ends (validation, checkpoint); start_epoch(epoch)
+  // then takes them. The batches depend on (seed, epoch, index) alone.
+  void start_loading(int64_t epoch);
   // Nothing when the epoch has no batch left.
   std::optional<StepStats> step(int64_t epoch, const std::function<bool()>& stop_requested);
   void log_step(int64_t epoch, const StepStats& s);
@@ -214,6 +218,8 @@ struct Engine {
     int64_t batches = 0, positions = 0;
   };
   std::deque<StepPlan> plan;
+  int64_t loading_epoch = -1;  // the epoch the loader was started on ahead, and its plan
+  std::deque<StepPlan> loading_plan;
 };
 
 Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, int64_t threads)
@@ -261,7 +267,7 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
   }
 }
 
-int64_t Engine::start_epoch(int64_t epoch) {
+void Engine::start_loading(int64_t epoch) {
   const bool restore = position.continues(epoch);
   const int64_t order_rank = o.invariant ? 0 : rank, order_world = o.invariant ? 1 : world;
   DistributedSampler s =
@@ -270,7 +276,7 @@ int64_t Engine::start_epoch(int64_t epoch) {
   s.set_epoch(epoch);
   const std::vector<int64_t> order = s.indices().to_vector();
   const auto total = static_cast<int64_t>(order.size());
-  plan.clear();
+  std::deque<StepPlan> steps;
   if (o.invariant) {
     // Step t takes positions [tG, (t + 1)G) of the global order (fewer at the
     // end); its k-th volume goes to rank k mod W, so the set of volumes and
@@ -281,18 +287,27 @@ int64_t Engine::start_epoch(int64_t epoch) {
       int64_t taken = 0;
       for (int64_t k = rank; k < count; k += world, ++taken)
         mine.push_back(order[static_cast<size_t>(start + k)]);
-      plan.push_back({taken, count});
+      steps.push_back({taken, count});
     }
     batches.start_epoch(mine, epoch);
   } else {
     for (int64_t left = (total + o.batch_size - 1) / o.batch_size; left > 0;) {
       const int64_t m = std::min(o.accumulate, left);
-      plan.push_back({m, m * o.batch_size * world});
+      steps.push_back({m, m * o.batch_size * world});
       left -= m;
     }
     batches.start_epoch(order, epoch);
   }
-  if (restore) return position.sampler->consumed;
+  loading_epoch = epoch;
+  loading_plan = std::move(steps);
+}
+
+int64_t Engine::start_epoch(int64_t epoch) {
+  if (loading_epoch != epoch) start_loading(epoch);
+  plan = std::move(loading_plan);
+  loading_plan.clear();
+  loading_epoch = -1;
+  if (position.continues(epoch)) return position.sampler->consumed;
   position.epoch_loss_sum = 0;
   position.epoch_loss_steps = 0;
   return 0;
@@ -556,6 +571,8 @@ TrainSummary train_run(const TrainOptions& options, Communicator& comm,
     }
     if (summary.interrupted) break;
     if (e.tty) std::cerr << "\n";
+    // The next epoch's first batches are made while this one validates and saves.
+    if (!stop && epoch + 1 < o.epochs) e.start_loading(epoch + 1);
     e.end_epoch(epoch, totals, summary);
     if (stop) {  // on the epoch's last step: its end-of-epoch checkpoint is the resume point
       summary.interrupted = epoch + 1 < o.epochs;
