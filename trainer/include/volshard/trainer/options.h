@@ -253,7 +253,7 @@ struct TrainOptions {
   double timeout_s = 120;        ///< a collective waiting longer for a peer fails
   // Machine
   int64_t threads = 0;  ///< intra-op threads per rank; 0: cores / local world size
-  Backend backend = Backend::kAuto;  ///< auto: NCCL on GPUs, Gloo on CPUs
+  Backend backend = Backend::kAuto;  ///< auto: NCCL with a GPU per local rank, else Gloo
   DeviceKind device = DeviceKind::kAuto;
   int64_t local_rank = 0;        ///< rank on this machine (from the launcher; not saved)
   bool deterministic = true;     ///< at::globalContext().setDeterministicAlgorithms
@@ -426,7 +426,9 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
           "where the network trains, validates and predicts: auto (cuda:LOCAL_RANK when CUDA has "
           "a device, else the CPU), cpu, cuda"),
         o.device);
-  visit(F("backend", "collective backend (auto: nccl on GPUs, gloo on CPUs; nccl needs CUDA)"),
+  visit(F("backend",
+          "collective backend (auto: nccl where each local rank has a GPU of its own, else "
+          "gloo; nccl needs CUDA and a GPU per local rank)"),
         o.backend);
   visit(F("deterministic",
           "deterministic algorithms only (torch.use_deterministic_algorithms; on CUDA with "
