@@ -127,8 +127,8 @@ else
   say "gpu: built ($(elapsed) s)"
 fi
 # How the binaries link libstdc++ (pytorch#133437: it must come before LibTorch; LinkOrderTest).
-say "gpu: compiler $(grep -m1 '^CMAKE_CXX_COMPILER:' "$build/CMakeCache.txt" | cut -d= -f2-), libstdc++ $(
-  "$(grep -m1 '^CMAKE_CXX_COMPILER:' "$build/CMakeCache.txt" | cut -d= -f2-)" -print-file-name=libstdc++.so.6)"
+cxx=$(grep -m1 '^CMAKE_CXX_COMPILER:' "$build/CMakeCache.txt" | cut -d= -f2-)
+say "gpu: compiler $cxx, libstdc++ $("$cxx" -print-file-name=libstdc++.so.6)"
 [[ -x "$build/bin/datasets_tests" ]] &&
   say "gpu: datasets_tests needs $(readelf -d "$build/bin/datasets_tests" | grep -o 'NEEDED.*' | head -4 | grep -o '\[.*\]' | tr '\n' ' ')"
 

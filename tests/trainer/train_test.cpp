@@ -411,18 +411,23 @@ TEST(ReproTest, ExpectsWeightsToDifferOnlyOnCudaWithoutDeterministicAlgorithms) 
   EXPECT_THAT(table, ::testing::HasSubstr("| FAIL     | DIFFERENT\n"));
 }
 
+// Volume i of an edge^3 source: image all i, label zeros; `loaded` counts the calls.
+SampleSource constant_volumes(int64_t edge, std::atomic<int64_t>* loaded = nullptr) {
+  return [edge, loaded](int64_t i) {
+    if (loaded) ++*loaded;
+    Sample s;
+    s.image = at::full({1, edge, edge, edge}, static_cast<float>(i));
+    s.label = at::zeros({1, edge, edge, edge});
+    return s;
+  };
+}
+
 // The loader's batches a step ahead: on the CPU each comes back as the loader
 // made it, in order, and the next one has already been taken from the loader
 // (its source called) when a batch is handed out; a new epoch drops it.
 TEST(BatchesAheadTest, HandsOutTheLoadersBatchesInOrderWithTheNextOneAlreadyTaken) {
   std::atomic<int64_t> loaded{0};
-  const SampleSource source = [&](int64_t i) {
-    ++loaded;
-    Sample s;
-    s.image = at::full({1, 4, 4, 4}, static_cast<float>(i));
-    s.label = at::zeros({1, 4, 4, 4});
-    return s;
-  };
+  const SampleSource source = constant_volumes(4, &loaded);
   LoaderOptions o;
   o.batch_size = 1;
   o.workers = 0;  // the source runs when the loader's next() is called
@@ -457,12 +462,7 @@ TEST(BatchesAheadTest, HandsOutTheLoadersBatchesInOrderWithTheNextOneAlreadyTake
 // own wait, spent a step earlier: a step could report more waiting than it
 // lasted, 1.87 of its time at an epoch's start on the H100.)
 TEST(BatchesAheadTest, EachCallReportsTheWaitItSpentInTheLoader) {
-  const SampleSource source = [](int64_t i) {
-    Sample s;
-    s.image = at::full({1, 4, 4, 4}, static_cast<float>(i));
-    s.label = at::zeros({1, 4, 4, 4});
-    return s;
-  };
+  const SampleSource source = constant_volumes(4);
   LoaderOptions o;
   o.batch_size = 1;
   o.workers = 0;  // each batch made inside the loader's next(): every wait is > 0
@@ -486,12 +486,7 @@ TEST(BatchesAheadTest, EachCallReportsTheWaitItSpentInTheLoader) {
 // arrives whole on the device.
 TEST(BatchesAheadTest, CopiesOnASideStreamAndDeliversWholeBatchesOnTheGpu) {
   if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
-  const SampleSource source = [](int64_t i) {
-    Sample s;
-    s.image = at::full({1, 64, 64, 64}, static_cast<float>(i));
-    s.label = at::zeros({1, 64, 64, 64});
-    return s;
-  };
+  const SampleSource source = constant_volumes(64);
   LoaderOptions o;
   o.batch_size = 2;
   o.workers = 2;

@@ -29,6 +29,16 @@ void DiceLossOptions::validate() const {
                                 " and smooth_dr=" + std::to_string(smooth_dr) + " must be >= 0");
 }
 
+namespace {
+
+// Class indices in channel 0 of a B x 1 x spatial target -> one channel per
+// class (MONAI's one_hot), typed `type`.
+at::Tensor one_hot_channels(const at::Tensor& target, int64_t channels, at::ScalarType type) {
+  return at::one_hot(target.select(1, 0).to(at::kLong), channels).movedim(-1, 1).to(type);
+}
+
+}  // namespace
+
 at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target_in,
                      const DiceLossOptions& o) {
   o.validate();
@@ -49,9 +59,7 @@ at::Tensor dice_loss(const at::Tensor& input, const at::Tensor& target_in,
     if (channels == 1) {
       warn("DiceLoss: single channel prediction, to_onehot_y=True ignored.");
     } else {
-      // Class indices in channel 0 -> one channel per class.
-      at::Tensor idx = g.select(1, 0).to(at::kLong);
-      g = at::one_hot(idx, channels).movedim(-1, 1).to(input.scalar_type());
+      g = one_hot_channels(g, channels, input.scalar_type());
     }
   }
   if (!o.include_background) {
@@ -122,13 +130,8 @@ at::Tensor dice_ce_loss(const at::Tensor& input, const at::Tensor& target,
     // algorithms (an atomic reduction); the same loss with the one-hot target as class
     // probabilities is log_softmax, a product and sums, which it runs. Equal in value, summed
     // in another order: the CPU keeps the index form (and its bits).
-    std::vector<int64_t> classes(static_cast<size_t>(input.dim()), 1);
-    classes[1] = input.size(1);
-    const at::Tensor onehot =
-        target.to(at::kLong).eq(at::arange(input.size(1), target.options().dtype(at::kLong))
-                                    .view(classes))
-            .to(input.scalar_type());
-    ce = at::cross_entropy_loss(input, onehot, {}, reduction);
+    ce = at::cross_entropy_loss(input, one_hot_channels(target, input.size(1), input.scalar_type()),
+                                {}, reduction);
   } else if (target.size(1) == 1) {  // class indices
     ce = at::cross_entropy_loss(input, target.squeeze(1).to(at::kLong), {}, reduction);
   } else {  // class probabilities
