@@ -28,8 +28,10 @@ std::optional<c10::Device> resolve_cache_device(CacheDevice kind, const c10::Dev
   return training;
 }
 
+int64_t visible_gpus() { return at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0; }
+
 c10::Device resolve_device(DeviceKind kind, int64_t local_rank) {
-  const int64_t gpus = at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0;
+  const int64_t gpus = visible_gpus();
   if (kind == DeviceKind::kCpu || (kind == DeviceKind::kAuto && gpus == 0)) return c10::kCPU;
   if (gpus == 0)
     throw std::invalid_argument(
@@ -49,7 +51,7 @@ std::string refused_nondeterministic_kernel(const std::string& message) {
 }
 
 Backend backend_for(Backend chosen, const c10::Device& device, int64_t local_world_size) {
-  const int64_t gpus = at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0;
+  const int64_t gpus = visible_gpus();
   const bool shared = device.is_cuda() && local_world_size > gpus;
   if (chosen == Backend::kNccl && shared) {
     throw std::invalid_argument(

@@ -1,6 +1,5 @@
 #include "volshard/trainer/options.h"
 
-#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -188,7 +187,7 @@ void TrainOptions::validate() const {
     bad("train: --backend=nccl: this build has no NCCL (LibTorch without CUDA); use --backend "
         "gloo");
 #else
-  if (backend == Backend::kNccl && !(at::hasCUDA() && at::getNumGPUs() > 0))
+  if (backend == Backend::kNccl && visible_gpus() == 0)
     bad("train: --backend=nccl: no CUDA device here (NCCL reduces between GPUs); use --backend "
         "gloo");
 #endif

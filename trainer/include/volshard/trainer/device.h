@@ -35,6 +35,9 @@ const std::vector<std::pair<std::string, CacheDevice>>& enum_names(CacheDevice);
 /// `training` is not a GPU.
 std::optional<c10::Device> resolve_cache_device(CacheDevice kind, const c10::Device& training);
 
+/// The CUDA devices this process sees (0 for a LibTorch without CUDA).
+int64_t visible_gpus();
+
 /// The device of the rank that is `local_rank` on its machine: cuda:(local_rank
 /// mod the devices) as torchrun's recipe (`cuda:LOCAL_RANK`), or the CPU.
 /// Throws std::invalid_argument for kCuda without a CUDA device.
