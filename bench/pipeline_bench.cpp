@@ -85,31 +85,14 @@ double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t w
 double loads_per_second(const SampleSource& load, int64_t volumes, int64_t workers, int epochs);
 void print_spleen_stages(const std::vector<ImageLabelPair>& pairs, const PrefixOptions& p);
 
-// configs/spleen.json and configs/brats.json as FeedOptions (crop as given).
+// configs/spleen.json or configs/brats.json's pipeline, read as `volshard
+// train` and the Python Loader read it (the schema in datasets/feed.h), the
+// crop as given and the label check volshard train derives from the network
+// (softmax over 2 classes; Task01's labels 0-3).
 FeedOptions pipeline_feed(const std::string& name, int64_t crop) {
-  FeedOptions f;
+  FeedOptions f = feed_from_config(std::string(VOLSHARD_CONFIGS_DIR) + "/" + name + ".json");
   f.crop = crop;
-  f.rot90_prob = 0;
-  PrefixOptions& p = f.prefix;
-  p.orientation = "RAS";
-  if (name == "spleen") {
-    p.pixdim = {1.5, 1.5, 2.0};
-    p.intensity = IntensityKind::kRange;
-    p.range = {-57, 164, 0, 1, true};
-    p.crop_foreground = true;
-    p.order = {"intensity", "crop_foreground", "orientation", "spacing"};  // the notebook's
-    p.num_classes = 2;
-  } else {
-    p.pixdim = {1, 1, 1};
-    p.intensity = IntensityKind::kNormalize;
-    p.normalize.nonzero = p.normalize.channel_wise = true;
-    p.labels = LabelMap::kDecathlonBrats;
-    p.num_classes = 4;
-    f.crop_kind = CropKind::kSpatial;
-    f.num_samples = 1;
-    f.flip_prob = 0.5;
-    f.rand_scale = f.rand_shift = 0.1;
-  }
+  f.prefix.num_classes = name == "spleen" ? 2 : 4;
   return f;
 }
 

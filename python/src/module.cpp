@@ -22,6 +22,7 @@
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
+#include "volshard/datasets/rank_pipeline.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/transforms/inference.h"
 
@@ -93,27 +94,14 @@ py::dict header_dict(const NiftiHeader& h) {
   return d;
 }
 
-// One rank's pipeline: the cached deterministic prefix and the loader's
-// worker threads. Holds `pairs_` because the cache loads from it on use.
+// One rank's pipeline (RankPipeline) for Python: its calls without the GIL,
+// its batches as dicts, and close().
 class LoaderCore {
  public:
   LoaderCore(std::vector<ImageLabelPair> pairs, const FeedOptions& feed, const LoaderOptions& lo,
-             const CacheOptions& co)
-      : pairs_(std::move(pairs)) {
-    feed.validate();
-    lo.validate();
-    const PairOptions prefix = feed_prefix(feed);
-    CacheOptions c = co;
-    if (!c.cache_dir.empty()) {
-      c.config_key = prefix.config_key();
-      c.item_files = files_of(pairs_);
-    }
+             const CacheOptions& co) {
     py::gil_scoped_release nogil;
-    cache_ = std::make_unique<SampleCache>(
-        [this, prefix](int64_t i) { return load_pair(pairs_[static_cast<size_t>(i)], i, prefix); },
-        static_cast<int64_t>(pairs_.size()), c);
-    loader_ = std::make_unique<DataLoader>(cache_->source(), feed_augmentation(feed), lo);
-    loader_->reserve();  // the batch buffers faulted in now, not in the first epoch
+    pipeline_ = std::make_unique<RankPipeline>(std::move(pairs), feed, lo, co);
   }
 
   void start_epoch(std::vector<int64_t> indices, int64_t epoch) {
@@ -160,27 +148,24 @@ class LoaderCore {
     return d;
   }
 
-  int64_t num_batches() const { return loader_ ? loader_->num_batches() : 0; }
-  int64_t cached_items() const { return cache_ ? cache_->cached_items() : 0; }
-  int64_t cached_bytes() const { return cache_ ? cache_->cached_bytes() : 0; }
-  bool pinned() const { return loader_ && loader_->pinned(); }
+  int64_t num_batches() const { return pipeline_ ? pipeline_->loader().num_batches() : 0; }
+  int64_t cached_items() const { return pipeline_ ? pipeline_->cache().cached_items() : 0; }
+  int64_t cached_bytes() const { return pipeline_ ? pipeline_->cache().cached_bytes() : 0; }
+  bool pinned() const { return pipeline_ && pipeline_->loader().pinned(); }
 
   /// Stops the worker threads (without the GIL: they may be warning).
   void close() {
     py::gil_scoped_release nogil;
-    loader_.reset();
-    cache_.reset();
+    pipeline_.reset();
   }
 
  private:
   DataLoader& live() {
-    if (!loader_) throw std::runtime_error("Loader: used after close()");
-    return *loader_;
+    if (!pipeline_) throw std::runtime_error("Loader: used after close()");
+    return pipeline_->loader();
   }
 
-  std::vector<ImageLabelPair> pairs_;
-  std::unique_ptr<SampleCache> cache_;
-  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<RankPipeline> pipeline_;
 };
 
 PinMemory parse_pin_memory(const std::optional<bool>& pin) {
@@ -343,85 +328,18 @@ PYBIND11_MODULE(_volshard, m) {
       py::arg("image"), py::arg("roi"), py::arg("sw_batch_size"), py::arg("predictor"),
       py::arg("overlap"));
 
-  // The options structs, filled by name from Python (volshard/loader.py).
-  // Enum values by the names configs/*.json use.
-  py::enum_<IntensityKind>(m, "_IntensityKind")
-      .value("none", IntensityKind::kNone)
-      .value("scale", IntensityKind::kScale)
-      .value("range", IntensityKind::kRange)
-      .value("normalize", IntensityKind::kNormalize);
-  py::enum_<NormalizeOn>(m, "_NormalizeOn")
-      .value("crop", NormalizeOn::kCrop)
-      .value("volume", NormalizeOn::kVolume);
-  py::enum_<LabelMap>(m, "_LabelMap")
-      .value("classes", LabelMap::kClasses)
-      .value("brats", LabelMap::kBrats)
-      .value("decathlon_brats", LabelMap::kDecathlonBrats);
-  py::enum_<CropKind>(m, "_CropKind")
-      .value("pos_neg", CropKind::kPosNeg)
-      .value("spatial", CropKind::kSpatial);
+  // The pipeline, read through its schema (volshard/datasets/feed.h) from
+  // the JSON of the Loader's pipeline and arguments: no field is named here.
   py::class_<FeedOptions>(m, "_FeedOptions")
-      .def(py::init<>())
-      .def_readwrite("crop", &FeedOptions::crop)
-      .def_readwrite("num_samples", &FeedOptions::num_samples)
-      .def_readwrite("allow_smaller", &FeedOptions::allow_smaller)
-      .def_readwrite("rot90_prob", &FeedOptions::rot90_prob)
-      .def_readwrite("crop_kind", &FeedOptions::crop_kind)
-      .def_readwrite("flip_prob", &FeedOptions::flip_prob)
-      .def_readwrite("rand_scale", &FeedOptions::rand_scale)
-      .def_readwrite("rand_shift", &FeedOptions::rand_shift)
-      // The prefix's fields, flat, as in configs/*.json.
-      .def_property(
-          "orientation", [](const FeedOptions& f) { return f.prefix.orientation; },
-          [](FeedOptions& f, const std::string& v) { f.prefix.orientation = v; })
-      .def_property(
-          "pixdim", [](const FeedOptions& f) { return f.prefix.pixdim; },
-          [](FeedOptions& f, const std::vector<double>& v) { f.prefix.pixdim = v; })
-      .def_property(
-          "intensity", [](const FeedOptions& f) { return f.prefix.intensity; },
-          [](FeedOptions& f, IntensityKind v) { f.prefix.intensity = v; })
-      .def_property(
-          "a_min", [](const FeedOptions& f) { return f.prefix.range.a_min; },
-          [](FeedOptions& f, double v) { f.prefix.range.a_min = v; })
-      .def_property(
-          "a_max", [](const FeedOptions& f) { return f.prefix.range.a_max; },
-          [](FeedOptions& f, double v) { f.prefix.range.a_max = v; })
-      .def_property(
-          "b_min", [](const FeedOptions& f) { return f.prefix.range.b_min; },
-          [](FeedOptions& f, double v) { f.prefix.range.b_min = v; })
-      .def_property(
-          "b_max", [](const FeedOptions& f) { return f.prefix.range.b_max; },
-          [](FeedOptions& f, double v) { f.prefix.range.b_max = v; })
-      .def_property(
-          "clip", [](const FeedOptions& f) { return f.prefix.range.clip; },
-          [](FeedOptions& f, bool v) { f.prefix.range.clip = v; })
-      .def_property(
-          "nonzero", [](const FeedOptions& f) { return f.prefix.normalize.nonzero; },
-          [](FeedOptions& f, bool v) { f.prefix.normalize.nonzero = v; })
-      .def_property(
-          "channel_wise", [](const FeedOptions& f) { return f.prefix.normalize.channel_wise; },
-          [](FeedOptions& f, bool v) { f.prefix.normalize.channel_wise = v; })
-      .def_property(
-          "normalize_on", [](const FeedOptions& f) { return f.prefix.normalize_on; },
-          [](FeedOptions& f, NormalizeOn v) { f.prefix.normalize_on = v; })
-      .def_property(
-          "crop_foreground", [](const FeedOptions& f) { return f.prefix.crop_foreground; },
-          [](FeedOptions& f, bool v) { f.prefix.crop_foreground = v; })
-      .def_property(
-          "foreground_margin", [](const FeedOptions& f) { return f.prefix.foreground_margin; },
-          [](FeedOptions& f, int64_t v) { f.prefix.foreground_margin = v; })
-      .def_property(
-          "spatial_pad", [](const FeedOptions& f) { return f.prefix.spatial_pad; },
-          [](FeedOptions& f, const std::vector<int64_t>& v) { f.prefix.spatial_pad = v; })
-      .def_property(
-          "prefix_order", [](const FeedOptions& f) { return f.prefix.order; },
-          [](FeedOptions& f, const std::vector<std::string>& v) { f.prefix.order = v; })
-      .def_property(
-          "labels", [](const FeedOptions& f) { return f.prefix.labels; },
-          [](FeedOptions& f, LabelMap v) { f.prefix.labels = v; })
-      .def_property(
-          "num_classes", [](const FeedOptions& f) { return f.prefix.num_classes; },
-          [](FeedOptions& f, int64_t v) { f.prefix.num_classes = v; });
+      .def("to_json", &feed_to_json, "every field, as RUN/config.json names it");
+  m.def(
+      "_feed_options",
+      [](const std::string& json_object, const std::string& who) {
+        return feed_from_json(json_object, who);
+      },
+      py::arg("json_object"), py::arg("who"),
+      "The pipeline a JSON object of pipeline keys sets over the defaults (validated).");
+  m.def("_feed_keys", &feed_keys, "The pipeline's keys, in the schema's order.");
   py::class_<LoaderOptions>(m, "_LoaderOptions")
       .def(py::init<>())
       .def_readwrite("batch_size", &LoaderOptions::batch_size)

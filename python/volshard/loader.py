@@ -2,6 +2,8 @@
 DDP-tutorial augmentation, worker threads) as a Python iterable of batches."""
 
 import contextlib
+import json
+import math
 import os
 
 import torch
@@ -61,20 +63,6 @@ def _split(data, split, val_fraction):
     return [(p["image"], p["label"]) for p in (train if split == "training" else val)]
 
 
-# The pipeline keys a Loader takes (configs/*.json and RUN/config.json name
-# them the same way); a config file's other keys (network, optimiser) are ignored.
-_PIPELINE_KEYS = {
-    "orientation": str, "pixdim": lambda v: [float(x) for x in v], "intensity": "_IntensityKind",
-    "a_min": float, "a_max": float, "b_min": float, "b_max": float, "clip": bool,
-    "nonzero": bool, "channel_wise": bool, "normalize_on": "_NormalizeOn", "crop_foreground": bool,
-    "foreground_margin": int, "spatial_pad": lambda v: [int(x) for x in ([v] if isinstance(v, int) else v)],
-    "prefix_order": lambda v: [str(x) for x in (v.split(",") if isinstance(v, str) else v)],
-    "labels": "_LabelMap", "num_classes": int, "crop_kind": "_CropKind", "crop": None,
-    "num_samples": int, "rot90_prob": float, "flip_prob": float, "rand_scale": float,
-    "rand_shift": float, "allow_smaller": bool,
-}
-
-
 def _device(device, name="device"):
     """torch.device or None; a CUDA device where there is none is refused here, not at the first batch."""
     if device is None:
@@ -110,60 +98,61 @@ class _DeviceMover:
         return batch
 
 
-def _pipeline(pipeline):
-    """A dict of pipeline keys, or the path of a JSON config (other keys ignored)."""
+def _pipeline(pipeline, who):
+    """A dict of pipeline keys, or the path of a JSON config whose pipeline keys are taken (its network and
+    optimiser keys are not the Loader's). The keys are the C++ schema's (volshard/datasets/feed.h)."""
     if pipeline is None:
         return {}
-    if isinstance(pipeline, (str, os.PathLike)):
-        import json
-        path = os.fspath(pipeline)
-        try:
-            with open(path) as f:
-                config = json.load(f)
-        except OSError as e:
-            raise FileNotFoundError(f"Loader: pipeline={path}: {e.strerror}") from None
-        except ValueError as e:
-            raise ValueError(f"Loader: pipeline={path}: not valid JSON ({e})") from None
-        # The network's and optimiser's keys are not the Loader's; a key one
-        # letter or two away from a pipeline key is a misspelt one.
-        import difflib
-        for key in set(config) - set(_PIPELINE_KEYS):
-            close = difflib.get_close_matches(key, _PIPELINE_KEYS, n=1, cutoff=0.85)
-            if close:
-                raise ValueError(f"Loader: pipeline={path}: unknown key '{key}' (did you mean '{close[0]}'?)")
-        return {k: v for k, v in config.items() if k in _PIPELINE_KEYS}
-    unknown = sorted(set(pipeline) - set(_PIPELINE_KEYS))
-    if unknown:
-        raise ValueError(f"Loader: pipeline key(s) {unknown} unknown; known: {sorted(_PIPELINE_KEYS)}")
-    return dict(pipeline)
+    if not isinstance(pipeline, (str, os.PathLike)):
+        return dict(pipeline)  # unknown keys are refused by the schema, naming them
+    import difflib
+    path = os.fspath(pipeline)
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except OSError as e:
+        raise FileNotFoundError(f"{who}: pipeline={path}: {e.strerror}") from None
+    except ValueError as e:
+        raise ValueError(f"{who}: pipeline={path}: not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{who}: pipeline={path}: must hold a JSON object")
+    keys = _volshard._feed_keys()
+    # A key one letter or two away from a pipeline key is a misspelt one.
+    for key in set(config) - set(keys):
+        close = difflib.get_close_matches(key, keys, n=1, cutoff=0.85)
+        if close:
+            raise ValueError(f"{who}: pipeline={path}: unknown key '{key}' (did you mean '{close[0]}'?)")
+    return {k: v for k, v in config.items() if k in keys}
 
 
-def _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline):
-    """The defaults (MONAI's DDP tutorial), then the pipeline's keys, then the arguments given."""
-    feed = _volshard._FeedOptions()
-    settings = {"crop": 96, "num_samples": 4, "allow_smaller": False, "rot90_prob": 0.5}
-    settings.update(_pipeline(pipeline))
+def _json_value(value):
+    """A Python value as JSON takes it: numpy and torch scalars as numbers, paths as text, nan and inf as
+    the text the schema reads back ("nan")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return _json_value(value.item())
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline, who="Loader"):
+    """The C++ pipeline's defaults (MONAI's DDP tutorial), then the pipeline's keys, then the arguments
+    given, read by the C++ schema."""
+    settings = _pipeline(pipeline, who)
     given = {"crop": crop, "num_samples": num_samples, "allow_smaller": allow_smaller, "rot90_prob": rot90_prob}
     settings.update({k: v for k, v in given.items() if v is not None})
-    for key, value in settings.items():
-        convert = _PIPELINE_KEYS[key]
-        if key == "crop":
-            value = _edge(value)
-        elif isinstance(convert, str):
-            names = getattr(_volshard, convert).__members__
-            if value not in names:
-                raise ValueError(f"Loader: {key}={value!r} must be one of {sorted(names)}")
-            value = names[value]
-        else:
-            try:
-                value = convert(value)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"Loader: {key}={value!r} is not a valid {key} ({e})") from None
-        try:
-            setattr(feed, key, value)
-        except TypeError:
-            raise ValueError(f"Loader: {key}={value!r} is out of range (a 64-bit integer at most)") from None
-    return feed
+    if "crop" in settings:
+        settings["crop"] = _edge(settings["crop"], who)
+    try:
+        text = json.dumps({k: _json_value(v) for k, v in settings.items()})
+    except TypeError as e:
+        raise ValueError(f"{who}: pipeline values must be numbers, strings, booleans or lists of them ({e})") \
+            from None
+    return _volshard._feed_options(text, f"{who}: ")
 
 
 def _python_names(message):
@@ -173,13 +162,14 @@ def _python_names(message):
     return re.sub(r"--([a-z][a-z0-9-]*)=", lambda m: m.group(1).replace("-", "_") + "=", message)
 
 
-def _edge(crop):
-    if isinstance(crop, int):
+def _edge(crop, who="Loader"):
+    """An int, or three equal ints (cubic crops)."""
+    if not isinstance(crop, (list, tuple)):
         return crop
     edges = tuple(crop)
     if len(edges) != 3 or len(set(edges)) != 1:
-        raise ValueError(f"Loader: crop={edges} must be an int or three equal ints (cubic crops)")
-    return int(edges[0])
+        raise ValueError(f"{who}: crop={edges} must be an int or three equal ints (cubic crops)")
+    return edges[0]
 
 
 class Loader:
@@ -227,6 +217,9 @@ class Loader:
     --cache-device`). Batches then come out on that device. On the CPU it
     runs the GPU path's code and gives the host path's batches bit for bit.
 
+    ``pipeline`` then holds every pipeline key and its value (a dict, as
+    RUN/config.json names them): what this loader feeds.
+
     ``state_dict()`` holds the sampler's state at the batches returned so far
     in this epoch; ``load_state_dict()`` continues after them (same or another
     world size)."""
@@ -257,9 +250,12 @@ class Loader:
         self._pid = os.getpid()
         self._generation = 0
         try:
+            feed = _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline)
+            # Every pipeline key, as RUN/config.json names them: what this loader feeds.
+            self.pipeline = json.loads(feed.to_json())
             self._core = _volshard._LoaderCore(
                 pairs,
-                _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline),
+                feed,
                 _volshard_options(_volshard._LoaderOptions, batch_size=batch_size, drop_last_batch=drop_last_batch,
                                   workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
                                   pin_memory=pin_memory, device=cache_device),

@@ -35,7 +35,10 @@ class ValidationLoader:
         self.rank = me if rank is None else int(rank)
         if self.num_replicas < 1 or not 0 <= self.rank < self.num_replicas:
             raise ValueError(f"ValidationLoader: rank={self.rank} must be in [0, num_replicas={self.num_replicas})")
-        self._feed = _feed_options(None, None, None, None, pipeline)
+        try:
+            self._feed = _feed_options(None, None, None, None, pipeline, who="ValidationLoader")
+        except ValueError as e:
+            raise ValueError(_python_names(str(e))) from None
 
     @property
     def indices(self):

@@ -146,7 +146,7 @@ class VolshardToolTest(unittest.TestCase):
         self.assertIn("--epochs=0 must be in [1, 1000000]", p.stderr)
         p = run("train", "--config", config, "--epochs", 1, "--lr", -1)
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("--lr=-1.000000 must be in (0, 10]", p.stderr)
+        self.assertIn("--lr=-1 must be in (0, 10]", p.stderr)
         p = run("train", "--epochs", 0, "--config", config, "--optimizer", "SGD", "--momentum", 1)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--epochs=0", p.stderr)  # flags before --config win as well

@@ -76,13 +76,14 @@ std::string flag_of(const std::string& key, const FlagNames& renamed) {
 }
 
 // AddFlag for a whole-volume command (predict, prepare): training-only
-// fields get no flag (a config's values for them are accepted and ignored).
+// fields get no flag (a config's values for them are accepted and ignored),
+// nor do those the network sets.
 struct AddWholeVolumeFlag {
   CLI::App* cmd;
   const FlagNames& renamed;
   template <class T>
   void operator()(const Field& f, T& value) const {
-    if (f.training_only) return;
+    if (f.training_only || f.set_by_network) return;
     const auto it = renamed.find(f.key);
     if (it == renamed.end()) return AddFlag{cmd}(f, value);
     Field named = f;
@@ -96,7 +97,7 @@ struct CollectKeys {
   std::set<std::string>* keys;
   template <class T>
   void operator()(const Field& f, const T&) const {
-    if (f.in_json) keys->insert(f.key);
+    if (f.in_json && !f.set_by_network) keys->insert(f.key);
   }
 };
 

@@ -11,6 +11,7 @@
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/limits.h"
+#include "volshard/datasets/field_json.h"
 
 namespace volshard {
 
@@ -54,97 +55,11 @@ const std::vector<std::pair<std::string, Activation>>& enum_names(Activation) {
       {"sigmoid", Activation::kSigmoid}, {"softmax", Activation::kSoftmax}};
   return kNames;
 }
-const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind) {
-  static const std::vector<std::pair<std::string, IntensityKind>> kNames{
-      {"none", IntensityKind::kNone},
-      {"scale", IntensityKind::kScale},
-      {"range", IntensityKind::kRange},
-      {"normalize", IntensityKind::kNormalize}};
-  return kNames;
-}
-const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap) {
-  static const std::vector<std::pair<std::string, LabelMap>> kNames{
-      {"classes", LabelMap::kClasses},
-      {"brats", LabelMap::kBrats},
-      {"decathlon_brats", LabelMap::kDecathlonBrats}};
-  return kNames;
-}
-const std::vector<std::pair<std::string, NormalizeOn>>& enum_names(NormalizeOn) {
-  static const std::vector<std::pair<std::string, NormalizeOn>> kNames{
-      {"crop", NormalizeOn::kCrop}, {"volume", NormalizeOn::kVolume}};
-  return kNames;
-}
 const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind) {
   static const std::vector<std::pair<std::string, LossKind>> kNames{{"dice", LossKind::kDice},
                                                                     {"dicece", LossKind::kDiceCE}};
   return kNames;
 }
-const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind) {
-  static const std::vector<std::pair<std::string, CropKind>> kNames{
-      {"pos_neg", CropKind::kPosNeg}, {"spatial", CropKind::kSpatial}};
-  return kNames;
-}
-
-std::string Field::flag() const {
-  if (flag_name != nullptr) return flag_name;
-  std::string f = std::string("--") + key;
-  for (char& c : f)
-    if (c == '_') c = '-';
-  return f;
-}
-
-void Field::check(double value, const std::string& value_text, const std::string& who) const {
-  const bool low = lo_open ? !(value > lo) : !(value >= lo);
-  const bool high = hi_open ? !(value < hi) : !(value <= hi);
-  if (!low && !high) return;
-  auto number = [](double v) {  // bounds are round numbers: 1000000, not 1e+06
-    char buf[32];
-    if (v == std::floor(v) && std::abs(v) < 1e15) {
-      std::snprintf(buf, sizeof buf, "%.0f", v);
-    } else {
-      std::snprintf(buf, sizeof buf, "%g", v);
-    }
-    return std::string(buf);
-  };
-  std::string bound;
-  if (std::isinf(hi)) {
-    bound = (lo_open ? "> " : ">= ") + number(lo);
-  } else if (std::isinf(lo)) {
-    bound = (hi_open ? "< " : "<= ") + number(hi);
-  } else {
-    bound = std::string("in ") + (lo_open ? "(" : "[") + number(lo) + ", " + number(hi) +
-            (hi_open ? ")" : "]");
-  }
-  throw std::invalid_argument(who + ": " + flag() + "=" + value_text + " must be " + bound);
-}
-
-namespace {
-
-// Checks every number of a table against its field's bounds.
-struct CheckBounds {
-  std::string who;
-  template <class T>
-  void operator()(const Field& f, const T& value) const {
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-      f.check(static_cast<double>(value), std::to_string(value), who);
-  }
-};
-
-// Writes every saved field of a table into a JSON object; enums by name.
-struct ToJson {
-  nlohmann::json* out;
-  template <class T>
-  void operator()(const Field& f, const T& value) const {
-    if (!f.in_json) return;
-    if constexpr (std::is_enum_v<T>) {
-      (*out)[f.key] = enum_name(value);
-    } else {
-      (*out)[f.key] = value;
-    }
-  }
-};
-
-}  // namespace
 
 namespace {
 
@@ -179,7 +94,7 @@ void TrainOptions::validate() const {
   if (data_dir.empty() == datalist.empty())
     bad("train: give exactly one of --data DIR and --datalist FILE");
   if (out_dir.empty()) bad("train: --out RUN is required");
-  for_each_field(*this, CheckBounds{"train"});
+  for_each_field(*this, CheckFieldBounds{"train"});
   // Refused here, with the other values, not when the first collective is
   // built (a single process never builds one and would train on the CPU).
 #ifndef VOLSHARD_WITH_NCCL
@@ -261,7 +176,7 @@ FeedOptions TrainOptions::resolved_feed() const {
 
 std::string TrainOptions::to_json() const {
   nlohmann::json j = nlohmann::json::object();
-  for_each_field(*this, ToJson{&j});
+  for_each_field(*this, FieldToJson{&j});
   return j.dump(2);
 }
 

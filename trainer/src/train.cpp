@@ -24,10 +24,10 @@
 #include "resume.h"
 #include "run_folder.h"
 #include "volshard/core/seed_streams.h"
-#include "volshard/datasets/cache.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
+#include "volshard/datasets/rank_pipeline.h"
 #include "volshard/sampler/distributed_sampler.h"
 #include "volshard/trainer/ddp.h"
 #include "volshard/trainer/grad_scaler.h"
@@ -64,34 +64,24 @@ Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& de
   return net;
 }
 
-// `pairs` must outlive the cache: items past the cache rate are loaded on use.
-SampleCache make_cache(const TrainOptions& o, const std::vector<ImageLabelPair>& pairs,
-                       int64_t threads, bool progress, const at::Device& device) {
-  const PairOptions prefix = feed_prefix(o.resolved_feed());
+// One rank's cache and loader: the training pairs, the feed the network
+// implies, and where the cache and augmentation run.
+std::unique_ptr<RankPipeline> make_pipeline(const TrainOptions& o,
+                                            const std::vector<ImageLabelPair>& pairs,
+                                            int64_t threads, bool progress,
+                                            const at::Device& device) {
   CacheOptions c;
   c.device = resolve_cache_device(o.cache_device, device);
   c.cache_rate = o.cache_rate;
   c.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
   c.progress = progress;
-  if (!o.cache_dir.empty()) {
-    // Ranks share the folder: entries are written atomically (temporary file,
-    // rename), so two ranks writing the same entry leave one whole copy.
-    c.cache_dir = o.cache_dir;
-    c.config_key = prefix.config_key();
-    c.item_files = files_of(pairs);
-  }
-  return SampleCache(
-      [&pairs, prefix](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i, prefix); },
-      static_cast<int64_t>(pairs.size()), c);
-}
-
-LoaderOptions loader_options(const TrainOptions& o, const at::Device& device) {
+  c.cache_dir = o.cache_dir;
   LoaderOptions lo;
-  lo.device = resolve_cache_device(o.cache_device, device);
+  lo.device = c.device;
   lo.batch_size = o.invariant ? 1 : o.batch_size;  // --invariant: one volume at a time
   lo.workers = o.workers;
   lo.seed = o.seed;
-  return lo;
+  return std::make_unique<RankPipeline>(pairs, o.resolved_feed(), lo, std::move(c));
 }
 
 DistributedSamplerOptions sampler_options(const TrainOptions& o, int64_t size,
@@ -205,8 +195,8 @@ struct Engine {
   const int64_t resumed_steps;
   std::optional<GradScaler> scaler;  // --amp fp16
   GradientReducer reducer;
-  const SampleCache cache;
-  DataLoader loader;
+  const std::unique_ptr<RankPipeline> pipeline;
+  DataLoader& loader;
   BatchesAhead batches;  // the loader's, on the device a step ahead
   RunFolder run;
   const DistributedSamplerOptions sampler;
@@ -238,8 +228,8 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       resumed_steps(position.global_step),
       scaler(make_grad_scaler(o, position)),
       reducer(net.parameters(), c),
-      cache(make_cache(o, data.train, threads, lead, device)),
-      loader(cache.source(), feed_augmentation(o.resolved_feed()), loader_options(o, device)),
+      pipeline(make_pipeline(o, data.train, threads, lead, device)),
+      loader(pipeline->loader()),
       batches(loader, device),
       run(o, position, c),
       sampler(sampler_options(o, n_train, c)),
@@ -252,7 +242,6 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
                             o.accumulate),
       total_steps(steps_per_epoch * o.epochs),
       t_start(Clock::now()) {
-  loader.reserve();  // the batch buffers faulted in now, not in the first epoch
   if (lead && o.fingerprints &&
       !position.sampler) {  // a fresh run: which parameters each bucket holds
     std::vector<std::string> names;

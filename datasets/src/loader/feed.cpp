@@ -1,39 +1,117 @@
 #include "volshard/datasets/feed.h"
 
-#include <cmath>
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "volshard/core/error.h"
+#include "volshard/core/file_io.h"
 #include "volshard/core/limits.h"
+#include "volshard/datasets/field_json.h"
 
 namespace volshard {
-namespace {
-
-void check_unit(double v, const char* flag) {
-  if (!(v >= 0 && v <= 1))
-    throw std::invalid_argument(std::string(flag) + "=" + value_text(v) + " must be in [0, 1]");
+const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind) {
+  static const std::vector<std::pair<std::string, IntensityKind>> kNames{
+      {"none", IntensityKind::kNone},
+      {"scale", IntensityKind::kScale},
+      {"range", IntensityKind::kRange},
+      {"normalize", IntensityKind::kNormalize}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap) {
+  static const std::vector<std::pair<std::string, LabelMap>> kNames{
+      {"classes", LabelMap::kClasses},
+      {"brats", LabelMap::kBrats},
+      {"decathlon_brats", LabelMap::kDecathlonBrats}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, NormalizeOn>>& enum_names(NormalizeOn) {
+  static const std::vector<std::pair<std::string, NormalizeOn>> kNames{
+      {"crop", NormalizeOn::kCrop}, {"volume", NormalizeOn::kVolume}};
+  return kNames;
+}
+const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind) {
+  static const std::vector<std::pair<std::string, CropKind>> kNames{
+      {"pos_neg", CropKind::kPosNeg}, {"spatial", CropKind::kSpatial}};
+  return kNames;
 }
 
-}  // namespace
+const std::vector<std::string>& feed_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    const FeedOptions f;
+    for_each_feed_field(f, [&k](const Field& field, const auto&) { k.emplace_back(field.key); });
+    return k;
+  }();
+  return keys;
+}
 
 void FeedOptions::validate() const {
   prefix.validate();
-  if (crop < 1) throw std::invalid_argument("--crop=" + std::to_string(crop) + " must be >= 1");
-  if (num_samples < 1 || num_samples > kMaxCropsPerVolume)
-    throw std::invalid_argument("--num-samples=" + std::to_string(num_samples) + " must be in [1, " +
-                                std::to_string(kMaxCropsPerVolume) + "]");
+  // The schema's bounds, named as the flags ("--crop=0 must be >= 1").
+  for_each_feed_field(*this, CheckFieldBounds{});
   // One channel of this volume's crops, before a batch is even assembled.
   const double crop_voxels = static_cast<double>(crop) * static_cast<double>(crop) * crop;
   check_fits_in_memory(4.0 * crop_voxels * static_cast<double>(num_samples),
                        "--crop=" + std::to_string(crop) + " with --num-samples=" +
                            std::to_string(num_samples));
-  check_unit(rot90_prob, "--rot90-prob");
-  check_unit(flip_prob, "--flip-prob");
-  if (!(rand_scale >= 0 && rand_scale < 1))
-    throw std::invalid_argument("--rand-scale=" + value_text(rand_scale) + " must be in [0, 1)");
-  if (!(rand_shift >= 0 && std::isfinite(rand_shift)))
-    throw std::invalid_argument("--rand-shift=" + value_text(rand_shift) + " must be >= 0");
+}
+
+namespace {
+
+// `base` with the keys of `j` that are pipeline keys; the others are
+// refused, or skipped when `skip_others` (a training config's network keys).
+FeedOptions apply_feed_json(const nlohmann::json& j, const std::string& who,
+                            const FeedOptions& base, bool skip_others) {
+  if (!j.is_object()) throw std::invalid_argument(who + "a pipeline must be a JSON object");
+  const std::vector<std::string>& keys = feed_keys();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (skip_others || std::find(keys.begin(), keys.end(), it.key()) != keys.end()) continue;
+    std::string known;
+    for (const std::string& k : keys) known += (known.empty() ? "" : ", ") + k;
+    throw std::invalid_argument(who + "unknown pipeline key '" + printable(it.key()) +
+                                "'; known: " + known);
+  }
+  FeedOptions f = base;
+  for_each_feed_field(f, [&](const Field& field, auto& member) {
+    const auto it = j.find(field.key);
+    if (it != j.end()) field_from_json(field, *it, who, member);
+  });
+  try {
+    f.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(who + e.what());
+  }
+  return f;
+}
+
+}  // namespace
+
+FeedOptions feed_from_json(const std::string& json_object, const std::string& who,
+                           const FeedOptions& base) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_object);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(who + "not valid JSON (" + e.what() + ")");
+  }
+  return apply_feed_json(j, who, base, false);
+}
+
+FeedOptions feed_from_config(const std::string& path, const FeedOptions& base) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail_file(path, std::string("not valid JSON (") + e.what() + ")");
+  }
+  return apply_feed_json(j, printable(path) + ": ", base, true);
+}
+
+std::string feed_to_json(const FeedOptions& feed) {
+  nlohmann::json j = nlohmann::json::object();
+  for_each_feed_field(feed, FieldToJson{&j});
+  return j.dump();
 }
 
 Compose feed_augmentation(const FeedOptions& o) {

@@ -11,6 +11,7 @@
 
 #include "volshard/core/error.h"
 #include "volshard/core/limits.h"
+#include "volshard/datasets/feed.h"
 
 namespace volshard {
 namespace {
@@ -139,6 +140,7 @@ std::vector<PrefixStep> PrefixOptions::steps() const {
 }
 
 void PrefixOptions::validate() const {
+  for_each_prefix_field(*this, CheckFieldBounds{});  // the schema's bounds (feed.h)
   (void)steps();
   if (!orientation.empty()) check_axcodes(orientation, "--orientation=" + printable(orientation));
   if (!pixdim.empty()) {
@@ -154,9 +156,6 @@ void PrefixOptions::validate() const {
   if (intensity == IntensityKind::kRange && !(range.a_min <= range.a_max))
     throw std::invalid_argument("--a-min=" + value_text(range.a_min) +
                                 " must be <= --a-max=" + value_text(range.a_max));
-  if (foreground_margin < 0)
-    throw std::invalid_argument("--foreground-margin=" + std::to_string(foreground_margin) +
-                                " must be >= 0");
   bool pad_ok = spatial_pad.empty() || spatial_pad.size() == 1 || spatial_pad.size() == 3;
   for (int64_t v : spatial_pad) pad_ok = pad_ok && v >= 0 && v <= kMaxPadEdge;
   if (!pad_ok) {

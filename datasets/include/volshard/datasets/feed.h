@@ -11,6 +11,11 @@
 // RandScaleIntensity, RandShiftIntensity.
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "volshard/core/field.h"
 
 #include "volshard/datasets/load_pair.h"
 #include "volshard/transforms/transforms.h"
@@ -25,6 +30,12 @@ enum class CropKind {
 /// RandCrop's num_samples: at most this many crops of one volume.
 inline constexpr int64_t kMaxCropsPerVolume = 4096;
 
+/// The names of the pipeline's enums' values, as the JSON and the flags spell them.
+const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind);
+const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap);
+const std::vector<std::pair<std::string, NormalizeOn>>& enum_names(NormalizeOn);
+const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind);
+
 struct FeedOptions {
   PrefixOptions prefix;  ///< the deterministic, cached part
   CropKind crop_kind = CropKind::kPosNeg;
@@ -35,9 +46,113 @@ struct FeedOptions {
   double flip_prob = 0.0;      ///< RandFlip on each spatial axis on its own; 0: none
   double rand_scale = 0.0;     ///< RandScaleIntensity(factors +-v, prob 1); 0: none
   double rand_shift = 0.0;     ///< RandShiftIntensity(offsets +-v, prob 1); 0: none
-  /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1").
+  /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1"):
+  /// the schema's bounds (for_each_feed_field), then what spans fields.
   void validate() const;
 };
+
+/// The deterministic prefix's fields, shared by train, predict, prepare and the Loader.
+template <class Self, class Visit>
+void for_each_prefix_field(Self& p, Visit&& visit) {
+  using F = Field;
+  visit(F("orientation", "Orientation: axis codes such as RAS (empty: as stored)").kept_on_resume(),
+        p.orientation);
+  visit(F("pixdim", "Spacing: voxel size in mm, x,y,z (empty: as stored)").kept_on_resume(),
+        p.pixdim);
+  visit(F("intensity",
+          "intensity transform (scale: to [0, 1]; range: --a-min.. window; "
+          "normalize: z-score; in training per crop or per volume: normalize_on)")
+            .kept_on_resume(),
+        p.intensity);
+  visit(F("a_min", "range: input window low, e.g. -57 HU"), p.range.a_min);
+  visit(F("a_max", "range: input window high, e.g. 164 HU"), p.range.a_max);
+  visit(F("b_min", "range: output low"), p.range.b_min);
+  visit(F("b_max", "range: output high"), p.range.b_max);
+  visit(F("clip", "range: clamp the output to [b_min, b_max]"), p.range.clip);
+  visit(F("nonzero", "normalize: statistics over non-zero voxels only"), p.normalize.nonzero);
+  visit(F("channel_wise", "normalize: each channel on its own"), p.normalize.channel_wise);
+  visit(F("normalize_on",
+          "normalize: statistics of each training crop (MONAI's BraTS) or of the whole "
+          "volume (nnU-Net); validation always takes the whole volume's")
+            .kept_on_resume()
+            .for_training_only(),
+        p.normalize_on);
+  visit(F("crop_foreground",
+          "CropForeground: cut the volume to image > 0 (where prefix_order puts it)"),
+        p.crop_foreground);
+  visit(F("foreground_margin", "CropForeground margin, voxels").at_least(0), p.foreground_margin);
+  visit(F("spatial_pad",
+          "SpatialPad (symmetric, zeros) after CropForeground to at least this size, one value or "
+          "x,y,z, so crops of any volume batch (training only; empty: none)")
+            .kept_on_resume()
+            .for_training_only(),
+        p.spatial_pad);
+  visit(F("prefix_order",
+          "the order of orientation, spacing, intensity, crop_foreground, each named once, as "
+          "MONAI's Compose lists them (MONAI's spleen notebook: intensity,crop_foreground,"
+          "orientation,spacing); a step runs only when its options ask for it")
+            .kept_on_resume(),
+        p.order);
+  visit(F("labels",
+          "label mapping (classes: indices as stored; brats: labels 1/2/4, "
+          "decathlon_brats: Task01's 1/2/3, as TC, WT, ET channels)")
+            .kept_on_resume(),
+        p.labels);
+  visit(F("num_classes",
+          "labels must be integers in [0, num_classes) (0: any); volshard train sets it from "
+          "the network")
+            .from_network()
+            .at_least(0),
+        p.num_classes);
+}
+
+
+/// The pipeline's fields (the prefix's, then the random steps'): the schema
+/// that `volshard train`'s flags and RUN/config.json, configs/*.json, the
+/// Python Loader and the benchmark all read. A new pipeline option is a
+/// member of FeedOptions or PrefixOptions and one row here.
+template <class Self, class Visit>
+void for_each_feed_field(Self& f, Visit&& visit) {
+  using F = Field;
+  for_each_prefix_field(f.prefix, visit);
+  visit(F("crop_kind", "random crop (pos_neg: RandCropByPosNegLabel; spatial: RandSpatialCrop)")
+            .kept_on_resume(),
+        f.crop_kind);
+  visit(F("crop", "crop edge, voxels (cubic)").kept_on_resume().at_least(1), f.crop);
+  visit(
+      F("num_samples", "crops per volume").kept_on_resume().at_least(1).at_most(kMaxCropsPerVolume),
+      f.num_samples);
+  visit(F("allow_smaller", "crops larger than a volume shrink to it"), f.allow_smaller);
+  visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1),
+        f.rot90_prob);
+  visit(
+      F("flip_prob", "RandFlip probability, each axis on its own (0: none)").at_least(0).at_most(1),
+      f.flip_prob);
+  visit(F("rand_scale", "RandScaleIntensity factor range +-v (0: none)").at_least(0).below(1),
+        f.rand_scale);
+  visit(F("rand_shift", "RandShiftIntensity offset range +-v (0: none)").at_least(0).finite(),
+        f.rand_shift);
+}
+
+/// The keys of for_each_feed_field, in its order.
+const std::vector<std::string>& feed_keys();
+
+/// `feed` with the keys a JSON object sets (as configs/*.json and
+/// RUN/config.json spell them: enums by name, lists as arrays, a
+/// comma-separated string or one number), each converted by its field's
+/// type, then validated. Throws std::invalid_argument "<who>key=value ..."
+/// for a value of the wrong type or an unknown enum name, and naming a key
+/// outside the schema ("unknown pipeline key").
+FeedOptions feed_from_json(const std::string& json_object, const std::string& who,
+                           const FeedOptions& base = {});
+
+/// The pipeline keys of a training config file (configs/spleen.json,
+/// RUN/config.json) over `base`; its other keys (network, optimiser) are
+/// skipped. Throws std::runtime_error naming the file if it cannot be read.
+FeedOptions feed_from_config(const std::string& path, const FeedOptions& base = {});
+
+/// Every field of `feed` as a JSON object (keys in table order).
+std::string feed_to_json(const FeedOptions& feed);
 
 /// The random steps after the cached prefix: the crop (num_samples of them),
 /// RandRotate90, RandFlip per axis, NormalizeIntensity when the prefix's

@@ -47,57 +47,7 @@ const std::vector<std::pair<std::string, PredictOutput>>& enum_names(PredictOutp
 const std::vector<std::pair<std::string, ValBalance>>& enum_names(ValBalance);
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend);
 const std::vector<std::pair<std::string, Activation>>& enum_names(Activation);
-const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKind);
-const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap);
-const std::vector<std::pair<std::string, NormalizeOn>>& enum_names(NormalizeOn);
 const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind);
-const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind);
-
-/// The name of `value` in enum_names.
-template <class E>
-std::string enum_name(E value) {
-  for (const auto& [name, v] : enum_names(E{}))
-    if (v == value) return name;
-  return "?";
-}
-
-/// One row of an options table: the JSON key (the flag is "--" + key with
-/// '-' for '_'), the help text, and the closed or open bounds of a number.
-struct Field {
-  const char* key;
-  const char* help;
-  double lo = -std::numeric_limits<double>::infinity();
-  double hi = std::numeric_limits<double>::infinity();
-  bool lo_open = false, hi_open = false;
-  bool in_json = true;  ///< false: a flag only (not saved in RUN/config.json)
-  /// A training step only: whole-volume commands (predict, prepare) show no
-  /// flag for it and ignore a config's value.
-  bool training_only = false;
-  /// A command's own spelling of the flag (nullptr: "--" + key, '-' for '_').
-  const char* flag_name = nullptr;
-  /// What the field is to a run's identity.
-  enum class Role {
-    kOther,
-    kKept,   ///< the data, the randomness or the network: a resumed run must keep it
-    kLocal,  ///< where a run writes or how it waits, not what it computes: diff sets it aside
-  };
-  Role role = Role::kOther;
-
-  Field(const char* k, const char* h) : key(k), help(h) {}
-  Field& at_least(double v) { return lo = v, *this; }
-  Field& above(double v) { return lo = v, lo_open = true, *this; }
-  Field& at_most(double v) { return hi = v, *this; }
-  Field& below(double v) { return hi = v, hi_open = true, *this; }
-  Field& flag_only() { return in_json = false, *this; }
-  Field& for_training_only() { return training_only = true, *this; }
-  Field& kept_on_resume() { return role = Role::kKept, *this; }
-  Field& run_local() { return role = Role::kLocal, *this; }
-  /// "--batch-size"
-  std::string flag() const;
-  /// Throws std::invalid_argument "<who>: --flag=value must be in [lo, hi]"
-  /// (or ">= lo", "> lo", ...) when `value` is outside the bounds.
-  void check(double value, const std::string& value_text, const std::string& who) const;
-};
 
 /// The network's fields, shared by train and predict.
 template <class Self, class Visit>
@@ -147,55 +97,6 @@ void for_each_model_field(Self& m, Visit&& visit) {
             .at_least(0)
             .below(1),
         m.dropout);
-}
-
-/// The deterministic prefix's fields, shared by train, predict and prepare.
-template <class Self, class Visit>
-void for_each_prefix_field(Self& p, Visit&& visit) {
-  using F = Field;
-  visit(F("orientation", "Orientation: axis codes such as RAS (empty: as stored)").kept_on_resume(),
-        p.orientation);
-  visit(F("pixdim", "Spacing: voxel size in mm, x,y,z (empty: as stored)").kept_on_resume(),
-        p.pixdim);
-  visit(F("intensity",
-          "intensity transform (scale: to [0, 1]; range: --a-min.. window; "
-          "normalize: z-score; in training per crop or per volume: normalize_on)")
-            .kept_on_resume(),
-        p.intensity);
-  visit(F("a_min", "range: input window low, e.g. -57 HU"), p.range.a_min);
-  visit(F("a_max", "range: input window high, e.g. 164 HU"), p.range.a_max);
-  visit(F("b_min", "range: output low"), p.range.b_min);
-  visit(F("b_max", "range: output high"), p.range.b_max);
-  visit(F("clip", "range: clamp the output to [b_min, b_max]"), p.range.clip);
-  visit(F("nonzero", "normalize: statistics over non-zero voxels only"), p.normalize.nonzero);
-  visit(F("channel_wise", "normalize: each channel on its own"), p.normalize.channel_wise);
-  visit(F("normalize_on",
-          "normalize: statistics of each training crop (MONAI's BraTS) or of the whole "
-          "volume (nnU-Net); validation always takes the whole volume's")
-            .kept_on_resume()
-            .for_training_only(),
-        p.normalize_on);
-  visit(F("crop_foreground",
-          "CropForeground: cut the volume to image > 0 (where prefix_order puts it)"),
-        p.crop_foreground);
-  visit(F("foreground_margin", "CropForeground margin, voxels").at_least(0), p.foreground_margin);
-  visit(F("spatial_pad",
-          "SpatialPad (symmetric, zeros) after CropForeground to at least this size, one value or "
-          "x,y,z, so crops of any volume batch (training only; empty: none)")
-            .kept_on_resume()
-            .for_training_only(),
-        p.spatial_pad);
-  visit(F("prefix_order",
-          "the order of orientation, spacing, intensity, crop_foreground, each named once, as "
-          "MONAI's Compose lists them (MONAI's spleen notebook: intensity,crop_foreground,"
-          "orientation,spacing); a step runs only when its options ask for it")
-            .kept_on_resume(),
-        p.order);
-  visit(F("labels",
-          "label mapping (classes: indices as stored; brats: labels 1/2/4, "
-          "decathlon_brats: Task01's 1/2/3, as TC, WT, ET channels)")
-            .kept_on_resume(),
-        p.labels);
 }
 
 struct TrainOptions {
@@ -313,24 +214,10 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.out_dir);
   visit(F("epochs", "passes over the training set").at_least(1).at_most(1000000), o.epochs);
   visit(F("batch_size", "volumes per rank and step").at_least(1), o.batch_size);
-  for_each_prefix_field(o.feed.prefix, visit);
-  visit(F("crop_kind", "random crop (pos_neg: RandCropByPosNegLabel; spatial: RandSpatialCrop)")
-            .kept_on_resume(),
-        o.feed.crop_kind);
-  visit(F("crop", "crop edge, voxels (cubic)").kept_on_resume().at_least(1), o.feed.crop);
-  visit(
-      F("num_samples", "crops per volume").kept_on_resume().at_least(1).at_most(kMaxCropsPerVolume),
-      o.feed.num_samples);
-  visit(F("allow_smaller", "crops larger than a volume shrink to it"), o.feed.allow_smaller);
-  visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1),
-        o.feed.rot90_prob);
-  visit(
-      F("flip_prob", "RandFlip probability, each axis on its own (0: none)").at_least(0).at_most(1),
-      o.feed.flip_prob);
-  visit(F("rand_scale", "RandScaleIntensity factor range +-v (0: none)").at_least(0).below(1),
-        o.feed.rand_scale);
-  visit(F("rand_shift", "RandShiftIntensity offset range +-v (0: none)").at_least(0),
-        o.feed.rand_shift);
+  // The pipeline's rows (datasets/feed.h) but num_classes, which the network sets.
+  for_each_feed_field(o.feed, [&visit](const Field& f, auto& value) {
+    if (!f.set_by_network) visit(f, value);
+  });
   visit(F("optimizer", "optimizer"), o.optimizer);
   visit(F("lr", "learning rate").above(0).at_most(10), o.lr);
   visit(F("momentum", "sgd momentum").at_least(0).below(1), o.momentum);

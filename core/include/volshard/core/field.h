@@ -1,0 +1,87 @@
+#pragma once
+// One row of an options table: a field's key, help and bounds, written once
+// beside the struct it describes. A table is a function template
+// `for_each_..._field(options, visit)` that calls visit(Field, member) for
+// each field; the flags, the JSON, validation and the Python bindings all
+// walk it (tensorstore binds a type's JSON once beside the type). Std only.
+
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "volshard/core/error.h"
+
+namespace volshard {
+
+/// The name of `value` among enum_names(E{}) (declared beside each enum, as
+/// the JSON and the flags spell its values).
+template <class E>
+std::string enum_name(E value) {
+  for (const auto& [name, v] : enum_names(E{}))
+    if (v == value) return name;
+  return "?";
+}
+
+/// One row of an options table: the JSON key (the flag is "--" + key with
+/// '-' for '_'), the help text, and the closed or open bounds of a number.
+struct Field {
+  const char* key;
+  const char* help;
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool must_be_finite = false;  ///< +-inf refused too (nan always is, by any bound)
+  bool in_json = true;          ///< false: a flag only (not saved in RUN/config.json)
+  /// A training step only: whole-volume commands (predict, prepare) show no
+  /// flag for it and ignore a config's value.
+  bool training_only = false;
+  /// `volshard train` sets it from the network (a pipeline's num_classes from
+  /// out_channels): no flag there, not in RUN/config.json; a Loader's or the
+  /// bench's pipeline sets it.
+  bool set_by_network = false;
+  /// A command's own spelling of the flag (nullptr: "--" + key, '-' for '_').
+  const char* flag_name = nullptr;
+  /// What the field is to a run's identity.
+  enum class Role {
+    kOther,
+    kKept,   ///< the data, the randomness or the network: a resumed run must keep it
+    kLocal,  ///< where a run writes or how it waits, not what it computes: diff sets it aside
+  };
+  Role role = Role::kOther;
+
+  Field(const char* k, const char* h) : key(k), help(h) {}
+  Field& at_least(double v) { return lo = v, *this; }
+  Field& above(double v) { return lo = v, lo_open = true, *this; }
+  Field& at_most(double v) { return hi = v, *this; }
+  Field& below(double v) { return hi = v, hi_open = true, *this; }
+  Field& finite() { return must_be_finite = true, *this; }
+  Field& flag_only() { return in_json = false, *this; }
+  Field& for_training_only() { return training_only = true, *this; }
+  Field& from_network() { return set_by_network = true, *this; }
+  Field& kept_on_resume() { return role = Role::kKept, *this; }
+  Field& run_local() { return role = Role::kLocal, *this; }
+  /// "--batch-size"
+  std::string flag() const;
+  /// Throws std::invalid_argument "<who>: --flag=value must be in [lo, hi]"
+  /// (or ">= lo", "> lo", ...; without "<who>: " when `who` is empty) when
+  /// `value` is outside the bounds.
+  void check(double value, const std::string& value_text, const std::string& who) const;
+};
+
+/// A table's visitor that checks every number against its field's bounds
+/// (Field::check), the value as the flag would take it ("0.5", "96").
+struct CheckFieldBounds {
+  std::string who;  ///< the message's "<who>: " ("": none)
+  template <class T>
+  void operator()(const Field& f, const T& value) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      f.check(value, value_text(value), who);
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      f.check(static_cast<double>(value), std::to_string(value), who);
+    }
+  }
+};
+
+}  // namespace volshard

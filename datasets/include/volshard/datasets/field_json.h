@@ -1,0 +1,82 @@
+#pragma once
+// An options table's fields (volshard/core/field.h) to and from JSON, each by
+// its member's type: the one JSON conversion of configs/*.json, RUN/config.json
+// and the Python Loader's pipeline. Enums by name (enum_names), lists as
+// arrays (or, as the flags take them, a comma-separated string or one value).
+// For .cpp files that link nlohmann_json.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "volshard/core/field.h"
+
+namespace volshard {
+namespace detail {
+
+template <class T>
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
+
+/// A JSON value as a message quotes it: strings in single quotes, as Python's
+/// repr (the Loader's users write Python), anything else as JSON.
+std::string json_value_text(const nlohmann::json& v);
+/// "<who><key>=<value> is not a valid <key> (<expected>)"
+[[noreturn]] void fail_json_value(const Field& f, const nlohmann::json& v, const std::string& who,
+                                  const std::string& expected);
+void json_to(const Field& f, const nlohmann::json& v, const std::string& who, bool& out);
+void json_to(const Field& f, const nlohmann::json& v, const std::string& who, int64_t& out);
+void json_to(const Field& f, const nlohmann::json& v, const std::string& who, double& out);
+void json_to(const Field& f, const nlohmann::json& v, const std::string& who, std::string& out);
+/// A list's elements: an array's, a string's comma-separated parts, or the one value.
+std::vector<nlohmann::json> json_elements(const nlohmann::json& v);
+
+}  // namespace detail
+
+/// Sets `out` from `v`, the JSON value of field `f`. Throws
+/// std::invalid_argument "<who>key=value is not a valid key (...)" for a value
+/// of the wrong type, "... must be one of a, b" for an unknown enum name.
+template <class T>
+void field_from_json(const Field& f, const nlohmann::json& v, const std::string& who, T& out) {
+  if constexpr (std::is_enum_v<T>) {
+    std::string names;
+    if (v.is_string()) {
+      for (const auto& [name, value] : enum_names(T{}))
+        if (name == v.get<std::string>()) return void(out = value);
+    }
+    for (const auto& [name, value] : enum_names(T{})) names += (names.empty() ? "" : ", ") + name;
+    throw std::invalid_argument(who + f.key + "=" + detail::json_value_text(v) +
+                                " must be one of " + names);
+  } else if constexpr (detail::IsVector<T>::value) {
+    T list;
+    for (const nlohmann::json& e : detail::json_elements(v)) {
+      typename T::value_type x{};
+      detail::json_to(f, e, who, x);
+      list.push_back(x);
+    }
+    out = std::move(list);
+  } else {
+    detail::json_to(f, v, who, out);
+  }
+}
+
+/// Visits a table, writing every field saved in JSON (Field::in_json) into
+/// `*out`; enums by name.
+struct FieldToJson {
+  nlohmann::json* out;
+  template <class T>
+  void operator()(const Field& f, const T& value) const {
+    if (!f.in_json) return;
+    if constexpr (std::is_enum_v<T>) {
+      (*out)[f.key] = enum_name(value);
+    } else {
+      (*out)[f.key] = value;
+    }
+  }
+};
+
+}  // namespace volshard

@@ -1,0 +1,96 @@
+"""The pipeline's schema (volshard/datasets/feed.h): every field reaches the command line's flags, a
+config file, the Python Loader and RUN/config.json with the same name and value."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+import volshard
+from volshard import _volshard
+
+# A value other than the default for every pipeline key; a key added to the schema without one here fails
+# the first test.
+NON_DEFAULT = {
+    "orientation": "LPS",
+    "pixdim": [1.5, 1.25, 2.0],
+    "intensity": "normalize",
+    "a_min": -57.0,
+    "a_max": 164.0,
+    "b_min": 0.25,
+    "b_max": 0.75,
+    "clip": True,
+    "nonzero": True,
+    "channel_wise": True,
+    "normalize_on": "volume",
+    "crop_foreground": True,
+    "foreground_margin": 2,
+    "spatial_pad": [20, 20, 20],
+    "prefix_order": ["intensity", "crop_foreground", "orientation", "spacing"],
+    "labels": "decathlon_brats",
+    "num_classes": 4,
+    "crop_kind": "spatial",
+    "crop": 16,
+    "num_samples": 2,
+    "allow_smaller": True,
+    "rot90_prob": 0.25,
+    "flip_prob": 0.5,
+    "rand_scale": 0.1,
+    "rand_shift": 0.2,
+}
+# What `volshard train` sets from the network, not from a flag: decathlon_brats' four labels.
+SET_BY_NETWORK = {"num_classes"}
+NETWORK = {"out_channels": 3, "activation": "sigmoid", "channels": [4, 8], "strides": [2]}
+
+
+def test_every_key_of_the_schema_has_a_value_here_other_than_its_default():
+    assert list(_volshard._feed_keys()) == list(NON_DEFAULT)
+    defaults = json.loads(_volshard._feed_options("{}", "").to_json())
+    assert sorted(defaults) == sorted(NON_DEFAULT)
+    same = {k for k in NON_DEFAULT if defaults[k] == NON_DEFAULT[k]}
+    assert not same, f"these test values are the defaults: {same}"
+
+
+def test_the_loader_feeds_every_key_of_a_config_file(synth_data, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(NON_DEFAULT, **NETWORK)))  # the network's keys are not the Loader's
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    loader = volshard.Loader(synth_data, sampler, pipeline=str(config), batch_size=1, workers=0)
+    assert loader.pipeline == NON_DEFAULT
+    batch = next(iter(loader))
+    assert tuple(batch["label"].shape) == (2, 3, 16, 16, 16)  # spatial crops; TC, WT, ET channels
+    loader.close()
+    assert volshard.Loader(synth_data, sampler, pipeline=NON_DEFAULT, batch_size=1, workers=0,
+                           cache_rate=0).pipeline == NON_DEFAULT
+
+
+def as_flags(pipeline):
+    flags = []
+    for key, value in pipeline.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        else:
+            flags += [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    return flags
+
+
+@pytest.mark.parametrize("given_by", ["config", "flags"])
+def test_volshard_train_takes_every_key_and_writes_it_to_config_json(synth_data, tmp_path, volshard_bin,
+                                                                     given_by):
+    help_text = subprocess.run([volshard_bin, "train", "--help"], capture_output=True, text=True).stdout
+    for key in NON_DEFAULT:
+        assert ("--" + key.replace("_", "-") + " " in help_text) == (key not in SET_BY_NETWORK), key
+    pipeline = {k: v for k, v in NON_DEFAULT.items() if k not in SET_BY_NETWORK}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(pipeline if given_by == "config" else {}, **NETWORK)))
+    run = tmp_path / "run"
+    args = [volshard_bin, "train", "--data", synth_data, "--out", str(run), "--config", str(config), "--epochs",
+            "1", "--max-steps", "1", "--batch-size", "1", "--workers", "0", "--threads", "1", "--val-every", "0"]
+    p = subprocess.run(args + (as_flags(pipeline) if given_by == "flags" else []), capture_output=True, text=True,
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), timeout=600)
+    assert p.returncode == 0, p.stderr
+    written = json.loads((run / "config.json").read_text())
+    assert {k: written[k] for k in pipeline} == pipeline
+    assert not SET_BY_NETWORK & set(written)
