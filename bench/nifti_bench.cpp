@@ -116,7 +116,7 @@ double load_isal(const std::string& path) { return inflate_isal(slurp(path), pat
 // The per-file choice of issue 20, as read_volume makes it (pick_inflater):
 // from what the file says of itself at no cost, the gzip trailer's ISIZE over
 // the compressed size: ISA-L for ratios in [kIsalMinRatio, kIsalMaxRatio)
-// = [3, 100), libdeflate otherwise (measurements in datasets/src/io/gzip.cpp);
+// = [3, 100), libdeflate otherwise (measurements in volume_io/src/io/gzip.cpp);
 // this bench's two files (1.1 and ~87) fall on either side of 3.
 bool picks_isal(size_t isize, size_t compressed_bytes) {
   return volshard::detail::pick_inflater(isize, compressed_bytes) ==

@@ -8,13 +8,14 @@ set(VOLSHARD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/volshard)
 install(TARGETS volshard_core volshard_sampler volshard_volume_io EXPORT volshardStdTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT volshardStdTargets NAMESPACE volshard:: DESTINATION ${VOLSHARD_CMAKE_DIR})
-install(DIRECTORY core/include/ sampler/include/ datasets/include/
+install(DIRECTORY core/include/ sampler/include/ volume_io/include/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(VOLSHARD_HAVE_TORCH)
   install(TARGETS volshard_transforms volshard_datasets volshard_trainer EXPORT volshardTorchTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(EXPORT volshardTorchTargets NAMESPACE volshard:: DESTINATION ${VOLSHARD_CMAKE_DIR})
-  install(DIRECTORY transforms/include/ trainer/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(DIRECTORY transforms/include/ datasets/include/ trainer/include/
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endif()
 foreach(tool volshard volshard-torch sampler-inspect)
   if(TARGET ${tool})

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <mutex>
 
-#include "nifti_test_util.h"
+#include "volume_io/nifti_test_util.h"
 #include "transforms/augmentation_test_util.h"
 #include "volshard/core/large_blocks.h"
 #include "volshard/core/log.h"

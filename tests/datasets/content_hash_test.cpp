@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "nifti_test_util.h"
+#include "volume_io/nifti_test_util.h"
 
 namespace volshard {
 namespace {

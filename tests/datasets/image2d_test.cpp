@@ -8,7 +8,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
-#include "nifti_test_util.h"
+#include "volume_io/nifti_test_util.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/loader.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "nifti_test_util.h"
+#include "volume_io/nifti_test_util.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"

@@ -1,6 +1,6 @@
 // MONAI's create_test_image_3d, bit-exact: goldens made by numpy with
 // oracle/make_synthetic_golden.py (MONAI 1.4's algorithm on np.random.RandomState).
-#include "volshard/datasets/synthetic.h"
+#include "volshard/volume_io/synthetic.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

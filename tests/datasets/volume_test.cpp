@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "nifti_test_util.h"
+#include "volume_io/nifti_test_util.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/transforms/transforms.h"
 

@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "volshard/datasets/nifti_header.h"
-#include "volshard/datasets/voxel_copy.h"
+#include "volshard/volume_io/nifti_header.h"
+#include "volshard/volume_io/voxel_copy.h"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "run_folder.h"
 #include "run_ranks.h"
 #include "volshard/core/file_io.h"
-#include "volshard/datasets/synthetic_dataset.h"
+#include "volshard/volume_io/synthetic_dataset.h"
 #include "volshard/trainer/data_split.h"
 #include "volshard/trainer/device.h"
 #include "volshard/trainer/repro.h"

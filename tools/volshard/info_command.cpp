@@ -6,7 +6,7 @@
 
 #include "std_commands.h"
 #include "verbs.h"
-#include "volshard/datasets/volume_info.h"
+#include "volshard/volume_io/volume_info.h"
 
 namespace volshard::cli {
 

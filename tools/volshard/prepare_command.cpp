@@ -12,7 +12,7 @@
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 #include "volshard/datasets/volume.h"
 
 namespace volshard::cli {

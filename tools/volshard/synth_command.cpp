@@ -12,9 +12,9 @@
 
 #include "std_commands.h"
 #include "verbs.h"
-#include "volshard/datasets/synthetic.h"
-#include "volshard/datasets/synthetic_dataset.h"
-#include "volshard/datasets/synthetic_decathlon.h"
+#include "volshard/volume_io/synthetic.h"
+#include "volshard/volume_io/synthetic_dataset.h"
+#include "volshard/volume_io/synthetic_decathlon.h"
 
 namespace volshard::cli {
 

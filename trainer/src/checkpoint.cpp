@@ -10,7 +10,7 @@
 
 #include "archive_io.h"
 #include "volshard/core/file_io.h"
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 #include "volshard/trainer/serialize.h"
 
 namespace volshard {

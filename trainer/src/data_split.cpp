@@ -13,7 +13,7 @@
 #include "progress.h"
 #include "resume.h"
 #include "volshard/core/error.h"
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 #include "volshard/transforms/inference.h"
 #include "volshard/transforms/transforms.h"
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "volshard/datasets/voxel_copy.h"
+#include "volshard/volume_io/voxel_copy.h"
 
 namespace volshard {
 namespace {

@@ -2,7 +2,7 @@
 #include <iostream>
 #include <string>
 
-#include "volshard/datasets/synthetic_dataset.h"
+#include "volshard/volume_io/synthetic_dataset.h"
 #include "volshard/datasets/volume.h"
 
 int main(int argc, char** argv) {

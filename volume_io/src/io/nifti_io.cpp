@@ -21,7 +21,7 @@
 #include "nifti_layout.h"
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 
 namespace volshard {
 namespace {

@@ -1,4 +1,4 @@
-#include "volshard/datasets/volume_info.h"
+#include "volshard/volume_io/volume_info.h"
 
 #include <nlohmann/json.hpp>
 

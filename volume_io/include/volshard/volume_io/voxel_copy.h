@@ -10,7 +10,7 @@
 #include <array>
 #include <cstdint>
 
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 
 namespace volshard {
 

@@ -1,4 +1,4 @@
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "nifti_test_util.h"
-#include "volshard/datasets/voxel_copy.h"
+#include "volshard/volume_io/voxel_copy.h"
 
 namespace volshard {
 namespace {

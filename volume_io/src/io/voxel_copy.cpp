@@ -1,4 +1,4 @@
-#include "volshard/datasets/voxel_copy.h"
+#include "volshard/volume_io/voxel_copy.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "volshard/datasets/synthetic_dataset.h"
+#include "volshard/volume_io/synthetic_dataset.h"
 
 #include <array>
 #include <filesystem>
@@ -9,8 +9,8 @@
 
 #include "leftovers.h"
 #include "volshard/core/parallel.h"
-#include "volshard/datasets/nifti_header.h"
-#include "volshard/datasets/voxel_copy.h"
+#include "volshard/volume_io/nifti_header.h"
+#include "volshard/volume_io/voxel_copy.h"
 
 namespace volshard {
 namespace {

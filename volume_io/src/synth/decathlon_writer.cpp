@@ -1,4 +1,4 @@
-#include "volshard/datasets/synthetic_decathlon.h"
+#include "volshard/volume_io/synthetic_decathlon.h"
 
 // A Decathlon task folder (imagesTr, labelsTr, imagesTs, dataset.json) of the
 // phantoms decathlon_phantoms.cpp makes, written case by case on a few threads.
@@ -14,8 +14,8 @@
 #include "leftovers.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/parallel.h"
-#include "volshard/datasets/nifti_header.h"
-#include "volshard/datasets/synthetic_dataset.h"
+#include "volshard/volume_io/nifti_header.h"
+#include "volshard/volume_io/synthetic_dataset.h"
 
 namespace volshard {
 namespace {

@@ -1,4 +1,4 @@
-#include "volshard/datasets/synthetic_decathlon.h"
+#include "volshard/volume_io/synthetic_decathlon.h"
 
 // The Decathlon-like phantoms: a CT case (body, organs, a spleen in HU) and an
 // MRI case (a brain with a tumour's regions in four channels), each from its
@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "volshard/core/seed_streams.h"
-#include "volshard/datasets/synthetic_dataset.h"
+#include "volshard/volume_io/synthetic_dataset.h"
 
 namespace volshard {
 namespace {

@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "volshard/datasets/synthetic.h"
+#include "volshard/volume_io/synthetic.h"
 
 namespace volshard {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 
 namespace volshard::testing {
 

@@ -1,4 +1,4 @@
-#include "volshard/datasets/nifti_header.h"
+#include "volshard/volume_io/nifti_header.h"
 #include "volshard/core/error.h"
 
 #include <algorithm>

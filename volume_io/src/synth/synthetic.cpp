@@ -1,4 +1,4 @@
-#include "volshard/datasets/synthetic.h"
+#include "volshard/volume_io/synthetic.h"
 
 #include <algorithm>
 #include <cmath>

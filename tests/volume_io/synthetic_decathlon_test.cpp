@@ -1,4 +1,4 @@
-#include "volshard/datasets/synthetic_decathlon.h"
+#include "volshard/volume_io/synthetic_decathlon.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
