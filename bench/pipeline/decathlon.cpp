@@ -190,11 +190,10 @@ void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t v
       file_mb += static_cast<double>(std::filesystem::file_size(p.image) +
                                      std::filesystem::file_size(p.label));
     file_mb /= static_cast<double>(volumes) * (1 << 20);
-    CacheOptions co;
-    co.threads = 2;
-    const SampleCache cache(load, volumes, co);
-    const double cache_mb = static_cast<double>(cache.cached_bytes()) / volumes / (1 << 20);
-    const double rate = volumes_per_second(cache.source(), volumes, 2, epochs, f);
+    const auto pipeline = rank_pipeline(list, f, 2, true);
+    const double cache_mb =
+        static_cast<double>(pipeline->cache().cached_bytes()) / volumes / (1 << 20);
+    const double rate = volumes_per_second(*pipeline, volumes, epochs, f.num_samples);
     if (!ct) tutorial_rate = rate;
     std::printf("%-9s | %12.0f %13.1f %14.1f | %12.1f %9.1f | %7.2f\n",
                 ct ? name.c_str() : "tutorial", prefix_ms, file_mb, cache_mb, rate,

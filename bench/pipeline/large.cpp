@@ -123,10 +123,6 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
                 s, rate.c_str(), u1.minor_faults - u0.minor_faults, u1.user_s - u0.user_s,
                 u1.sys_s - u0.sys_s, status_mb("VmRSS:"), peak, bound, cache);
   };
-  const PairOptions loading = feed_prefix();
-  const SampleSource from_files = [&](int64_t i) {
-    return load_pair(pairs[static_cast<size_t>(i)], i, loading);
-  };
   for (const char* mode : {"files", "cached"}) {
     if (args.source != "both" && args.source != mode) continue;
     const bool cached = std::string(mode) == "cached";
@@ -136,12 +132,12 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
     // reserve() (its batch buffers faulted in, as volshard train does).
     const Usage s0 = usage_now();
     const auto t_setup = std::chrono::steady_clock::now();
-    std::optional<SampleCache> cache;
-    if (cached) cache.emplace(from_files, args.volumes, CacheOptions{});
-    const double cache_mb = cached ? static_cast<double>(cache->cached_bytes()) / (1 << 20) : 0;
     {
-      DataLoader loader(cached ? cache->source() : from_files, feed_augmentation(feed), o);
-      const double reserved_mb = static_cast<double>(loader.reserve()) / (1 << 20);
+      const auto pipeline = rank_pipeline(pairs, feed, o.workers, cached);
+      DataLoader& loader = pipeline->loader();
+      const double cache_mb =
+          cached ? static_cast<double>(pipeline->cache().cached_bytes()) / (1 << 20) : 0;
+      const double reserved_mb = static_cast<double>(pipeline->reserved_bytes()) / (1 << 20);
       print_row(mode, "setup",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count(),
                 "", s0, usage_now(), "", "", "");

@@ -42,12 +42,18 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t workers,
-                          int epochs, const FeedOptions& feed) {
-  LoaderOptions o;
-  o.batch_size = 2;
-  o.workers = workers;
-  DataLoader loader(source, feed_augmentation(feed), o);
+std::unique_ptr<RankPipeline> rank_pipeline(const std::vector<ImageLabelPair>& pairs,
+                                            const FeedOptions& feed, int64_t workers, bool cached) {
+  LoaderOptions lo;
+  lo.batch_size = 2;
+  lo.workers = workers;
+  CacheOptions co;
+  co.cache_rate = cached ? 1.0 : 0.0;
+  return std::make_unique<RankPipeline>(pairs, feed, lo, co);
+}
+
+double volumes_per_second(RankPipeline& pipeline, int64_t volumes, int epochs,
+                          int64_t num_samples) {
   DistributedSamplerOptions so;
   so.dataset_size = volumes;
   DistributedSampler sampler(so);
@@ -55,8 +61,8 @@ double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t w
     int64_t seen = 0;
     for (int e = 0; e < epochs; ++e) {
       sampler.set_epoch(e);
-      loader.start_epoch(sampler.iterate().to_vector(), e);
-      while (auto b = loader.next()) seen += b->image.size(0) / feed.num_samples;
+      pipeline.loader().start_epoch(sampler.iterate().to_vector(), e);
+      while (auto b = pipeline.loader().next()) seen += b->image.size(0) / num_samples;
     }
     return static_cast<double>(seen);
   });

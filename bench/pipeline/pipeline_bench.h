@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/loader.h"
+#include "volshard/datasets/rank_pipeline.h"
 
 namespace volshard::bench {
 
@@ -47,9 +49,15 @@ double stage_ms(int64_t volumes, int rounds, Fn fn) {
   return median(ms);
 }
 
-// Volumes per second over `epochs` epochs, median of three runs.
-double volumes_per_second(const SampleSource& source, int64_t volumes, int64_t workers,
-                          int epochs, const FeedOptions& feed = {});
+// One rank's pipeline as volshard train and the Python Loader build it
+// (RankPipeline): `feed` over `pairs`, batch 2, `workers` loader threads,
+// every item cached (`cached`, filled on 2 threads) or loaded on use.
+std::unique_ptr<RankPipeline> rank_pipeline(const std::vector<ImageLabelPair>& pairs,
+                                            const FeedOptions& feed, int64_t workers, bool cached);
+// Volumes per second of `pipeline`'s loader over `epochs` epochs of its
+// `volumes` items (num_samples crops each), median of three runs.
+double volumes_per_second(RankPipeline& pipeline, int64_t volumes, int epochs,
+                          int64_t num_samples);
 // The ceiling of the files rows: volumes per second that `workers` threads
 // reach running load_pair alone (read, scale, label indices; no crops),
 // median of three runs of `epochs` passes over the volumes.

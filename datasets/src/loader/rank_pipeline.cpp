@@ -29,7 +29,7 @@ RankPipeline::RankPipeline(std::vector<ImageLabelPair> pairs, const FeedOptions&
     : pairs_(std::move(pairs)),
       cache_((loader.validate(), make_cache(pairs_, feed, std::move(cache)))),
       loader_(cache_.source(), feed_augmentation(feed), loader) {
-  loader_.reserve();  // the batch buffers faulted in now, not in the first epoch
+  reserved_bytes_ = loader_.reserve();  // the batch buffers faulted in now, not in the first epoch
 }
 
 }  // namespace volshard

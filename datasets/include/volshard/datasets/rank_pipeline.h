@@ -28,11 +28,14 @@ class RankPipeline {
 
   DataLoader& loader() { return loader_; }
   const SampleCache& cache() const { return cache_; }
+  /// What the constructor's DataLoader::reserve() faulted in, bytes.
+  int64_t reserved_bytes() const { return reserved_bytes_; }
 
  private:
   const std::vector<ImageLabelPair> pairs_;  // items past the cache rate load from it on use
   const SampleCache cache_;
   DataLoader loader_;
+  int64_t reserved_bytes_ = 0;
 };
 
 }  // namespace volshard
