@@ -28,11 +28,11 @@
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
 #include "volshard/datasets/volume.h"
+#include "volshard/sampler/distributed_sampler.h"
+#include "volshard/transforms/transforms.h"
 #include "volshard/volume_io/synthetic.h"
 #include "volshard/volume_io/synthetic_dataset.h"
 #include "volshard/volume_io/synthetic_decathlon.h"
-#include "volshard/sampler/distributed_sampler.h"
-#include "volshard/transforms/transforms.h"
 
 namespace volshard::bench {
 namespace {
@@ -145,8 +145,8 @@ void print_spleen_stages(const std::vector<ImageLabelPair>& pairs, const PrefixO
 // folder next to the tutorial pipeline on 128^3 spheres, both cached, 2
 // threads, in the same run: the prefix's cost per volume (time, cache bytes)
 // and the loader's throughput.
-void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t volumes,
-                  int epochs, const std::filesystem::path& root) {
+void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t volumes, int epochs,
+                  const std::filesystem::path& root) {
   DecathlonSynthOptions d;
   d.out_dir = (root / name).string();
   d.kind = name == "spleen" ? SynthKind::kCt : SynthKind::kMri;

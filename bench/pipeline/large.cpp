@@ -28,11 +28,11 @@
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
 #include "volshard/datasets/volume.h"
+#include "volshard/sampler/distributed_sampler.h"
+#include "volshard/transforms/transforms.h"
 #include "volshard/volume_io/synthetic.h"
 #include "volshard/volume_io/synthetic_dataset.h"
 #include "volshard/volume_io/synthetic_decathlon.h"
-#include "volshard/sampler/distributed_sampler.h"
-#include "volshard/transforms/transforms.h"
 
 namespace volshard::bench {
 namespace {

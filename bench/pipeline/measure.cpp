@@ -29,11 +29,11 @@
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
 #include "volshard/datasets/volume.h"
+#include "volshard/sampler/distributed_sampler.h"
+#include "volshard/transforms/transforms.h"
 #include "volshard/volume_io/synthetic.h"
 #include "volshard/volume_io/synthetic_dataset.h"
 #include "volshard/volume_io/synthetic_decathlon.h"
-#include "volshard/sampler/distributed_sampler.h"
-#include "volshard/transforms/transforms.h"
 
 namespace volshard::bench {
 
@@ -117,8 +117,9 @@ Usage usage_now() {
 
 double python_baseline(const std::string& script, const std::string& dir, const char* mode,
                        int64_t workers, int epochs) {
-  const std::string cmd = std::string(VOLSHARD_PYTHON) + " " + script + " " + dir + " " + mode + " " +
-                          std::to_string(workers) + " " + std::to_string(epochs) + " 2>/dev/null";
+  const std::string cmd = std::string(VOLSHARD_PYTHON) + " " + script + " " + dir + " " + mode +
+                          " " + std::to_string(workers) + " " + std::to_string(epochs) +
+                          " 2>/dev/null";
   double v = 0;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     if (std::fscanf(p, "%lf", &v) != 1) v = 0;

@@ -56,8 +56,7 @@ std::unique_ptr<RankPipeline> rank_pipeline(const std::vector<ImageLabelPair>& p
                                             const FeedOptions& feed, int64_t workers, bool cached);
 // Volumes per second of `pipeline`'s loader over `epochs` epochs of its
 // `volumes` items (num_samples crops each), median of three runs.
-double volumes_per_second(RankPipeline& pipeline, int64_t volumes, int epochs,
-                          int64_t num_samples);
+double volumes_per_second(RankPipeline& pipeline, int64_t volumes, int epochs, int64_t num_samples);
 // The ceiling of the files rows: volumes per second that `workers` threads
 // reach running load_pair alone (read, scale, label indices; no crops),
 // median of three runs of `epochs` passes over the volumes.
@@ -96,8 +95,8 @@ void run_tutorial(const std::string& script, int64_t volumes, int epochs, bool t
 // folder next to the tutorial pipeline on 128^3 spheres, both cached, 2
 // threads, in the same run: the prefix's cost per volume (time, cache bytes)
 // and the loader's throughput.
-void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t volumes,
-                  int epochs, const std::filesystem::path& root);
+void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t volumes, int epochs,
+                  const std::filesystem::path& root);
 // Per epoch: volumes/s, minor faults, user and system seconds, RSS; then the
 // peak RSS of the run beside what the loader's bound allows: before + cache +
 // k batches, k = prefetch_batches + 2 (the loader's buffer pool).

@@ -173,21 +173,8 @@ PinMemory parse_pin_memory(const std::optional<bool>& pin) {
   return *pin ? PinMemory::kOn : PinMemory::kOff;
 }
 
-}  // namespace
-}  // namespace volshard::python
-
-PYBIND11_MODULE(_volshard, m) {
-  using namespace volshard;
-  using namespace volshard::python;
-  m.doc() = "volshard's C++ core (see volshard/__init__.py for the Python API)";
-  py::register_exception_translator(&translate_system_error);
-  set_warning_handler(&warn_in_python);
-  // Back to stderr before the interpreter goes away.
-  py::module_::import("atexit").attr("register")(
-      py::cpp_function([] { set_warning_handler(nullptr); }));
-
-  bind_sampler(m);
-
+// NIfTI volumes as read_volume gives them, write_volume, the fingerprints' hash.
+void bind_volumes(py::module_& m) {
   py::class_<Volume>(m, "Volume", "A NIfTI volume as read_volume returns it.")
       .def_readonly("data", &Volume::data,
                     "C x X x Y x Z tensor, data[c, i, j, k] == nibabel's [i, j, k, c]")
@@ -243,26 +230,11 @@ PYBIND11_MODULE(_volshard, m) {
       },
       py::arg("tensor"), py::arg("seed") = 0,
       "XXH64 of a tensor's bytes (C order, on the CPU): the hash of fingerprints.jsonl.");
-  m.def("tune_allocator_for_volumes", &tune_allocator_for_volumes,
-        "glibc malloc settings that keep multi-MB batch buffers mapped, and torch's CPU tensors of "
-        "16 MiB and more (this process's, Python's included) through volshard's large-block cache "
-        "(see loader.h); call once at start-up, before a Loader starts its threads. False where "
-        "mallopt is unavailable.");
-  m.def(
-      "large_block_stats",
-      [] {
-        const LargeBlockStats s = large_block_stats();
-        py::dict d;
-        d["in_use_bytes"] = s.in_use_bytes;
-        d["free_bytes"] = s.free_bytes;
-        d["peak_in_use_bytes"] = s.peak_in_use_bytes;
-        d["mapped"] = s.mapped;
-        d["reused"] = s.reused;
-        d["unmapped"] = s.unmapped;
-        return d;
-      },
-      "The large-block cache's counters (volshard/core/large_blocks.h) as a dict.");
+}
 
+// Datalists and folders, the train/validation split, a validation volume and
+// the sliding window as volshard train uses them.
+void bind_data(py::module_& m) {
   m.def(
       "pairs_from_folder",
       [](const std::string& folder, const std::string& image_glob, const std::string& label_glob) {
@@ -327,6 +299,29 @@ PYBIND11_MODULE(_volshard, m) {
       },
       py::arg("image"), py::arg("roi"), py::arg("sw_batch_size"), py::arg("predictor"),
       py::arg("overlap"));
+}
+
+// One rank's pipeline: its schema, its options, the loader, the allocator.
+void bind_pipeline(py::module_& m) {
+  m.def("tune_allocator_for_volumes", &tune_allocator_for_volumes,
+        "glibc malloc settings that keep multi-MB batch buffers mapped, and torch's CPU tensors of "
+        "16 MiB and more (this process's, Python's included) through volshard's large-block cache "
+        "(see loader.h); call once at start-up, before a Loader starts its threads. False where "
+        "mallopt is unavailable.");
+  m.def(
+      "large_block_stats",
+      [] {
+        const LargeBlockStats s = large_block_stats();
+        py::dict d;
+        d["in_use_bytes"] = s.in_use_bytes;
+        d["free_bytes"] = s.free_bytes;
+        d["peak_in_use_bytes"] = s.peak_in_use_bytes;
+        d["mapped"] = s.mapped;
+        d["reused"] = s.reused;
+        d["unmapped"] = s.unmapped;
+        return d;
+      },
+      "The large-block cache's counters (volshard/core/large_blocks.h) as a dict.");
 
   // The pipeline, read through its schema (volshard/datasets/feed.h) from
   // the JSON of the Loader's pipeline and arguments: no field is named here.
@@ -380,4 +375,23 @@ PYBIND11_MODULE(_volshard, m) {
       .def_property_readonly("cached_bytes", &LoaderCore::cached_bytes)
       .def_property_readonly("pinned", &LoaderCore::pinned)
       .def("close", &LoaderCore::close);
+}
+
+}  // namespace
+}  // namespace volshard::python
+
+PYBIND11_MODULE(_volshard, m) {
+  using namespace volshard;
+  using namespace volshard::python;
+  m.doc() = "volshard's C++ core (see volshard/__init__.py for the Python API)";
+  py::register_exception_translator(&translate_system_error);
+  set_warning_handler(&warn_in_python);
+  // Back to stderr before the interpreter goes away.
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([] { set_warning_handler(nullptr); }));
+
+  bind_sampler(m);
+  bind_volumes(m);
+  bind_data(m);
+  bind_pipeline(m);
 }

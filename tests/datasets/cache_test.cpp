@@ -10,11 +10,11 @@
 #include <fstream>
 #include <mutex>
 
-#include "volume_io/nifti_test_util.h"
 #include "transforms/augmentation_test_util.h"
 #include "volshard/core/large_blocks.h"
 #include "volshard/core/log.h"
 #include "volshard/datasets/volume.h"
+#include "volume_io/nifti_test_util.h"
 
 namespace volshard {
 namespace {

@@ -52,10 +52,10 @@ TEST(FeedSchemaTest, ListsTakeAnArrayACommaSeparatedStringOrOneValueAsTheFlagsDo
             (std::vector<double>{1.5, 1.5, 2}));
   EXPECT_EQ(feed_from_json(R"({"spatial_pad": 96})", "").prefix.spatial_pad,
             (std::vector<int64_t>{96}));
-  EXPECT_EQ(feed_from_json(R"({"prefix_order": "intensity,crop_foreground,orientation,spacing"})",
-                           "")
-                .prefix.order.front(),
-            "intensity");
+  EXPECT_EQ(
+      feed_from_json(R"({"prefix_order": "intensity,crop_foreground,orientation,spacing"})", "")
+          .prefix.order.front(),
+      "intensity");
   EXPECT_EQ(feed_from_json(R"({"crop": 8.0, "a_min": "-57"})", "").crop, 8);
 }
 
@@ -74,7 +74,8 @@ TEST(FeedSchemaTest, AWrongValueIsNamedByItsKeyAndTheCallersName) {
 
 TEST(FeedSchemaTest, TheSchemasBoundsValidateWithTheFlagsNames) {
   EXPECT_THAT(error_of(R"({"crop": 0})"), HasSubstr("Loader: --crop=0 must be >= 1"));
-  EXPECT_THAT(error_of(R"({"num_samples": 5000})"), HasSubstr("--num-samples=5000 must be in [1, 4096]"));
+  EXPECT_THAT(error_of(R"({"num_samples": 5000})"),
+              HasSubstr("--num-samples=5000 must be in [1, 4096]"));
   EXPECT_THAT(error_of(R"({"rot90_prob": 1.5})"), HasSubstr("--rot90-prob=1.5 must be in [0, 1]"));
   EXPECT_THAT(error_of(R"({"rand_scale": 1})"), HasSubstr("--rand-scale=1 must be in [0, 1)"));
   EXPECT_THAT(error_of(R"({"rand_shift": "inf"})"), HasSubstr("--rand-shift=inf must be >= 0"));

@@ -8,11 +8,11 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
-#include "volume_io/nifti_test_util.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/datalist.h"
 #include "volshard/datasets/loader.h"
 #include "volshard/transforms/transforms.h"
+#include "volume_io/nifti_test_util.h"
 
 namespace volshard {
 namespace {

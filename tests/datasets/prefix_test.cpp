@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <string>
 
-#include "volume_io/nifti_test_util.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/transforms/transforms.h"
+#include "volume_io/nifti_test_util.h"
 
 namespace volshard {
 namespace {

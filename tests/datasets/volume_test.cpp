@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <limits>
 
-#include "volume_io/nifti_test_util.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/transforms/transforms.h"
+#include "volume_io/nifti_test_util.h"
 
 namespace volshard {
 namespace {

@@ -21,13 +21,13 @@
 #include "run_folder.h"
 #include "run_ranks.h"
 #include "volshard/core/file_io.h"
-#include "volshard/volume_io/synthetic_dataset.h"
 #include "volshard/trainer/data_split.h"
 #include "volshard/trainer/device.h"
 #include "volshard/trainer/repro.h"
 #include "volshard/trainer/serialize.h"
 #include "volshard/trainer/train.h"
 #include "volshard/transforms/inference.h"
+#include "volshard/volume_io/synthetic_dataset.h"
 
 namespace volshard {
 namespace {

@@ -12,8 +12,8 @@
 #include "volshard/core/file_io.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
-#include "volshard/volume_io/nifti_header.h"
 #include "volshard/datasets/volume.h"
+#include "volshard/volume_io/nifti_header.h"
 
 namespace volshard::cli {
 

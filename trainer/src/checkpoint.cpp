@@ -10,8 +10,8 @@
 
 #include "archive_io.h"
 #include "volshard/core/file_io.h"
-#include "volshard/volume_io/nifti_header.h"
 #include "volshard/trainer/serialize.h"
+#include "volshard/volume_io/nifti_header.h"
 
 namespace volshard {
 namespace {

@@ -13,9 +13,9 @@
 #include "progress.h"
 #include "resume.h"
 #include "volshard/core/error.h"
-#include "volshard/volume_io/nifti_header.h"
 #include "volshard/transforms/inference.h"
 #include "volshard/transforms/transforms.h"
+#include "volshard/volume_io/nifti_header.h"
 
 namespace volshard {
 

@@ -145,13 +145,13 @@ void TrainOptions::validate() const {
   if (roi > 0) net.check_spatial_size({roi, roi, roi}, "train: --roi");
   // Lower bounds of what a step and a validation window hold, before a worker starts.
   check_fits_in_memory(voxels_bytes(feed.crop, batch_size * feed.num_samples, net),
-                       "train: --batch-size=" + std::to_string(batch_size) + " x --num-samples=" +
-                           std::to_string(feed.num_samples) + " crops of --crop=" +
-                           std::to_string(feed.crop));
+                       "train: --batch-size=" + std::to_string(batch_size) +
+                           " x --num-samples=" + std::to_string(feed.num_samples) +
+                           " crops of --crop=" + std::to_string(feed.crop));
   if (roi > 0)
     check_fits_in_memory(voxels_bytes(roi, sw_batch_size, net),
-                         "train: --roi=" + std::to_string(roi) + " with --sw-batch-size=" +
-                             std::to_string(sw_batch_size));
+                         "train: --roi=" + std::to_string(roi) +
+                             " with --sw-batch-size=" + std::to_string(sw_batch_size));
 }
 
 FeedOptions TrainOptions::resolved_feed() const {

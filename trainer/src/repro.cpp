@@ -22,9 +22,9 @@
 #include "json_lines.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/progress.h"
-#include "volshard/volume_io/nifti_header.h"
 #include "volshard/trainer/device.h"
 #include "volshard/trainer/diff.h"
+#include "volshard/volume_io/nifti_header.h"
 
 namespace volshard {
 

@@ -1,7 +1,7 @@
 #include "volshard/datasets/field_json.h"
 
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
@@ -88,7 +88,8 @@ std::vector<nlohmann::json> json_elements(const nlohmann::json& v) {
     size_t begin = 0;
     while (!s.empty()) {
       const size_t comma = s.find(',', begin);
-      out.emplace_back(s.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+      out.emplace_back(
+          s.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
       if (comma == std::string::npos) break;
       begin = comma + 1;
     }

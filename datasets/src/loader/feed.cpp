@@ -52,9 +52,9 @@ void FeedOptions::validate() const {
   for_each_feed_field(*this, CheckFieldBounds{});
   // One channel of this volume's crops, before a batch is even assembled.
   const double crop_voxels = static_cast<double>(crop) * static_cast<double>(crop) * crop;
-  check_fits_in_memory(4.0 * crop_voxels * static_cast<double>(num_samples),
-                       "--crop=" + std::to_string(crop) + " with --num-samples=" +
-                           std::to_string(num_samples));
+  check_fits_in_memory(
+      4.0 * crop_voxels * static_cast<double>(num_samples),
+      "--crop=" + std::to_string(crop) + " with --num-samples=" + std::to_string(num_samples));
 }
 
 namespace {

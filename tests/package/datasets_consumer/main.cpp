@@ -2,8 +2,8 @@
 #include <iostream>
 #include <string>
 
-#include "volshard/volume_io/synthetic_dataset.h"
 #include "volshard/datasets/volume.h"
+#include "volshard/volume_io/synthetic_dataset.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

@@ -106,7 +106,6 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
         p.num_classes);
 }
 
-
 /// The pipeline's fields (the prefix's, then the random steps'): the schema
 /// that `volshard train`'s flags and RUN/config.json, configs/*.json, the
 /// Python Loader and the benchmark all read. A new pipeline option is a
@@ -123,8 +122,7 @@ void for_each_feed_field(Self& f, Visit&& visit) {
       F("num_samples", "crops per volume").kept_on_resume().at_least(1).at_most(kMaxCropsPerVolume),
       f.num_samples);
   visit(F("allow_smaller", "crops larger than a volume shrink to it"), f.allow_smaller);
-  visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1),
-        f.rot90_prob);
+  visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1), f.rot90_prob);
   visit(
       F("flip_prob", "RandFlip probability, each axis on its own (0: none)").at_least(0).at_most(1),
       f.flip_prob);

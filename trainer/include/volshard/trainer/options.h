@@ -109,8 +109,8 @@ struct TrainOptions {
   double cache_rate = 1.0;    ///< fraction of training volumes whose prefix stays in memory
   std::string cache_dir;      ///< also persist the prepared prefix here (warm restarts)
   CacheDevice cache_device = CacheDevice::kHost;  ///< where the cache and augmentation live
-  int64_t workers = 2;        ///< loader threads per rank
-  std::string out_dir;        ///< RUN folder
+  int64_t workers = 2;                            ///< loader threads per rank
+  std::string out_dir;                            ///< RUN folder
   // Schedule
   int64_t epochs = 5;
   int64_t batch_size = 2;  ///< volumes per rank and step
@@ -153,7 +153,7 @@ struct TrainOptions {
   int64_t max_steps = -1;        ///< stop (with a checkpoint) after this many steps; -1: no limit
   double timeout_s = 120;        ///< a collective waiting longer for a peer fails
   // Machine
-  int64_t threads = 0;  ///< intra-op threads per rank; 0: cores / local world size
+  int64_t threads = 0;               ///< intra-op threads per rank; 0: cores / local world size
   Backend backend = Backend::kAuto;  ///< auto: NCCL with a GPU per local rank, else Gloo
   DeviceKind device = DeviceKind::kAuto;
   int64_t local_rank = 0;        ///< rank on this machine (from the launcher; not saved)
@@ -307,7 +307,9 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.fingerprints);
   visit(F("timeout", "seconds a collective waits for a lost peer").run_local().above(0),
         o.timeout_s);
-  visit(F("threads", "intra-op threads per rank (0: cores / local ranks)").at_least(0).at_most(kMaxThreads),
+  visit(F("threads", "intra-op threads per rank (0: cores / local ranks)")
+            .at_least(0)
+            .at_most(kMaxThreads),
         o.threads);
   visit(F("device",
           "where the network trains, validates and predicts: auto (cuda:LOCAL_RANK when CUDA has "
