@@ -58,6 +58,33 @@ TEST(ScaleIntensityTest, FusedLoopEqualsTheTensorFormulaBitForBit) {
   }
 }
 
+TEST(ScaleIntensityRangeTest, OnePassEqualsTorchsStepByStepArithmeticBitForBit) {
+  // MONAI's ScaleIntensityRange as torch runs it, one ATen op a step.
+  const auto torch_steps = [](const at::Tensor& x, const ScaleIntensityRangeOptions& o) {
+    at::Tensor y = (x - o.a_min) / (o.a_max - o.a_min);
+    y = y * (o.b_max - o.b_min) + o.b_min;
+    return o.clip ? at::clamp(y, o.b_min, o.b_max) : y;
+  };
+  at::manual_seed(7);
+  at::Tensor x = at::randn({1, 61, 47, 23}) * 700 - 200;  // CT-like values around the window
+  auto flat = x.view({-1});
+  flat[0] = std::numeric_limits<float>::quiet_NaN();
+  flat[1] = std::numeric_limits<float>::infinity();
+  flat[2] = -std::numeric_limits<float>::infinity();
+  flat[3] = -57.0f;
+  flat[4] = 164.0f;
+  for (const ScaleIntensityRangeOptions o :
+       {ScaleIntensityRangeOptions{-57, 164, 0, 1, true}, ScaleIntensityRangeOptions{-57, 164, 0, 1, false},
+        ScaleIntensityRangeOptions{-1000, 1000, -1, 1, true},
+        ScaleIntensityRangeOptions{0.1, 0.7, 0.3, 0.2, true},  // b_min > b_max: at::clamp gives b_max
+        ScaleIntensityRangeOptions{-125.5, 275.25, 0.0, 255.0, true}}) {
+    const at::Tensor got = scale_intensity_range(x, o), want = torch_steps(x, o);
+    EXPECT_TRUE(at::equal(got.isnan(), want.isnan()));
+    EXPECT_TRUE(at::equal(at::nan_to_num(got, 7.0), at::nan_to_num(want, 7.0)))
+        << o.a_min << " " << o.a_max << " " << o.b_min << " " << o.b_max << " " << o.clip;
+  }
+}
+
 TEST(ScaleIntensityTest, ConstantImageBecomesZerosAndNanPropagates) {
   EXPECT_TRUE(at::equal(scale_intensity(at::full({1, 2, 2, 2}, 7.0f)), at::zeros({1, 2, 2, 2})));
   at::Tensor x = at::rand({1, 2, 2, 2});
