@@ -17,7 +17,7 @@ prefix alone per case (one thread, no crops: MONAI's Compose of the deterministi
 `prepare`-equal prefix), and peak RSS (the process's VmHWM, MONAI's worker processes' too).
 
 usage: PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python bench/spleen_monai.py \
-           --bin build/bin/volshard [--volumes 8] [--size 384] [--epochs 2] [--rounds 2]
+           --bin build/bin/volshard [--volumes 8] [--size 384] [--cube N] [--epochs 2] [--rounds 2]
 """
 import argparse
 import json
@@ -113,6 +113,29 @@ print(json.dumps(out))
 """
 
 
+def restack(folder, edge):
+    """Every case of `folder` as edge^3 voxels over the same extent: nearest along each axis (voxel k takes
+    k * n // edge), the spacing scaled to match; written as plain int16 (labels uint8), the same files for
+    both sides."""
+    import nibabel as nib
+    import numpy as np
+    for sub in ("imagesTr", "labelsTr", "imagesTs"):
+        folder_sub = os.path.join(folder, sub)
+        if not os.path.isdir(folder_sub):
+            continue
+        for name in sorted(os.listdir(folder_sub)):
+            path = os.path.join(folder_sub, name)
+            img = nib.load(path)
+            out = np.asanyarray(img.dataobj)
+            affine = img.affine.copy()
+            for axis in range(3):
+                n = out.shape[axis]
+                out = np.take(out, (np.arange(edge) * n) // edge, axis=axis)
+                affine[:3, axis] *= n / edge
+            out = np.rint(out).astype(np.uint8 if sub == "labelsTr" else np.int16)
+            nib.save(nib.Nifti1Image(out, affine), path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -120,11 +143,15 @@ def main():
     ap.add_argument("--size", type=int, default=384, help="in-plane edge (size / 4 slices)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--cube", type=int, default=0,
+                    help="resample every case to cube^3 voxels over the same extent (e.g. --size 512 --cube 256)")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="volshard_spleen_monai_")
     data = os.path.join(root, "Task09")
     subprocess.run([args.bin, "synth", "--kind", "ct", "--out", data, "--count", str(args.volumes), "--size",
                     str(args.size), "--seed", "0"], check=True, capture_output=True)
+    if args.cube:
+        restack(data, args.cube)
     datalist = os.path.join(data, "dataset.json")
     with open(datalist) as f:
         n = len(json.load(f)["training"])
@@ -143,8 +170,10 @@ def main():
                 if p.returncode != 0:
                     sys.exit(f"{side} {source} failed:\n{p.stderr[-3000:]}")
                 results.setdefault((side, source), []).append(json.loads(p.stdout.strip().splitlines()[-1]))
+    shape = f"{args.cube}^3 (from {args.size} x {args.size} x {args.size // 4})" if args.cube else \
+        f"{args.size} x {args.size} x {args.size // 4}"
     print(f"spleen pipeline (configs/spleen.json; MONAI 1.4's notebook transforms) on {n} synthetic "
-          f"{args.size} x {args.size} x {args.size // 4} int16 CT volumes; batch 2, 96^3 x 4 crops, 2 workers "
+          f"{shape} int16 CT volumes; batch 2, 96^3 x 4 crops, 2 workers "
           f"(MONAI: processes, volshard: threads), {args.epochs} epochs, median of {args.rounds} alternated rounds")
     print(f"{'source':8} {'side':12} | {'wall s/vol':>10} {'CPU s/vol':>10} {'peak MB':>8} | "
           f"{'wall ratio':>10} {'CPU ratio':>9} {'CPU ratio, tuned':>16}")
