@@ -126,14 +126,14 @@ def _pipeline(pipeline, who):
 
 
 def _json_value(value):
-    """A Python value as JSON takes it: numpy and torch scalars as numbers, paths as text, nan and inf as
-    the text the schema reads back ("nan")."""
+    """A Python value as JSON takes it: numpy and torch scalars and arrays as numbers and lists, paths as
+    text, nan and inf as the text the schema reads back ("nan")."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     if isinstance(value, (list, tuple)):
         return [_json_value(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return _json_value(value.item())
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy and torch values, arrays too
+        return _json_value(value.tolist())
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     return value

@@ -63,6 +63,13 @@ def test_the_loader_feeds_every_key_of_a_config_file(synth_data, tmp_path):
     loader.close()
     assert volshard.Loader(synth_data, sampler, pipeline=NON_DEFAULT, batch_size=1, workers=0,
                            cache_rate=0).pipeline == NON_DEFAULT
+    # numpy and torch values, as a Python user may hold them
+    import numpy
+    import torch
+    as_arrays = dict(NON_DEFAULT, pixdim=numpy.array(NON_DEFAULT["pixdim"]), crop=numpy.int64(16),
+                     spatial_pad=torch.tensor(NON_DEFAULT["spatial_pad"]), rot90_prob=numpy.float32(0.25))
+    assert volshard.Loader(synth_data, sampler, pipeline=as_arrays, batch_size=1, workers=0,
+                           cache_rate=0).pipeline == NON_DEFAULT
 
 
 def as_flags(pipeline):
