@@ -3,6 +3,9 @@
 // (load_pair) and the random augmentation after it. `volshard train`,
 // `volshard preview`, the Python Loader and bench_pipeline all build their
 // pipeline from these, so a preview shows exactly what training feeds.
+// Every field is one row of the schema below (for_each_feed_field): its key
+// in configs/*.json, RUN/config.json and the Loader's pipeline, its flag,
+// help and bounds; feed_from_json reads it, feed_to_json writes it.
 //
 // The defaults are MONAI's DDP tutorial (ScaleIntensity; RandCropByPosNegLabel,
 // RandRotate90). configs/spleen.json and configs/brats.json set the Decathlon
@@ -47,7 +50,8 @@ struct FeedOptions {
   double rand_scale = 0.0;     ///< RandScaleIntensity(factors +-v, prob 1); 0: none
   double rand_shift = 0.0;     ///< RandShiftIntensity(offsets +-v, prob 1); 0: none
   /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1"):
-  /// the schema's bounds (for_each_feed_field), then what spans fields.
+  /// the prefix's checks, the schema's bounds (for_each_feed_field), then
+  /// what spans fields.
   void validate() const;
 };
 
