@@ -190,7 +190,7 @@ void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t v
       file_mb += static_cast<double>(std::filesystem::file_size(p.image) +
                                      std::filesystem::file_size(p.label));
     file_mb /= static_cast<double>(volumes) * (1 << 20);
-    const auto pipeline = rank_pipeline(list, f, 2, true);
+    const auto pipeline = rank_pipeline(list, f, bench_loader(2), true);
     const double cache_mb =
         static_cast<double>(pipeline->cache().cached_bytes()) / volumes / (1 << 20);
     const double rate = volumes_per_second(*pipeline, volumes, epochs, f.num_samples);

@@ -96,9 +96,7 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
   }
   FeedOptions feed;
   feed.crop = args.crop;
-  LoaderOptions o;
-  o.batch_size = 2;
-  o.workers = 2;
+  const LoaderOptions o = bench_loader(2);
   const int64_t in_flight = o.prefetch_batches + 2;
   const double batch_mb = 2.0 * o.batch_size * feed.num_samples * static_cast<double>(args.crop) *
                           args.crop * args.crop * 4 / (1 << 20);
@@ -133,7 +131,7 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
     const Usage s0 = usage_now();
     const auto t_setup = std::chrono::steady_clock::now();
     {
-      const auto pipeline = rank_pipeline(pairs, feed, o.workers, cached);
+      const auto pipeline = rank_pipeline(pairs, feed, o, cached);
       DataLoader& loader = pipeline->loader();
       const double cache_mb =
           cached ? static_cast<double>(pipeline->cache().cached_bytes()) / (1 << 20) : 0;

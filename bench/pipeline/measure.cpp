@@ -42,14 +42,19 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::unique_ptr<RankPipeline> rank_pipeline(const std::vector<ImageLabelPair>& pairs,
-                                            const FeedOptions& feed, int64_t workers, bool cached) {
+LoaderOptions bench_loader(int64_t workers) {
   LoaderOptions lo;
   lo.batch_size = 2;
   lo.workers = workers;
+  return lo;
+}
+
+std::unique_ptr<RankPipeline> rank_pipeline(const std::vector<ImageLabelPair>& pairs,
+                                            const FeedOptions& feed, const LoaderOptions& loader,
+                                            bool cached) {
   CacheOptions co;
   co.cache_rate = cached ? 1.0 : 0.0;
-  return std::make_unique<RankPipeline>(pairs, feed, lo, co);
+  return std::make_unique<RankPipeline>(pairs, feed, loader, co);
 }
 
 double volumes_per_second(RankPipeline& pipeline, int64_t volumes, int epochs,

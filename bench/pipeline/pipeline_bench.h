@@ -49,11 +49,14 @@ double stage_ms(int64_t volumes, int rounds, Fn fn) {
   return median(ms);
 }
 
+// The loader every table measures: batch 2 (the tutorial's), `workers` threads.
+LoaderOptions bench_loader(int64_t workers);
 // One rank's pipeline as volshard train and the Python Loader build it
-// (RankPipeline): `feed` over `pairs`, batch 2, `workers` loader threads,
-// every item cached (`cached`, filled on 2 threads) or loaded on use.
+// (RankPipeline): `feed` over `pairs` through `loader`, every item cached
+// (`cached`, filled on 2 threads) or loaded on use.
 std::unique_ptr<RankPipeline> rank_pipeline(const std::vector<ImageLabelPair>& pairs,
-                                            const FeedOptions& feed, int64_t workers, bool cached);
+                                            const FeedOptions& feed, const LoaderOptions& loader,
+                                            bool cached);
 // Volumes per second of `pipeline`'s loader over `epochs` epochs of its
 // `volumes` items (num_samples crops each), median of three runs.
 double volumes_per_second(RankPipeline& pipeline, int64_t volumes, int epochs, int64_t num_samples);

@@ -119,7 +119,7 @@ void run_tutorial(const std::string& script, int64_t volumes, int epochs, bool t
       const bool cached = std::string(mode) == "cached";
       for (int64_t workers : {1, 2}) {
         const FeedOptions tutorial;  // MONAI's DDP tutorial: 96^3 x 4 crops, rot90 p=0.5
-        const auto pipeline = rank_pipeline(pairs, tutorial, workers, cached);
+        const auto pipeline = rank_pipeline(pairs, tutorial, bench_loader(workers), cached);
         const double ours = volumes_per_second(*pipeline, volumes, epochs, tutorial.num_samples);
         const double base = python_baseline(script, dir.string(), mode, workers, epochs);
         char base_text[32] = "n/a", ratio[32] = "n/a", ceiling[32] = "";

@@ -15,15 +15,6 @@
 #include "commands.h"
 
 namespace volshard::cli {
-namespace {
-
-template <class T>
-struct IsVector : std::false_type {};
-template <class T>
-struct IsVector<std::vector<T>> : std::true_type {};
-
-}  // namespace
-
 template <class T>
 void add_enum_option(CLI::App* cmd, const std::string& flag, T& value, const std::string& help) {
   std::map<std::string, T> names;

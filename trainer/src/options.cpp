@@ -3,10 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <stdexcept>
-#include <type_traits>
 
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"

@@ -7,8 +7,10 @@
 namespace volshard {
 namespace {
 
+// The options are checked before the fill, which may take minutes.
 SampleCache make_cache(const std::vector<ImageLabelPair>& pairs, const FeedOptions& feed,
-                       CacheOptions c) {
+                       const LoaderOptions& loader, CacheOptions c) {
+  loader.validate();
   feed.validate();
   const PairOptions prefix = feed_prefix(feed);
   if (!c.cache_dir.empty()) {
@@ -27,7 +29,7 @@ SampleCache make_cache(const std::vector<ImageLabelPair>& pairs, const FeedOptio
 RankPipeline::RankPipeline(std::vector<ImageLabelPair> pairs, const FeedOptions& feed,
                            const LoaderOptions& loader, CacheOptions cache)
     : pairs_(std::move(pairs)),
-      cache_((loader.validate(), make_cache(pairs_, feed, std::move(cache)))),
+      cache_(make_cache(pairs_, feed, loader, std::move(cache))),
       loader_(cache_.source(), feed_augmentation(feed), loader) {
   reserved_bytes_ = loader_.reserve();  // the batch buffers faulted in now, not in the first epoch
 }

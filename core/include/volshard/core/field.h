@@ -15,6 +15,13 @@
 
 namespace volshard {
 
+/// Whether a table member is a list (std::vector): flags and JSON take it
+/// comma-separated or as an array.
+template <class T>
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
+
 /// The name of `value` among enum_names(E{}) (declared beside each enum, as
 /// the JSON and the flags spell its values).
 template <class E>

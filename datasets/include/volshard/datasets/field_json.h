@@ -17,11 +17,6 @@
 namespace volshard {
 namespace detail {
 
-template <class T>
-struct IsVector : std::false_type {};
-template <class T>
-struct IsVector<std::vector<T>> : std::true_type {};
-
 /// A JSON value as a message quotes it: strings in single quotes, as Python's
 /// repr (the Loader's users write Python), anything else as JSON.
 std::string json_value_text(const nlohmann::json& v);
@@ -51,7 +46,7 @@ void field_from_json(const Field& f, const nlohmann::json& v, const std::string&
     for (const auto& [name, value] : enum_names(T{})) names += (names.empty() ? "" : ", ") + name;
     throw std::invalid_argument(who + f.key + "=" + detail::json_value_text(v) +
                                 " must be one of " + names);
-  } else if constexpr (detail::IsVector<T>::value) {
+  } else if constexpr (IsVector<T>::value) {
     T list;
     for (const nlohmann::json& e : detail::json_elements(v)) {
       typename T::value_type x{};

@@ -4,7 +4,6 @@
 // and the command-line flags (tools/volshard), so a new option is one line.
 
 #include <cstdint>
-#include <limits>
 #include <set>
 #include <string>
 #include <utility>
