@@ -1,0 +1,1009 @@
+"""The recorder that runs inside every audited process (each rank, each of its
+DataLoader workers, or the process that calls ``check()``): it patches torch's
+DataLoader machinery and writes what it sees as JSON lines, one file per
+process, for analyze.py to read. Nothing here changes what a loader yields.
+
+What is patched, and why there:
+- ``DataLoader.__init__``: where the loader was made (the call chain of the
+  user's frames), which names the loader in every finding.
+- ``DataLoader.__iter__``: an epoch begins; the random state the rank starts it
+  from; the stop after E epochs (AuditStop, raised before the sampler is
+  touched).
+- ``_BaseDataLoaderIter._next_index`` and ``_MultiProcessingDataLoaderIter.
+  _try_put_index``: each batch of indices the sampler yields, and the worker it
+  is sent to. ``_BaseDataLoaderIter.__next__``: each batch the loop takes, the
+  grad mode it takes it in, the end of the epoch.
+- ``_DatasetKind.create_fetcher``: every fetch, in the main process and in each
+  worker (its fetcher is made after torch seeds the worker and after
+  ``worker_init_fn``): the samples' fingerprints and the generators a fetch
+  draws from, with the state each starts the epoch from.
+- ``torch.utils.data._utils.worker._worker_loop`` (for the time a multi-process
+  iterator starts its workers): an entry that tells the worker which loader and
+  epoch it serves, and that installs these patches under spawn too.
+- ``state_dict``/``load_state_dict`` of the samplers, batch samplers and loaders
+  iterated: saves and restores, for the resume check.
+- ``torch.distributed.init_process_group``/``new_group`` and a few CUDA calls,
+  where the machine has no GPU (launcher only; see substitute_devices()).
+"""
+
+import collections
+import functools
+import hashlib
+import itertools
+import json
+import linecache
+import numbers
+import os
+import random
+import re
+import sys
+import sysconfig
+import threading
+
+import torch
+import torch.utils.data as tud
+import torch.utils.data.dataloader as tdl
+import torch.utils.data._utils.worker as tworker
+
+try:
+    import numpy as np
+except ImportError:  # torch runs without numpy; so does the audit
+    np = None
+
+_AUDIT_DIR = os.path.dirname(os.path.abspath(__file__))
+_VOLSHARD_DIR = os.path.dirname(_AUDIT_DIR)
+_MAX_CHILDREN = 64  # items of a list or dict walked when looking for generators
+_MAX_DEPTH = 8
+_MAX_OBJECTS = 4096
+_MAX_FRAMES = 4  # the innermost user frames that name where a loader was made
+
+
+class AuditStop(BaseException):
+    """Raised by ``iter(loader)`` when the loader has had the epochs asked for.
+    A BaseException, so that ``except Exception`` in the script lets it pass."""
+
+
+# --------------------------------------------------------------------------- hashes
+
+
+def _digest(*parts):
+    h = hashlib.blake2b(digest_size=8)
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
+
+
+# Keys of MONAI's bookkeeping that hold ids (memory addresses) and so differ
+# from run to run without the data differing.
+_SKIPPED_KEYS = ("applied_operations", "id")
+
+
+def _fingerprint_into(h, x, depth=0):
+    """Feeds x's arrays, tensors, numbers and strings into h, in a fixed order.
+    Objects without a stable form (functions, arbitrary instances) add their
+    type's name only: their repr holds addresses."""
+    if depth > 12:
+        return
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if type(t) is not torch.Tensor:
+            t = t.as_subclass(torch.Tensor)  # MetaTensor: the data, not its metadata
+        if t.is_sparse or t.layout != torch.strided:
+            h.update(b"T?" + str(tuple(t.shape)).encode())
+            return
+        t = t.cpu().contiguous()
+        h.update(b"T" + str(t.dtype).encode() + str(tuple(t.shape)).encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        return
+    if np is not None and isinstance(x, np.ndarray):
+        h.update(b"A" + str(x.dtype).encode() + str(x.shape).encode())
+        if x.dtype != object:
+            h.update(np.ascontiguousarray(x).tobytes())
+        else:
+            for v in x.reshape(-1)[:4096]:
+                _fingerprint_into(h, v, depth + 1)
+        return
+    if np is not None and isinstance(x, np.generic):
+        h.update(b"S" + str(x.dtype).encode() + x.tobytes())
+        return
+    if isinstance(x, (bool, int, float, complex, str, bytes)) or x is None:
+        h.update(b"P" + type(x).__name__.encode() + repr(x).encode())
+        return
+    if isinstance(x, dict) or (hasattr(x, "keys") and hasattr(x, "__getitem__") and hasattr(x, "items")):
+        items = [(str(k), v) for k, v in x.items()]
+        h.update(b"D%d" % len(items))
+        for k, v in sorted(items, key=lambda kv: kv[0]):
+            if k in _SKIPPED_KEYS or k.endswith("_transforms"):
+                continue
+            h.update(k.encode())
+            _fingerprint_into(h, v, depth + 1)
+        return
+    if isinstance(x, (list, tuple)):
+        h.update(b"L%d" % len(x))
+        for v in x:
+            _fingerprint_into(h, v, depth + 1)
+        return
+    h.update(b"O" + type(x).__qualname__.encode())
+
+
+def fingerprint(x):
+    """A 64-bit hex digest of a sample (or any value) as analyze.py compares them."""
+    h = hashlib.blake2b(digest_size=8)
+    _fingerprint_into(h, x)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ generators
+
+
+def _is_monai_randomizable(obj):
+    return any(c.__name__ == "Randomizable" and c.__module__.startswith("monai") for c in type(obj).__mro__)
+
+
+def _generator_types():
+    types = [random.Random, torch.Generator]
+    if np is not None:
+        types += [np.random.RandomState, np.random.Generator]
+    return tuple(types)
+
+
+_GENERATOR_TYPES = _generator_types()
+
+
+def _state_hash(g):
+    """The state of a generator object as a digest (equal states, equal digests)."""
+    if isinstance(g, random.Random):
+        return _digest(repr(g.getstate()).encode())
+    if isinstance(g, torch.Generator):
+        return _digest(g.get_state().numpy().tobytes())
+    if np is not None and isinstance(g, np.random.RandomState):
+        kind, key, pos, has_gauss, gauss = g.get_state()
+        return _digest(key.tobytes(), repr((kind, pos, has_gauss, gauss)).encode())
+    if np is not None and isinstance(g, np.random.Generator):
+        return _digest(json.dumps(g.bit_generator.state, sort_keys=True, default=str).encode())
+    return None
+
+
+def _global_states():
+    """Python's random, numpy's global generator, torch's default CPU generator."""
+    states = {"random": _digest(repr(random.getstate()).encode()),
+              "torch": _digest(torch.get_rng_state().numpy().tobytes())}
+    if np is not None:
+        kind, key, pos, has_gauss, gauss = np.random.get_state()
+        states["numpy"] = _digest(key.tobytes(), repr((kind, pos, has_gauss, gauss)).encode())
+    return states
+
+
+def _global_ids():
+    ids = {id(random._inst): "random", id(torch.default_generator): "torch"}
+    if np is not None:
+        ids[id(np.random.mtrand._rand)] = "numpy"
+    return ids
+
+
+def _skip(obj):
+    return isinstance(obj, (str, bytes, bytearray, numbers.Number, type(None), torch.Tensor, type, range,
+                            type(os), type(_skip), type(len), functools.partial)) \
+        or (np is not None and isinstance(obj, (np.ndarray, np.generic)))
+
+
+def generators(root, path="dataset"):
+    """[(name, generator)] reachable from root (a dataset): generator objects it
+    holds (random.Random, numpy RandomState and Generator, torch.Generator) and
+    the R of every MONAI Randomizable transform, walked breadth first through
+    attributes, lists and dicts (the first 64 items of each), 8 levels deep, at
+    most 4096 objects. A generator reached twice is named once, by its first
+    path; the global generators are named random, numpy and torch."""
+    found, seen = [], set(_global_ids())
+    queue = collections.deque([(root, path, 0)])
+    visited = 0
+    while queue and visited < _MAX_OBJECTS:
+        obj, name, depth = queue.popleft()
+        if id(obj) in seen or depth > _MAX_DEPTH:
+            continue
+        if isinstance(obj, _GENERATOR_TYPES):
+            seen.add(id(obj))
+            found.append((name, obj))
+            continue
+        if _skip(obj):
+            continue
+        seen.add(id(obj))
+        visited += 1
+        if isinstance(obj, dict):
+            children = [(v, f"{name}[{k!r}]") for k, v in itertools.islice(obj.items(), _MAX_CHILDREN)]
+        elif isinstance(obj, (list, tuple, collections.deque)):
+            children = [(v, f"{name}[{i}]") for i, v in enumerate(itertools.islice(obj, _MAX_CHILDREN))]
+        else:
+            try:
+                attrs = vars(obj)
+            except TypeError:
+                attrs = {}
+            children = []
+            if _is_monai_randomizable(obj) and "R" not in attrs:
+                # Randomizable.R is a class attribute until set_random_state: one
+                # generator for every such transform of the process.
+                children.append((type(obj).R, f"{name}.R"))
+            children += [(v, f"{name}.{k}") for k, v in itertools.islice(attrs.items(), 2 * _MAX_CHILDREN)
+                         if not k.startswith("__")]
+        queue.extend((child, child_name, depth + 1) for child, child_name in children)
+    return found
+
+
+def _all_states(dataset):
+    states = _global_states()
+    for name, g in generators(dataset):
+        h = _state_hash(g)
+        if h is not None:
+            states[name] = h
+    return states
+
+
+# ----------------------------------------------------------------- call sites
+
+
+def _excluded_dirs():
+    dirs = [os.path.dirname(os.path.abspath(torch.__file__)), _VOLSHARD_DIR]
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            dirs.append(os.path.abspath(p))
+    return tuple(d + os.sep for d in dirs)
+
+
+_EXCLUDED = _excluded_dirs()
+
+
+def _is_user_file(filename):
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if path.startswith(_EXCLUDED):
+        return False
+    monai = sys.modules.get("monai")
+    if monai is not None and getattr(monai, "__file__", None):
+        if path.startswith(os.path.dirname(os.path.abspath(monai.__file__)) + os.sep):
+            return False
+    return True
+
+
+def user_frames(skip=1):
+    """The call chain's frames in the user's code, innermost first: frames of
+    torch, MONAI, volshard and the standard library left out."""
+    frames = []
+    f = sys._getframe(skip)
+    while f is not None:
+        if _is_user_file(f.f_code.co_filename):
+            frames.append((os.path.abspath(f.f_code.co_filename), f.f_lineno))
+        f = f.f_back
+    return frames
+
+
+_ASSIGNED = re.compile(r"^\s*(?:self\.)?([A-Za-z_][\w]*)\s*(?::[^=]*)?=[^=]")
+_ITERATED = re.compile(r"\bin\s+(?:enumerate\(|tqdm\(|iter\()?\s*(?:self\.)?([A-Za-z_][\w]*)")
+
+
+def _source_name(frame, pattern):
+    """The name a line of source binds (x = ...) or iterates (for b in x:); for
+    a call that spans lines, the name its first line binds."""
+    if not frame:
+        return None
+    filename, lineno = frame
+    line = linecache.getline(filename, lineno)
+    m = pattern.search(line)
+    if m or pattern is _ITERATED:
+        return m.group(1) if m else None
+    for back in range(1, 4):
+        previous = linecache.getline(filename, lineno - back).split("#")[0].rstrip()
+        if not previous or previous[-1] not in "([{,=\\":
+            return None  # the line above ends a statement: this line starts one
+        m = pattern.search(previous)
+        if m:
+            return m.group(1)
+    return None
+
+
+# ------------------------------------------------------------------- recorder
+
+
+class Recorder:
+    """Writes one JSON line per event into directory/rank{R}.{pid}.jsonl. Each
+    process writes its own file (a forked worker opens its own at its first
+    line); lines are flushed as written, so a killed process loses nothing it
+    recorded."""
+
+    def __init__(self, directory, rank, epochs=0, fingerprints=True):
+        self.directory = directory
+        self.rank = int(rank)
+        self.epochs = int(epochs)  # stop a loader at its (epochs+1)-th iteration; 0: never
+        self.fingerprints = fingerprints
+        self._file = None
+        self._file_key = None
+        self._lock = threading.Lock()
+        self._lock_pid = os.getpid()
+        self.complete = collections.Counter()  # loader key -> complete epochs (this process)
+        self.ordinal = collections.Counter()   # loader key -> iterations begun (this process)
+        self.described = set()
+        self.first_substitution = {}
+
+    def emit(self, record):
+        pid = os.getpid()
+        if self._lock_pid != pid:  # a forked child: the parent's lock may be held by a thread that is not here
+            self._lock = threading.Lock()
+            self._lock_pid = pid
+        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        with self._lock:
+            key = (self.rank, pid)
+            if self._file_key != key:
+                self._file = open(os.path.join(self.directory, f"rank{self.rank}.{pid}.jsonl"), "a",
+                                  buffering=1)
+                self._file_key = key
+            self._file.write(line)
+
+    def close(self):
+        with self._lock:
+            if self._file is not None and self._file_key and self._file_key[1] == os.getpid():
+                self._file.close()
+            self._file, self._file_key = None, None
+
+
+class _Iteration:
+    """One pass of one loader in the main process (an epoch, if it ends)."""
+
+    def __init__(self, key, ordinal, multiprocess):
+        self.key = key
+        self.ordinal = ordinal
+        self.multiprocess = multiprocess
+        self.batches = []   # indices of each batch the sampler yielded, in order
+        self.pending = []   # multi-process: yielded, not yet sent to a worker
+        self.consumed = 0   # batches the loop took
+        self.ended = False
+
+    def consumed_samples(self):
+        return sum(len(b) for b in self.batches[:self.consumed])
+
+
+class _State:
+    recorder = None
+    current = None          # the _Iteration whose iter() is running (main process)
+    worker = None           # in a worker: its _WorkerContext
+    owner = {}              # id(sampler, batch sampler or loader) -> (object, its current _Iteration)
+    pending_resume = {}     # id(object) -> state digest passed to its load_state_dict
+    stateful_depth = threading.local()
+    installed = False
+
+
+_S = _State()
+
+
+def _emit(record):
+    if _S.recorder is not None:
+        _S.recorder.emit(record)
+
+
+# ------------------------------------------------------------ loader metadata
+
+
+def _qualname(cls):
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _plain(v):
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    return None
+
+
+def _index_sampler_of(loader):
+    """The sampler whose indices the loader reads: its sampler, or the one a
+    custom batch sampler wraps."""
+    bs = getattr(loader, "batch_sampler", None)
+    if bs is not None and not isinstance(bs, tud.BatchSampler) and hasattr(bs, "sampler"):
+        return bs.sampler
+    return getattr(loader, "sampler", None)
+
+
+def _sized(x):
+    if isinstance(x, int):
+        return x
+    try:
+        return len(x)
+    except Exception:  # noqa: BLE001  (a dataset without a length)
+        return None
+
+
+def _volshard_sampler_class():
+    mod = sys.modules.get("volshard.sampler")
+    return getattr(mod, "DistributedSampler", None) if mod is not None else None
+
+
+def describe_sampler(sampler, dataset_size):
+    """The sampler's class and the attributes the analyses read; ``partition``
+    says what they may expect of it: "distributed" (torch's, MONAI's or
+    volshard's DistributedSampler: each index once over the ranks, plus
+    padding), "whole" (a sampler over the whole dataset, every rank reading it
+    all), "replacement" (draws with replacement: repeats are meant) or "other"."""
+    d = {"class": _qualname(type(sampler)) if sampler is not None else None}
+    for a in ("shuffle", "seed", "drop_last", "num_replicas", "rank", "num_samples", "total_size", "epoch",
+              "replacement", "mode"):
+        if hasattr(sampler, a):
+            try:
+                v = _plain(getattr(sampler, a))
+            except Exception:  # noqa: BLE001  (a property that fails)
+                v = None
+            if v is not None:
+                d[a] = v
+    vs = _volshard_sampler_class()
+    size = dataset_size
+    if isinstance(sampler, tud.DistributedSampler) or (vs is not None and isinstance(sampler, vs)):
+        d["partition"] = "distributed"
+        size = _sized(getattr(sampler, "dataset", None))
+        if size is None:
+            size = dataset_size
+    elif d.get("replacement") or type(sampler).__name__ in ("WeightedRandomSampler",
+                                                            "DistributedWeightedRandomSampler"):
+        d["partition"] = "replacement"
+    elif isinstance(sampler, (tud.SequentialSampler, tud.RandomSampler)):
+        d["partition"] = "whole"
+        if isinstance(sampler, tud.RandomSampler):
+            d["shuffle"] = True
+            if getattr(sampler, "_num_samples", None) is not None:
+                d["partition"] = "other"  # a subset of the dataset per epoch
+        else:
+            d["shuffle"] = False
+    else:
+        d["partition"] = "other"
+    if size is not None:
+        d["dataset_size"] = int(size)
+    return d
+
+
+def _describe_loader(loader, key, site, name):
+    dataset = getattr(loader, "dataset", None)
+    sampler = _index_sampler_of(loader)
+    iterable = isinstance(dataset, tud.IterableDataset)
+    size = None if iterable else _sized(dataset)
+    bs = getattr(loader, "batch_sampler", None)
+    return {"t": "loader", "key": key, "site": site, "name": name, "class": _qualname(type(loader)),
+            "dataset": _qualname(type(dataset)), "dataset_size": size, "iterable": iterable,
+            "batch_size": _plain(getattr(loader, "batch_size", None)),
+            "batch_sampler": _qualname(type(bs)) if bs is not None else None,
+            "drop_last": bool(getattr(loader, "drop_last", False)),
+            "num_workers": int(getattr(loader, "num_workers", 0)),
+            "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+            "sampler": describe_sampler(sampler, size)}
+
+
+def _loader_key(loader):
+    site = getattr(loader, "_volshard_audit_site", None)
+    if site is None:  # made before the audit started (or by code that bypassed __init__)
+        site = [(f"<{type(loader).__name__} made before the audit>", 0)]
+    return " < ".join(f"{f}:{line}" for f, line in site), site
+
+
+def _int_index(i):
+    if isinstance(i, bool):
+        return i
+    if isinstance(i, numbers.Integral):
+        return int(i)
+    if isinstance(i, torch.Tensor) and i.numel() == 1 and not i.is_floating_point():
+        return int(i.item())
+    if np is not None and isinstance(i, np.integer):
+        return int(i)
+    return repr(i) if not isinstance(i, (str, float)) else i
+
+
+def _indices(index):
+    if isinstance(index, (list, tuple)):
+        return [_int_index(i) for i in index]
+    if isinstance(index, torch.Tensor) and index.dim() == 1:
+        return [_int_index(i) for i in index.tolist()]
+    return [_int_index(index)]
+
+
+# --------------------------------------------------------------- the patches
+
+
+_ORIG = {}
+
+
+def _begin_iteration(loader, multiprocess, kind="torch"):
+    """Called as iter(loader) starts: raises AuditStop after E epochs, else
+    records the iteration's start and returns its _Iteration."""
+    rec = _S.recorder
+    key, site = _loader_key(loader)
+    if rec.epochs > 0 and rec.complete[key] >= rec.epochs:
+        raise AuditStop(f"{key}: {rec.complete[key]} epochs audited")
+    frames = user_frames(3)
+    iter_site = frames[0] if frames else None
+    if key not in rec.described:
+        rec.described.add(key)
+        name = getattr(loader, "_volshard_audit_name", None)
+        if kind == "torch":
+            record = _describe_loader(loader, key, f"{site[0][0]}:{site[0][1]}", name)
+        else:
+            record = _describe_volshard_loader(loader, key, f"{site[0][0]}:{site[0][1]}", name)
+        _emit(record)
+    it = _Iteration(key, rec.ordinal[key], multiprocess)
+    rec.ordinal[key] += 1
+    sampler = _index_sampler_of(loader) if kind == "torch" else loader.sampler
+    objects = [loader, sampler, getattr(loader, "batch_sampler", None)]
+    resumed = None
+    for obj in objects:
+        if obj is None:
+            continue
+        _wrap_stateful(type(obj))
+        _S.owner[id(obj)] = (obj, it)
+        if id(obj) in _S.pending_resume:
+            resumed = _S.pending_resume.pop(id(obj))
+    dataset = getattr(loader, "dataset", None) if kind == "torch" else None
+    _emit({"t": "iter", "key": key, "epoch": it.ordinal, "kind": kind,
+           "sampler": describe_sampler(sampler, _sized(dataset) if dataset is not None else None),
+           "iter_site": f"{iter_site[0]}:{iter_site[1]}" if iter_site else None,
+           "iter_name": _source_name(iter_site, _ITERATED), "resumed": resumed,
+           "states": _global_states() if dataset is None else _all_states(dataset)})
+    return it
+
+
+def _dataloader_init(self, *args, **kwargs):
+    _ORIG["init"](self, *args, **kwargs)
+    if _S.recorder is not None and getattr(self, "_volshard_audit_site", None) is None:
+        frames = user_frames(2)[:_MAX_FRAMES]
+        self._volshard_audit_site = frames or [("<no user frame>", 0)]
+        self._volshard_audit_name = _source_name(frames[0], _ASSIGNED) if frames else None
+
+
+def _dataloader_iter(self):
+    if _S.recorder is None or _S.worker is not None:
+        return _ORIG["iter"](self)
+    multiprocess = getattr(self, "num_workers", 0) > 0
+    it = _begin_iteration(self, multiprocess)
+    previous, _S.current = _S.current, it
+    try:
+        iterator = _ORIG["iter"](self)
+    finally:
+        _S.current = previous
+    iterator._volshard_audit = it
+    return iterator
+
+
+def _iteration_of(iterator):
+    if _S.current is not None:  # inside iter(): the iterator may still carry the previous epoch's
+        iterator._volshard_audit = _S.current
+        return _S.current
+    return getattr(iterator, "_volshard_audit", None)
+
+
+def _next_index(self):
+    index = _ORIG["next_index"](self)
+    it = _iteration_of(self) if _S.recorder is not None else None
+    if it is not None:
+        indices = _indices(index)
+        if it.multiprocess:
+            it.pending.append(indices)
+        else:
+            k = len(it.batches)
+            it.batches.append(indices)
+            _emit({"t": "batch", "key": it.key, "epoch": it.ordinal, "k": k, "indices": indices, "worker": -1})
+    return index
+
+
+def _try_put_index(self):
+    before = self._send_idx
+    _ORIG["try_put_index"](self)
+    it = _iteration_of(self) if _S.recorder is not None else None
+    if it is None or not it.pending:
+        return
+    if self._send_idx == before + 1:
+        indices = it.pending.pop(0)
+        worker = self._task_info[before][0]
+        k = len(it.batches)
+        it.batches.append(indices)
+        _emit({"t": "batch", "key": it.key, "epoch": it.ordinal, "k": k, "indices": indices, "worker": int(worker)})
+    else:  # yielded but sent to no worker (an exhausted iterable dataset): not read
+        it.pending.pop(0)
+
+
+def _grad_on():
+    return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+
+def _iter_next(self):
+    it = getattr(self, "_volshard_audit", None) if _S.recorder is not None else None
+    try:
+        data = _ORIG["next"](self)
+    except StopIteration:
+        if it is not None and not it.ended:
+            it.ended = True
+            _S.recorder.complete[it.key] += 1
+            _emit({"t": "end", "key": it.key, "epoch": it.ordinal, "consumed": it.consumed})
+        raise
+    if it is not None:
+        _emit({"t": "next", "key": it.key, "epoch": it.ordinal, "k": it.consumed, "grad": _grad_on()})
+        it.consumed += 1
+    return data
+
+
+class _WorkerContext:
+    def __init__(self, key, epoch, worker):
+        self.key = key
+        self.epoch = epoch
+        self.worker = worker
+
+
+class _AuditedFetcher:
+    """Wraps torch's fetcher: fingerprints each sample before the collate
+    function sees it, and notes which generators each fetch draws from."""
+
+    def __init__(self, inner, key, epoch, worker):
+        self._inner = inner
+        self._key, self._epoch, self._worker = key, epoch, worker
+        self._seq = 0
+        self._known = {}
+        self._samples = None
+        self._collate = inner.collate_fn
+        inner.collate_fn = self._record_collate
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def _record_collate(self, data):
+        self._samples = data
+        return self._collate(data)
+
+    def fetch(self, possibly_batched_index):
+        rec = _S.recorder
+        dataset = self._inner.dataset
+        before = _all_states(dataset)
+        new = {k: v for k, v in before.items() if k not in self._known}
+        self._known.update(new)
+        self._samples = None
+        try:
+            return self._inner.fetch(possibly_batched_index)
+        finally:
+            after = _all_states(dataset)
+            drawn = sorted(k for k, v in before.items() if after.get(k) != v)
+            samples = self._samples
+            self._samples = None
+            if self._inner.auto_collation:
+                samples = list(samples) if samples is not None else []
+                indices = _indices(possibly_batched_index)[:len(samples)]
+            else:
+                samples = [samples] if samples is not None else []
+                indices = _indices(possibly_batched_index)
+            fps = [fingerprint(s) for s in samples] if rec.fingerprints else []
+            _emit({"t": "fetch", "key": self._key, "epoch": self._epoch, "worker": self._worker,
+                   "seq": self._seq, "indices": indices, "fp": fps, "new": new, "drawn": drawn, "pid": os.getpid()})
+            self._seq += 1
+
+
+def _create_fetcher(kind, dataset, auto_collation, collate_fn, drop_last):
+    fetcher = _ORIG["create_fetcher"](kind, dataset, auto_collation, collate_fn, drop_last)
+    if _S.recorder is None:
+        return fetcher
+    if _S.worker is not None:  # in a worker: its first fetcher serves the epoch it was started for
+        w = _S.worker
+        epoch = w.epoch
+        w.epoch += 1  # a persistent worker makes a new fetcher at each epoch's _ResumeIteration
+        return _AuditedFetcher(fetcher, w.key, epoch, w.worker)
+    if _S.current is not None:
+        return _AuditedFetcher(fetcher, _S.current.key, _S.current.ordinal, -1)
+    return fetcher
+
+
+class _WorkerEntry:
+    """Stands in for torch's _worker_loop while a multi-process iterator starts
+    its workers: tells each worker its loader and epoch, then runs torch's
+    loop. Picklable (spawn and forkserver send it to the child, which then
+    installs the patches itself)."""
+
+    def __init__(self, config, key, epoch):
+        self.config = config
+        self.key = key
+        self.epoch = epoch
+
+    def __call__(self, *args):
+        if _S.recorder is None or _S.recorder.directory != self.config["dir"]:
+            install(Recorder(self.config["dir"], self.config["rank"], 0, self.config["fingerprints"]))
+        worker_id = args[10]
+        _S.worker = _WorkerContext(self.key, self.epoch, int(worker_id))
+        _S.current = None
+        return _ORIG["worker_loop"](*args)
+
+
+def _multiprocess_init(self, loader):
+    it = _S.current
+    if _S.recorder is None or it is None:
+        return _ORIG["mp_init"](self, loader)
+    rec = _S.recorder
+    config = {"dir": rec.directory, "rank": rec.rank, "fingerprints": rec.fingerprints}
+    tworker._worker_loop = _WorkerEntry(config, it.key, it.ordinal)
+    try:
+        return _ORIG["mp_init"](self, loader)
+    finally:
+        tworker._worker_loop = _ORIG["worker_loop"]
+
+
+# ------------------------------------------------- state_dict / load_state_dict
+
+
+def _stateful_depth():
+    return getattr(_S.stateful_depth, "n", 0)
+
+
+def _wrap_stateful(cls):
+    """Wraps state_dict and load_state_dict of a sampler, batch sampler or
+    loader class (once): a save notes where the loader stood; a restore marks
+    the object's next iteration as resumed from that state."""
+    if cls.__dict__.get("_volshard_audit_wrapped") or not callable(getattr(cls, "state_dict", None)) \
+            or not callable(getattr(cls, "load_state_dict", None)):
+        return
+    save, load = cls.state_dict, cls.load_state_dict
+
+    @functools.wraps(save)
+    def state_dict(self, *args, **kwargs):
+        _S.stateful_depth.n = _stateful_depth() + 1
+        try:
+            out = save(self, *args, **kwargs)
+        finally:
+            _S.stateful_depth.n -= 1
+        if _S.recorder is not None and _stateful_depth() == 0 and _S.worker is None:
+            _, it = _S.owner.get(id(self), (None, None))
+            _emit({"t": "save", "state": fingerprint(out), "object": _qualname(type(self)),
+                   "key": it.key if it else None, "epoch": it.ordinal if it else None,
+                   "position": it.consumed_samples() if it else None, "batches": it.consumed if it else None,
+                   "last": len(it.batches[it.consumed - 1]) if it and 0 < it.consumed <= len(it.batches) else 0})
+        return out
+
+    @functools.wraps(load)
+    def load_state_dict(self, state, *args, **kwargs):
+        outer = _stateful_depth() == 0
+        _S.stateful_depth.n = _stateful_depth() + 1
+        try:
+            return load(self, state, *args, **kwargs)
+        finally:
+            _S.stateful_depth.n -= 1
+            if _S.recorder is not None and outer and _S.worker is None:
+                digest = fingerprint(state)
+                _S.pending_resume[id(self)] = digest
+                _emit({"t": "load", "state": digest, "object": _qualname(type(self))})
+
+    cls.state_dict = state_dict
+    cls.load_state_dict = load_state_dict
+    cls._volshard_audit_wrapped = True
+
+
+# ----------------------------------------------------------- volshard.Loader
+
+
+def _describe_volshard_loader(loader, key, site, name):
+    sampler = loader.sampler
+    size = _sized(sampler.dataset)
+    return {"t": "loader", "key": key, "site": site, "name": name, "class": _qualname(type(loader)),
+            "dataset": "volshard pairs", "dataset_size": size, "iterable": False,
+            "batch_size": int(loader.batch_size), "batch_sampler": None,
+            "drop_last": bool(loader.drop_last_batch), "num_workers": 0, "persistent_workers": False,
+            "threads": True, "sampler": describe_sampler(sampler, size)}
+
+
+def _volshard_loader_init(self, *args, **kwargs):
+    _ORIG["vs_init"](self, *args, **kwargs)
+    if _S.recorder is not None:
+        frames = user_frames(2)[:_MAX_FRAMES]
+        self._volshard_audit_site = frames or [("<no user frame>", 0)]
+        self._volshard_audit_name = _source_name(frames[0], _ASSIGNED) if frames else None
+
+
+def _volshard_loader_iter(self):
+    if _S.recorder is None:
+        yield from _ORIG["vs_iter"](self)
+        return
+    it = _begin_iteration(self, False, kind="volshard")
+    for batch in _ORIG["vs_iter"](self):
+        # Rows are the samples' crops, sample after sample (MONAI's list_data_collate order).
+        order, rows = [], collections.defaultdict(list)
+        for r, i in enumerate(batch["index"]):
+            i = int(i)
+            if i not in rows:
+                order.append(i)
+            rows[i].append(r)
+        fps = []
+        if _S.recorder.fingerprints:
+            for i in order:
+                fps.append(fingerprint([[batch["image"][r], batch["label"][r]] for r in rows[i]]))
+        k = len(it.batches)
+        it.batches.append(order)
+        _emit({"t": "batch", "key": it.key, "epoch": it.ordinal, "k": k, "indices": order, "worker": -1})
+        _emit({"t": "fetch", "key": it.key, "epoch": it.ordinal, "worker": -1, "seq": k, "indices": order,
+               "fp": fps, "new": {}, "drawn": [], "pid": os.getpid()})
+        _emit({"t": "next", "key": it.key, "epoch": it.ordinal, "k": it.consumed, "grad": _grad_on()})
+        it.consumed += 1
+        yield batch
+    it.ended = True
+    _S.recorder.complete[it.key] += 1
+    _emit({"t": "end", "key": it.key, "epoch": it.ordinal, "consumed": it.consumed})
+
+
+def _patch_volshard_loader():
+    """volshard.Loader is not a torch DataLoader: its own iteration is recorded
+    (indices and samples; its augmentation draws from per-sample seed streams,
+    not from a generator a process holds). Only where the compiled module is
+    importable."""
+    if "vs_iter" in _ORIG:
+        return
+    import importlib.util
+    try:
+        if importlib.util.find_spec("volshard._volshard") is None:
+            return
+        from volshard import loader as vs_loader
+    except ImportError:
+        return
+    _ORIG["vs_init"] = vs_loader.Loader.__init__
+    _ORIG["vs_iter"] = vs_loader.Loader.__iter__
+    vs_loader.Loader.__init__ = _volshard_loader_init
+    vs_loader.Loader.__iter__ = _volshard_loader_iter
+
+
+# ------------------------------------------------------------------- install
+
+
+def install(recorder):
+    """Starts recording into ``recorder`` (idempotent: the patches go in once
+    per process; a second call only swaps the recorder)."""
+    _S.recorder = recorder
+    if _S.installed:
+        return
+    _S.installed = True
+    _ORIG["init"] = tud.DataLoader.__init__
+    _ORIG["iter"] = tud.DataLoader.__iter__
+    _ORIG["next_index"] = tdl._BaseDataLoaderIter._next_index
+    _ORIG["next"] = tdl._BaseDataLoaderIter.__next__
+    _ORIG["try_put_index"] = tdl._MultiProcessingDataLoaderIter._try_put_index
+    _ORIG["mp_init"] = tdl._MultiProcessingDataLoaderIter.__init__
+    _ORIG["create_fetcher"] = tdl._DatasetKind.create_fetcher
+    _ORIG["worker_loop"] = tworker._worker_loop
+    tud.DataLoader.__init__ = functools.wraps(_ORIG["init"])(_dataloader_init)
+    tud.DataLoader.__iter__ = functools.wraps(_ORIG["iter"])(_dataloader_iter)
+    tdl._BaseDataLoaderIter._next_index = _next_index
+    tdl._BaseDataLoaderIter.__next__ = _iter_next
+    tdl._MultiProcessingDataLoaderIter._try_put_index = _try_put_index
+    tdl._MultiProcessingDataLoaderIter.__init__ = _multiprocess_init
+    tdl._DatasetKind.create_fetcher = staticmethod(_create_fetcher)
+    _patch_volshard_loader()
+
+
+def uninstall():
+    """Stops recording (the patches stay, inert, until the process ends)."""
+    if _S.recorder is not None:
+        _S.recorder.close()
+    _S.recorder = None
+    _S.current = None
+    _S.owner.clear()
+    _S.pending_resume.clear()
+
+
+def current_recorder():
+    return _S.recorder
+
+
+# ------------------------------------------------------- devices (launcher only)
+
+
+def _first_site():
+    frames = user_frames(3)
+    return f"{frames[0][0]}:{frames[0][1]}" if frames else None
+
+
+def _substituted(what, detail=None):
+    rec = _S.recorder
+    if rec is None or what in rec.first_substitution:
+        return
+    rec.first_substitution[what] = True
+    _emit({"t": "subst", "what": what, "detail": detail, "where": _first_site()})
+
+
+def _cpu_device(device):
+    """'cpu' for a CUDA device (a torch.device, 'cuda:1', or an int index), else None."""
+    if isinstance(device, bool):
+        return None
+    if isinstance(device, int):
+        return "cpu"
+    if isinstance(device, (str, torch.device)) and str(device).startswith("cuda"):
+        return "cpu"
+    return None
+
+
+def substitute_devices():
+    """Where the process sees no GPU: NCCL becomes Gloo in init_process_group
+    and new_group, and the CUDA calls a DDP script makes to place itself
+    (torch.cuda.set_device, Tensor.to/.cuda, Module.to/.cuda,
+    DistributedDataParallel's device_ids) run on the CPU. Each substitution is
+    recorded once, with the script line that first made it. Other CUDA calls
+    fail as they would, and the launcher names them."""
+    if torch.cuda.is_available():
+        return
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    def backend_without_nccl(backend):
+        if backend is not None and "nccl" in str(backend).lower():
+            _substituted("backend", f"backend={backend!r} ran as 'gloo'")
+            return "gloo"
+        return backend
+
+    init_pg = dist.init_process_group
+
+    @functools.wraps(init_pg)
+    def init_process_group(*args, **kwargs):
+        if args:
+            args = (backend_without_nccl(args[0]),) + tuple(args[1:])
+        elif "backend" in kwargs:
+            kwargs["backend"] = backend_without_nccl(kwargs["backend"])
+        if kwargs.get("device_id") is not None:
+            _substituted("device_id", f"init_process_group's device_id={kwargs['device_id']!r} dropped")
+            kwargs["device_id"] = None
+        return init_pg(*args, **kwargs)
+
+    new_group = dist.new_group
+
+    @functools.wraps(new_group)
+    def new_group_cpu(*args, **kwargs):
+        if "backend" in kwargs:
+            kwargs["backend"] = backend_without_nccl(kwargs["backend"])
+        return new_group(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+    dist.new_group = new_group_cpu
+
+    def set_device(device):
+        _substituted("set_device", f"torch.cuda.set_device({device!r}) ignored")
+
+    torch.cuda.set_device = set_device
+
+    def map_to_args(args, kwargs, what):
+        if args and _cpu_device(args[0]):
+            _substituted(what, f"{what}({args[0]!r}) ran on the CPU")
+            args = ("cpu",) + tuple(args[1:])
+        if _cpu_device(kwargs.get("device")):
+            _substituted(what, f"{what}(device={kwargs['device']!r}) ran on the CPU")
+            kwargs = dict(kwargs, device="cpu")
+        return args, kwargs
+
+    tensor_to = torch.Tensor.to
+
+    @functools.wraps(tensor_to)
+    def to(self, *args, **kwargs):
+        args, kwargs = map_to_args(args, kwargs, "Tensor.to")
+        return tensor_to(self, *args, **kwargs)
+
+    def tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+        _substituted(".cuda", "Tensor.cuda() ran on the CPU")
+        return self
+
+    module_to = nn.Module.to
+
+    @functools.wraps(module_to)
+    def mod_to(self, *args, **kwargs):
+        args, kwargs = map_to_args(args, kwargs, "Module.to")
+        return module_to(self, *args, **kwargs)
+
+    def module_cuda(self, device=None):
+        _substituted("module.cuda", "Module.cuda() ran on the CPU")
+        return self
+
+    torch.Tensor.to = to
+    torch.Tensor.cuda = tensor_cuda
+    nn.Module.to = mod_to
+    nn.Module.cuda = module_cuda
+
+    ddp_init = nn.parallel.DistributedDataParallel.__init__
+
+    @functools.wraps(ddp_init)
+    def ddp(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        if device_ids is not None or output_device is not None:
+            _substituted("ddp", f"DistributedDataParallel(device_ids={device_ids!r}) ran on the CPU")
+        return ddp_init(self, module, None, None, *args, **kwargs)
+
+    nn.parallel.DistributedDataParallel.__init__ = ddp
