@@ -28,6 +28,6 @@ echo "$site" >"$venv_site/torch_environment.pth"
 echo "== import volshard from $work and python -m pytest"
 cd "$work"
 env -u PYTHONPATH "$work/venv/bin/python" -c \
-  "import volshard, os; p = volshard.__file__; print('volshard', volshard.__version__, 'from', p); assert p.startswith('$work/venv/')"
+  "import volshard, volshard.audit, os; p = volshard.__file__; print('volshard', volshard.__version__, 'from', p); assert p.startswith('$work/venv/') and volshard.audit.__file__.startswith('$work/venv/')"
 env -u PYTHONPATH VOLSHARD_BIN="$bin" PYTHONDONTWRITEBYTECODE=1 \
   "$work/venv/bin/python" -m pytest -q -p no:cacheprovider "$src/tests/python"
