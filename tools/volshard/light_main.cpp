@@ -2,7 +2,7 @@
 // with the standard library only, so that they start in milliseconds; train,
 // predict, preview and repro need LibTorch (about 0.8 s to load), so it
 // replaces itself with `volshard-torch` from its own folder, arguments
-// unchanged.
+// unchanged; audit is the Python module's (python -m volshard.audit).
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "python_verb.h"
 #include "std_commands.h"
 #include "verbs.h"
 
@@ -36,6 +37,13 @@ int exec_torch_binary(char** argv) {
 
 int main(int argc, char** argv) {
   namespace cli = volshard::cli;
+  // Before --local-rank is taken out: every argument after the verb is the Python verb's (a
+  // script's own).
+  if (argc > 1) {
+    for (const cli::Verb& v : cli::verbs())
+      if (v.in_python && std::strcmp(argv[1], v.name) == 0)
+        return cli::exec_python_verb(v.name, argc, argv);
+  }
   std::vector<char*> args;  // torch.distributed.launch's --local-rank=N taken out
   if (!cli::strip_local_rank_flag(argc, argv, args)) return 2;
   if (argc > 1) {
@@ -51,6 +59,6 @@ int main(int argc, char** argv) {
   };
   // Listed in --help (in verbs() order, after these two); never parsed here.
   for (const cli::Verb& v : cli::verbs())
-    if (v.needs_torch) app.add_subcommand(v.name, v.summary);
+    if (v.needs_torch || v.in_python) app.add_subcommand(v.name, v.summary);
   return cli::parse_and_run(app, commands, argc, argv);
 }

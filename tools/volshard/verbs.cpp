@@ -22,6 +22,9 @@ const std::vector<Verb>& verbs() {
        true},
       {"prepare", "write a configuration's deterministic prefix of an image (and label) as NIfTI",
        true},
+      {"audit",
+       "check a PyTorch/MONAI DDP script's data plan on this machine (python -m volshard.audit)",
+       false, true},
   };
   return table;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The subcommands of `volshard`, named once for both executables: the light
-// `volshard` (std only: --help, synth, info) runs what needs no LibTorch and
-// hands the others to `volshard-torch` beside it, which has them all.
+// `volshard` (std only: --help, synth, info) runs what needs no LibTorch, hands
+// the Python module's verbs (audit) to Python and the others to
+// `volshard-torch` beside it, which has them all.
 
 #include <string>
 #include <vector>
@@ -10,8 +11,9 @@ namespace volshard::cli {
 
 struct Verb {
   const char* name;
-  const char* summary;  ///< the line `volshard --help` shows
-  bool needs_torch;     ///< run by volshard-torch
+  const char* summary;     ///< the line `volshard --help` shows
+  bool needs_torch;        ///< run by volshard-torch
+  bool in_python = false;  ///< run by the Python module: python -m volshard.<name> (python_verb.h)
 };
 
 /// In the order `volshard --help` lists them.
