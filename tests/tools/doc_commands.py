@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every command that README.md and docs/*.md show in their ```sh blocks, run
 as written, in order, from a scratch folder laid out as the project root
-(build/bin and configs/ linked): a command that fails, or a command in
+(build/bin, configs/ and tests/ linked): a command that fails, or a command in
 synopsis notation ([optional] or a|b choices), fails this test, so the docs
 stay runnable.
 
@@ -56,7 +56,7 @@ SHRINK = [
 # Documents in the order they run; a document named with "after" runs in the
 # folder the other one left.
 DOCS = ["README.md", "docs/training.md", "docs/cli.md", "docs/platform.md", "docs/reproducibility.md",
-        "docs/sampler.md", "docs/volumes.md", "docs/semantics.md"]
+        "docs/sampler.md", "docs/volumes.md", "docs/semantics.md", "docs/audit.md"]
 AFTER = {"docs/cli.md": "docs/training.md"}
 
 RUN_ELSEWHERE = {
@@ -127,6 +127,7 @@ def main():
                 os.makedirs(os.path.join(folder, "build"))
                 os.symlink(os.path.join(build, "bin"), os.path.join(folder, "build", "bin"))
                 os.symlink(os.path.join(root, "configs"), os.path.join(folder, "configs"))
+                os.symlink(os.path.join(root, "tests"), os.path.join(folder, "tests"))  # docs/audit.md's scripts
             folders[doc] = folder
             for command in commands:
                 where = f"{doc}: {command}"
