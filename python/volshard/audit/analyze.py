@@ -606,9 +606,9 @@ def _rank_problems(origin, position, actual, exact):
         if actual != expected:
             first = next((k for k, (a, b) in enumerate(zip(actual, expected)) if a != b),
                          min(len(actual), len(expected)))
-            before = set(prefix)
+            before, after = set(prefix), set(actual)
             repeated = [i for i in actual if i in before]
-            skipped = [i for i in expected if i not in set(actual)]
+            skipped = [i for i in expected if i not in after]
             bits = []
             if repeated:
                 bits.append(f"repeats {len(repeated)} sample(s) read before the save")
@@ -617,7 +617,8 @@ def _rank_problems(origin, position, actual, exact):
             problems.append((" and ".join(bits or ["reads another order"]) + f" (first difference at its sample "
                              f"{first})", repeated or skipped or actual[first:first + 1]))
     elif exact and set(prefix) & set(actual):
-        repeated = [i for i in actual if i in set(prefix)]
+        before = set(prefix)
+        repeated = [i for i in actual if i in before]
         problems.append((f"repeats {len(repeated)} sample(s) read before the save", repeated))
     if not exact and prefix and actual and actual[0] in prefix:
         q = prefix.index(actual[0])

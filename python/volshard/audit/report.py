@@ -114,6 +114,28 @@ def _sampler_line(loader):
     return f"{cls}({', '.join(bits)})"
 
 
+_STRIP_MAX = 96
+_RANK_MARKS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _strip(loader, size):
+    """The picture in text, for up to 96 samples: per epoch, who read each index."""
+    if size is None or not 1 <= size <= _STRIP_MAX or loader.get("iterable"):
+        return []
+    out = ["  who read each index (one column per index from 0; the rank, * two reads or more, . none):"]
+    for e in loader["epochs"]:
+        owners = [[] for _ in range(size)]
+        for r in e["ranks"]:
+            for b in r["batches"]:
+                for i in b["indices"]:
+                    if isinstance(i, int) and 0 <= i < size:
+                        owners[i].append(r["rank"])
+        marks = "".join("." if not o else "*" if len(o) > 1 else
+                        (_RANK_MARKS[o[0]] if o[0] < len(_RANK_MARKS) else "+") for o in owners)
+        out.append(f"  epoch {e['epoch']}".ljust(10) + marks)
+    return out
+
+
 def text(doc):
     lines = []
     args = " ".join(doc.get("args", []))
@@ -139,11 +161,12 @@ def text(doc):
         ranks = sorted({r["rank"] for e in loader["epochs"] for r in e["ranks"]})
         cells = {(r["rank"], e["epoch"]): _cell(r) for e in loader["epochs"] for r in e["ranks"]}
         width = max([len(c) for c in cells.values()] + [9])
-        lines.append("  " + " " * 8 + "".join(f"epoch {e}".ljust(width + 2) for e in epochs))
+        lines.append(("  " + " " * 8 + "".join(f"epoch {e}".ljust(width + 2) for e in epochs)).rstrip())
         for r in ranks:
-            lines.append("  " + f"rank {r}".ljust(8) + "".join(cells.get((r, e), "-").ljust(width + 2)
-                                                             for e in epochs))
+            lines.append(("  " + f"rank {r}".ljust(8) + "".join(cells.get((r, e), "-").ljust(width + 2)
+                                                              for e in epochs)).rstrip())
         lines.append("  (samples/unique/overlaps: reads, distinct indices, indices another rank also read)")
+        lines += _strip(loader, size)
     lines.append("")
     findings = doc["findings"]
     lines.append(summary(doc))
