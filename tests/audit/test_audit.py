@@ -91,6 +91,61 @@ def test_check_names_the_first_batch_where_a_rerun_differs():
     assert "epoch 0, rank 0, batch 0" in result.findings[0]["message"]
 
 
+class Bootstrap(torch.utils.data.Sampler):
+    """Draws its indices with replacement, seeded per rank: repeats and overlaps are what it is for."""
+
+    def __init__(self, n, rank):
+        self.n, self.rank = n, rank
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(100 + self.rank)
+        return iter(torch.randint(self.n, (self.n,), generator=g).tolist())
+
+    def __len__(self):
+        return self.n
+
+
+def test_check_does_not_judge_the_shards_of_a_custom_sampler_that_overlaps_by_design():
+    def make_loader(rank, world_size):
+        return DataLoader(SQUARES, batch_size=4, sampler=Bootstrap(len(SQUARES), rank))
+
+    result = audit.check(make_loader, world_size=2, epochs=1)
+    assert result.findings == [], result.report
+
+
+def test_check_finds_a_custom_sampler_that_gives_every_rank_the_same_part():
+    def make_loader(rank, world_size):
+        return DataLoader(SQUARES, batch_size=4, sampler=torch.utils.data.SubsetRandomSampler(range(8)))
+
+    result = audit.check(make_loader, world_size=2, epochs=1)
+    # check() starts both ranks from one global state: the subset is drawn in one order too.
+    assert result.kinds == {"shard_overlap", "same_order_across_ranks"}, result.report
+
+
+def test_check_leaves_a_distributed_sampler_over_another_index_space_to_its_owner():
+    # A wrapper in the manner of Lightning's DistributedSamplerWrapper: the DistributedSampler splits
+    # the positions of another sampler's draws, which are the dataset's indices.
+    class Positions(torch.utils.data.Dataset):
+        def __init__(self, draws):
+            self.draws = draws
+
+        def __len__(self):
+            return len(self.draws)
+
+    class Wrapper(DistributedSampler):
+        def __iter__(self):
+            return (self.dataset.draws[i] for i in super().__iter__())
+
+    draws = [0, 5, 1, 1, 9, 2, 3, 3, 7, 7, 4, 12, 6, 6, 8, 15]  # a weighted sampler's draws: repeats meant
+
+    def make_loader(rank, world_size):
+        return DataLoader(SQUARES, batch_size=4, sampler=Wrapper(Positions(draws), num_replicas=world_size,
+                                                                rank=rank, shuffle=False))
+
+    result = audit.check(make_loader, world_size=2, epochs=1)
+    assert result.findings == [], result.report
+
+
 def test_check_leaves_the_global_random_state_as_it_found_it():
     torch.manual_seed(7)
     expected = torch.rand(3)

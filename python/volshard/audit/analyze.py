@@ -335,7 +335,7 @@ def shard_findings(run, resumed, scored_override=None):
                         f"same order in epoch {epoch}: every step trains on copies of one batch",
                         "give the loader a DistributedSampler(dataset) (torch's or MONAI's) with the same seed on "
                         "every rank, shuffle=False on the DataLoader, and sampler.set_epoch(epoch) each epoch"))
-            if partition != "replacement" and len(ranks) > 1 or partition == "distributed":
+            if partition in ("distributed", "whole") or (partition == "other" and len(ranks) > 1):
                 findings += _coverage(run, key, epoch, ranks, samples, sampler, desc, ints, is_scored, why_scored)
             # The same order as the epoch before, on every rank.
             if reshuffle_prev is not None and sampler.get("shuffle"):
@@ -369,6 +369,14 @@ def _coverage(run, key, epoch, ranks, samples, sampler, desc, ints, is_scored, w
             owners[i].add(r)
     cross = [i for i, rs in owners.items() if len(rs) > 1]
     extra = sum(counts.values()) - len(counts)
+    if partition == "other":
+        # A custom sampler may mean its ranks to overlap; only whole shards read twice prove it is not
+        # splitting the data (the same set of indices on two ranks).
+        sets = collections.Counter(frozenset(samples[r]) for r in ranks if len(set(samples[r])) > 1)
+        replicated = {i for shard, c in sets.items() if c > 1 for i in shard}
+        cross = [i for i in cross if i in replicated]
+        if not cross:
+            return out
     n = sampler.get("dataset_size", desc.get("dataset_size"))
     seeds = {its_seed for its_seed in (run.at(key, epoch)[r].sampler.get("seed") for r in ranks)}
     replicas = {run.at(key, epoch)[r].sampler.get("num_replicas") for r in ranks}
@@ -382,6 +390,9 @@ def _coverage(run, key, epoch, ranks, samples, sampler, desc, ints, is_scored, w
         fix = "leave num_replicas and rank to torch.distributed (or pass the world size and this rank)"
     elif partition == "distributed":
         fix = "give every rank the same DistributedSampler settings"
+    elif partition == "other":
+        cause = f"its {_sampler_text(sampler)} gives two ranks the same indices"
+        fix = "give each rank its own part: num_replicas and rank in the sampler, or a DistributedSampler"
     else:
         cause = "it has no DistributedSampler, so every rank reads the whole dataset"
         fix = ("DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False, ...) and "
@@ -519,24 +530,25 @@ def rng_findings(run):
         by_rank = {}
         for epoch in run.epochs(key):
             its = run.at(key, epoch)
-            groups = collections.defaultdict(set)
+            groups = collections.defaultdict(dict)
             for rank, it in its.items():
                 for w, (start, drawn, first) in it.contexts().items():
                     for g in drawn:
                         if g in start:
-                            groups[(g, w, start[g])].add(rank)
-            for (g, w, _), rs in groups.items():
-                if len(rs) > 1:
-                    entry = by_rank.setdefault(g, {"ranks": set(), "epochs": set(), "who": set()})
-                    entry["ranks"].update(rs)
+                            groups[(g, w, start[g])][rank] = first
+            for (g, w, _), firsts in groups.items():
+                if len(firsts) > 1:
+                    entry = by_rank.setdefault(g, {"ranks": set(), "epochs": set(), "who": set(), "examples": []})
+                    entry["ranks"].update(firsts)
                     entry["epochs"].add(epoch)
                     entry["who"].add(w)
+                    entry["examples"] += [firsts[r] for r in sorted(firsts) if firsts[r] is not None]
         for g, e in sorted(by_rank.items()):
             who = sorted(e["who"])
             who_text = "the main process" if who == [-1] else \
                 "worker " + ", ".join(map(str, [w for w in who if w >= 0]))
             findings.append(_finding(
-                "rank_rng_shared", run, key, e["ranks"], e["epochs"], [],
+                "rank_rng_shared", run, key, e["ranks"], e["epochs"], e["examples"][:_EXAMPLES],
                 f"ranks {', '.join(map(str, sorted(e['ranks'])))} start {who_text} from the same state of {g} in "
                 f"epochs {', '.join(map(str, sorted(e['epochs'])))}: every rank draws the same augmentation (on "
                 f"other samples)",

@@ -124,6 +124,12 @@ def _fingerprint_into(h, x, depth=0):
         for v in x:
             _fingerprint_into(h, v, depth + 1)
         return
+    if np is not None and (hasattr(x, "__array_interface__") or hasattr(x, "__array__")):
+        try:
+            _fingerprint_into(h, np.asarray(x), depth + 1)  # a PIL image, an array-like
+            return
+        except Exception:  # noqa: BLE001  (an __array__ that fails: its type is all we can say)
+            pass
     h.update(b"O" + type(x).__qualname__.encode())
 
 
@@ -419,12 +425,15 @@ def _volshard_sampler_class():
     return getattr(mod, "DistributedSampler", None) if mod is not None else None
 
 
-def describe_sampler(sampler, dataset_size):
+def describe_sampler(sampler, dataset_size, dataset=None):
     """The sampler's class and the attributes the analyses read; ``partition``
     says what they may expect of it: "distributed" (torch's, MONAI's or
-    volshard's DistributedSampler: each index once over the ranks, plus
-    padding), "whole" (a sampler over the whole dataset, every rank reading it
-    all), "replacement" (draws with replacement: repeats are meant) or "other"."""
+    volshard's DistributedSampler over the loader's own dataset: each index
+    once over the ranks, plus padding), "whole" (a sampler over the whole
+    dataset, every rank reading it all), "replacement" (draws with
+    replacement: repeats are meant) or "other" (a custom sampler, or a
+    DistributedSampler over another index space, as wrappers of other samplers
+    are)."""
     d = {"class": _qualname(type(sampler)) if sampler is not None else None}
     for a in ("shuffle", "seed", "drop_last", "num_replicas", "rank", "num_samples", "total_size", "epoch",
               "replacement", "mode"):
@@ -438,8 +447,10 @@ def describe_sampler(sampler, dataset_size):
     vs = _volshard_sampler_class()
     size = dataset_size
     if isinstance(sampler, tud.DistributedSampler) or (vs is not None and isinstance(sampler, vs)):
-        d["partition"] = "distributed"
-        size = _sized(getattr(sampler, "dataset", None))
+        own = getattr(sampler, "dataset", None)
+        size = _sized(own)
+        same_space = own is dataset or dataset is None or (isinstance(own, int) and own == dataset_size)
+        d["partition"] = "distributed" if same_space and size is not None else "other"
         if size is None:
             size = dataset_size
     elif d.get("replacement") or type(sampler).__name__ in ("WeightedRandomSampler",
@@ -473,7 +484,7 @@ def _describe_loader(loader, key, site, name):
             "drop_last": bool(getattr(loader, "drop_last", False)),
             "num_workers": int(getattr(loader, "num_workers", 0)),
             "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-            "sampler": describe_sampler(sampler, size)}
+            "sampler": describe_sampler(sampler, size, dataset)}
 
 
 def _loader_key(loader):
@@ -540,7 +551,7 @@ def _begin_iteration(loader, multiprocess, kind="torch"):
             resumed = _S.pending_resume.pop(id(obj))
     dataset = getattr(loader, "dataset", None) if kind == "torch" else None
     _emit({"t": "iter", "key": key, "epoch": it.ordinal, "kind": kind,
-           "sampler": describe_sampler(sampler, _sized(dataset) if dataset is not None else None),
+           "sampler": describe_sampler(sampler, _sized(dataset) if dataset is not None else None, dataset),
            "iter_site": f"{iter_site[0]}:{iter_site[1]}" if iter_site else None,
            "iter_name": _source_name(iter_site, _ITERATED), "resumed": resumed,
            "states": _global_states() if dataset is None else _all_states(dataset)})
