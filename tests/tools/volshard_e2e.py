@@ -232,6 +232,26 @@ class VolshardToolTest(unittest.TestCase):
             self.assertIn("--roi 36x36x36", p.stderr, flag)  # its value checked, not refused as a flag
         self.assertIn("--roi 96", run("predict", "--help").stdout)  # the example uses the new name
 
+    def test_audit_is_python_m_volshard_audit_with_the_scripts_arguments_untouched(self):
+        # The light volshard replaces itself with the configured Python running the module built
+        # beside it (build/python); a --local-rank among the script's arguments reaches the script.
+        self.assertIn("audit", run("--help").stdout)
+        p = run("audit", "--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("python -m volshard.audit", p.stdout)
+        script, seen = os.path.join(self.dir, "args.py"), os.path.join(self.dir, "seen.json")
+        with open(script, "w") as f:
+            f.write("import json, sys\nwith open(sys.argv[1], 'w') as f:\n    json.dump(sys.argv[2:], f)\n")
+        p = run("audit", "--nproc-per-node", 1, "--reruns", 1, script, seen, "--local-rank=3", "x")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("iterated no torch DataLoader", p.stdout)
+        with open(seen) as f:
+            self.assertEqual(json.load(f), ["--local-rank=3", "x"])
+        p = subprocess.run([BINARY, "audit", "--nproc-per-node", "1", script], capture_output=True, text=True,
+                           env=dict(os.environ, VOLSHARD_PYTHON="/nonexistent/python"))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("/nonexistent/python could not be started", p.stderr)
+
     def test_help_synth_and_info_start_without_loading_libtorch(self):
         # The light `volshard` runs these itself; train, predict, preview and
         # repro run volshard-torch. LD_DEBUG=files lists every object loaded.
