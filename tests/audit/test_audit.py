@@ -68,6 +68,31 @@ def test_check_finds_workers_that_share_a_generator_the_dataset_holds():
     assert "dataset.rng" in shared["message"] and "get_worker_info().seed" in shared["fix"]
 
 
+class GeneratorPerSample(Dataset):
+    """Makes each sample's generator from (seed, epoch, index): what the workers copied does not matter."""
+
+    def __init__(self):
+        self.epoch = 0
+        self.rng = np.random.default_rng(0)
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        self.rng = np.random.default_rng((5, self.epoch, i))
+        return torch.tensor([float(i) + self.rng.uniform()])
+
+
+def test_check_passes_workers_that_make_a_generator_per_sample():
+    def make_loader(rank, world_size):
+        data = GeneratorPerSample()
+        sampler = DistributedSampler(data, num_replicas=world_size, rank=rank)
+        return DataLoader(data, batch_size=1, sampler=sampler, num_workers=2)
+
+    result = audit.check(make_loader, world_size=2, epochs=2, reruns=1)
+    assert result.findings == [], result.report
+
+
 def test_check_calls_padding_of_a_scored_loader_an_error_and_of_a_training_loader_a_note():
     five = TensorDataset(torch.arange(5, dtype=torch.float32))
 
@@ -238,6 +263,23 @@ def test_an_endless_script_stops_after_its_epochs_even_through_except_exception(
     assert p.returncode == 0, p.stderr
     assert [e["epoch"] for e in doc["loaders"][0]["epochs"]] == [0, 1, 2]
     assert {s["what"] for s in doc["substitutions"]} == {"backend", "module.cuda", "ddp", "Tensor.to"}
+
+
+def test_a_loader_read_in_full_at_every_step_does_not_end_the_rank_before_the_training_epochs(tmp_path):
+    source = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "train_loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2)\n"
+        "calibration = DataLoader(TensorDataset(torch.arange(2.0)), batch_size=2)\n"
+        "for epoch in range(5):\n"
+        "    for (x,) in train_loader:\n"
+        "        for (c,) in calibration:\n"
+        "            (x + c.sum()).sum()\n")
+    p, doc = _audit(tmp_path, source)
+    assert p.returncode == 0, p.stderr
+    epochs = {loader["name"]: [e["epoch"] for e in loader["epochs"] if all(r["complete"] for r in e["ranks"])]
+              for loader in doc["loaders"]}
+    assert epochs["train_loader"] == [0, 1] and len(epochs["calibration"]) >= 8
 
 
 def test_a_missing_script_exits_2(tmp_path):

@@ -94,14 +94,15 @@ class Iteration:
         """worker -> (start state of each generator seen, generators drawn, first index it loaded)."""
         out = {}
         for worker, fetches in self.fetches.items():
-            start, drawn, first = {}, set(), None
+            start, drawn, replaced, first = {}, set(), set(), None
             for f in fetches:
                 for name, h in f.get("new", {}).items():
                     start.setdefault(name, h)
                 drawn.update(f.get("drawn", []))
+                replaced.update(f.get("replaced", []))
                 if first is None and f.get("indices"):
                     first = f["indices"][0]
-            out[worker] = (start, drawn, first)
+            out[worker] = (start, drawn - replaced, first)
         return out
 
 

@@ -39,6 +39,7 @@ import re
 import sys
 import sysconfig
 import threading
+import weakref
 
 import torch
 import torch.utils.data as tud
@@ -236,12 +237,16 @@ def generators(root, path="dataset"):
     return found
 
 
-def _all_states(dataset):
+def _all_states(dataset, ids=None):
+    """{name: state digest} of the global generators and those the dataset holds; ``ids``, a dict,
+    receives {name: id(generator)} of the latter."""
     states = _global_states()
     for name, g in generators(dataset):
         h = _state_hash(g)
         if h is not None:
             states[name] = h
+            if ids is not None:
+                ids[name] = id(g)
     return states
 
 
@@ -373,10 +378,30 @@ class _State:
     recorder = None
     current = None          # the _Iteration whose iter() is running (main process)
     worker = None           # in a worker: its _WorkerContext
-    owner = {}              # id(sampler, batch sampler or loader) -> (object, its current _Iteration)
-    pending_resume = {}     # id(object) -> state digest passed to its load_state_dict
+    owner = {}              # id(sampler, batch sampler or loader) -> (reference to it, its current _Iteration)
+    pending_resume = {}     # id(object) -> (reference to it, state digest passed to its load_state_dict)
     stateful_depth = threading.local()
     installed = False
+    clock = 0               # counts iteration starts and batches taken, in this process
+    begun_at = {}           # loader key -> clock when its latest iteration began
+    activity = {}           # loader key -> (its latest iteration ended, clock of its latest batch or start)
+
+
+def _reference(obj):
+    """A weak reference where the object takes one (a loader must not outlive the script's use of it:
+    its persistent workers would stay), else the object."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+def _lookup(table, obj):
+    """table[id(obj)]'s value when it was stored for this very object (ids are reused)."""
+    entry = table.get(id(obj))
+    if entry is None or entry[0]() is not obj:
+        return None
+    return entry[1]
 
 
 _S = _State()
@@ -503,7 +528,11 @@ def _int_index(i):
         return int(i.item())
     if np is not None and isinstance(i, np.integer):
         return int(i)
-    return repr(i) if not isinstance(i, (str, float)) else i
+    if isinstance(i, (str, float)):
+        return i
+    if isinstance(i, (tuple, list)) and all(isinstance(x, numbers.Integral) for x in i):
+        return repr(tuple(int(x) for x in i))  # a (volume, patch) pair and the like
+    return f"<{type(i).__name__} {fingerprint(i)}>"  # its repr may hold an address
 
 
 def _indices(index):
@@ -526,7 +555,15 @@ def _begin_iteration(loader, multiprocess, kind="torch"):
     rec = _S.recorder
     key, site = _loader_key(loader)
     if rec.epochs > 0 and rec.complete[key] >= rec.epochs:
-        raise AuditStop(f"{key}: {rec.complete[key]} epochs audited")
+        # Not while another loader is inside an epoch it worked on since this one's last began (an
+        # auxiliary loader read in full at every step of a training epoch waits for that epoch).
+        since = _S.begun_at.get(key, -1)
+        busy = [k for k, (ended, last) in _S.activity.items() if k != key and not ended and last > since]
+        if not busy:
+            raise AuditStop(f"{key}: {rec.complete[key]} epochs audited")
+    _S.clock += 1
+    _S.begun_at[key] = _S.clock
+    _S.activity[key] = (False, _S.clock)
     frames = user_frames(3)
     iter_site = frames[0] if frames else None
     if key not in rec.described:
@@ -546,9 +583,11 @@ def _begin_iteration(loader, multiprocess, kind="torch"):
         if obj is None:
             continue
         _wrap_stateful(type(obj))
-        _S.owner[id(obj)] = (obj, it)
-        if id(obj) in _S.pending_resume:
-            resumed = _S.pending_resume.pop(id(obj))
+        _S.owner[id(obj)] = (_reference(obj), it)
+        digest = _lookup(_S.pending_resume, obj)
+        if digest is not None:
+            resumed = digest
+            del _S.pending_resume[id(obj)]
     dataset = getattr(loader, "dataset", None) if kind == "torch" else None
     _emit({"t": "iter", "key": key, "epoch": it.ordinal, "kind": kind,
            "sampler": describe_sampler(sampler, _sized(dataset) if dataset is not None else None, dataset),
@@ -627,14 +666,25 @@ def _iter_next(self):
         data = _ORIG["next"](self)
     except StopIteration:
         if it is not None and not it.ended:
-            it.ended = True
-            _S.recorder.complete[it.key] += 1
-            _emit({"t": "end", "key": it.key, "epoch": it.ordinal, "consumed": it.consumed})
+            _ended(it)
         raise
     if it is not None:
-        _emit({"t": "next", "key": it.key, "epoch": it.ordinal, "k": it.consumed, "grad": _grad_on()})
-        it.consumed += 1
+        _took(it)
     return data
+
+
+def _took(it):
+    _emit({"t": "next", "key": it.key, "epoch": it.ordinal, "k": it.consumed, "grad": _grad_on()})
+    it.consumed += 1
+    _S.clock += 1
+    _S.activity[it.key] = (False, _S.clock)
+
+
+def _ended(it):
+    it.ended = True
+    _S.recorder.complete[it.key] += 1
+    _S.activity[it.key] = (True, _S.clock)
+    _emit({"t": "end", "key": it.key, "epoch": it.ordinal, "consumed": it.consumed})
 
 
 class _WorkerContext:
@@ -667,15 +717,19 @@ class _AuditedFetcher:
     def fetch(self, possibly_batched_index):
         rec = _S.recorder
         dataset = self._inner.dataset
-        before = _all_states(dataset)
+        ids_before, ids_after = {}, {}
+        before = _all_states(dataset, ids_before)
         new = {k: v for k, v in before.items() if k not in self._known}
         self._known.update(new)
         self._samples = None
         try:
             return self._inner.fetch(possibly_batched_index)
         finally:
-            after = _all_states(dataset)
-            drawn = sorted(k for k, v in before.items() if after.get(k) != v)
+            after = _all_states(dataset, ids_after)
+            # A generator the dataset replaced while loading (self.rng = default_rng((seed, epoch, i)))
+            # was not drawn from the state it held before: it is no one's shared stream.
+            replaced = sorted(k for k in ids_before if k in ids_after and ids_after[k] != ids_before[k])
+            drawn = sorted(k for k, v in before.items() if after.get(k) != v and k not in replaced)
             samples = self._samples
             self._samples = None
             if self._inner.auto_collation:
@@ -686,7 +740,8 @@ class _AuditedFetcher:
                 indices = _indices(possibly_batched_index)
             fps = [fingerprint(s) for s in samples] if rec.fingerprints else []
             _emit({"t": "fetch", "key": self._key, "epoch": self._epoch, "worker": self._worker,
-                   "seq": self._seq, "indices": indices, "fp": fps, "new": new, "drawn": drawn, "pid": os.getpid()})
+                   "seq": self._seq, "indices": indices, "fp": fps, "new": new, "drawn": drawn,
+                   "replaced": replaced, "pid": os.getpid()})
             self._seq += 1
 
 
@@ -761,7 +816,7 @@ def _wrap_stateful(cls):
         finally:
             _S.stateful_depth.n -= 1
         if _S.recorder is not None and _stateful_depth() == 0 and _S.worker is None:
-            _, it = _S.owner.get(id(self), (None, None))
+            it = _lookup(_S.owner, self)
             _emit({"t": "save", "state": fingerprint(out), "object": _qualname(type(self)),
                    "key": it.key if it else None, "epoch": it.ordinal if it else None,
                    "position": it.consumed_samples() if it else None, "batches": it.consumed if it else None,
@@ -778,7 +833,7 @@ def _wrap_stateful(cls):
             _S.stateful_depth.n -= 1
             if _S.recorder is not None and outer and _S.worker is None:
                 digest = fingerprint(state)
-                _S.pending_resume[id(self)] = digest
+                _S.pending_resume[id(self)] = (_reference(self), digest)
                 _emit({"t": "load", "state": digest, "object": _qualname(type(self))})
 
     cls.state_dict = state_dict
@@ -829,12 +884,9 @@ def _volshard_loader_iter(self):
         _emit({"t": "batch", "key": it.key, "epoch": it.ordinal, "k": k, "indices": order, "worker": -1})
         _emit({"t": "fetch", "key": it.key, "epoch": it.ordinal, "worker": -1, "seq": k, "indices": order,
                "fp": fps, "new": {}, "drawn": [], "pid": os.getpid()})
-        _emit({"t": "next", "key": it.key, "epoch": it.ordinal, "k": it.consumed, "grad": _grad_on()})
-        it.consumed += 1
+        _took(it)
         yield batch
-    it.ended = True
-    _S.recorder.complete[it.key] += 1
-    _emit({"t": "end", "key": it.key, "epoch": it.ordinal, "consumed": it.consumed})
+    _ended(it)
 
 
 def _patch_volshard_loader():
@@ -893,6 +945,8 @@ def uninstall():
     _S.current = None
     _S.owner.clear()
     _S.pending_resume.clear()
+    _S.begun_at.clear()
+    _S.activity.clear()
 
 
 def current_recorder():

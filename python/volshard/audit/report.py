@@ -166,6 +166,9 @@ def text(doc):
             lines.append(("  " + f"rank {r}".ljust(8) + "".join(cells.get((r, e), "-").ljust(width + 2)
                                                               for e in epochs)).rstrip())
         lines.append("  (samples/unique/overlaps: reads, distinct indices, indices another rank also read)")
+        if not any(r["complete"] for e in loader["epochs"] for r in e["ranks"]):
+            lines.append("  no epoch of this loader ended: its shards and order were not judged (a larger --epochs, "
+                         "or a script that reads a whole epoch)")
         lines += _strip(loader, size)
     lines.append("")
     findings = doc["findings"]
