@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, TensorDataset
 
 import volshard.audit as audit
-from volshard.audit import picture, record
+from volshard.audit import picture, states
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SQUARES = TensorDataset(torch.arange(16, dtype=torch.float32).unsqueeze(1))
@@ -186,13 +186,13 @@ def test_check_leaves_the_global_random_state_as_it_found_it():
 def test_fingerprints_ignore_metadata_and_key_order_but_not_values():
     a = {"image": torch.ones(2, 2), "label": np.zeros(3, dtype=np.int32), "applied_operations": [{"id": 123}]}
     b = {"applied_operations": [{"id": 456}], "label": np.zeros(3, dtype=np.int32), "image": torch.ones(2, 2)}
-    assert record.fingerprint(a) == record.fingerprint(b)
+    assert states.fingerprint(a) == states.fingerprint(b)
     b["image"][0, 0] = 2
-    assert record.fingerprint(a) != record.fingerprint(b)
+    assert states.fingerprint(a) != states.fingerprint(b)
     monai_data = pytest.importorskip("monai.data")
     m1 = monai_data.MetaTensor(torch.ones(3), meta={"filename_or_obj": "a.nii"})
     m2 = monai_data.MetaTensor(torch.ones(3), meta={"filename_or_obj": "b.nii"})
-    assert record.fingerprint(m1) == record.fingerprint(m2) == record.fingerprint(torch.ones(3))
+    assert states.fingerprint(m1) == states.fingerprint(m2) == states.fingerprint(torch.ones(3))
 
 
 def test_generators_are_found_through_monai_transforms_and_named_by_path():
@@ -207,7 +207,7 @@ def test_generators_are_found_through_monai_transforms_and_named_by_path():
             self.transform = compose
             self.extra = [np.random.default_rng(1)]
 
-    names = [name for name, _ in record.generators(WithTransforms())]
+    names = [name for name, _ in states.generators(WithTransforms())]
     assert "dataset.transform.transforms[0].R" in names
     assert "dataset.transform.transforms[1].cropper.R" in names
     assert "dataset.extra[0]" in names

@@ -461,10 +461,6 @@ def _generator_fix(name, desc):
             "or draw from numpy's or torch's global generator, which torch reseeds in each worker")
 
 
-def _context_name(worker):
-    return "the main process" if worker < 0 else f"worker {worker}"
-
-
 def rng_findings(run):
     findings = []
     for key in run.loader_order:

@@ -34,10 +34,10 @@ def main():
         print("usage: python -m volshard.audit.rank SCRIPT [ARGS...] (started by volshard.audit)", file=sys.stderr)
         return 2
     script = os.path.abspath(sys.argv[1])
-    from . import record
+    from . import devices, record
     recorder = record.Recorder(config["dir"], config["rank"], config["epochs"], config.get("fingerprints", True))
     record.install(recorder)
-    record.substitute_devices()
+    devices.substitute()
     sys.argv = [sys.argv[1]] + sys.argv[2:]
     sys.path[0] = os.path.dirname(script)
     status, how = 0, "ended"
