@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -283,6 +284,120 @@ TEST_F(TrainTest, CudaTrainsWhereTheCpuDoesWithinTolerance) {
   one_rank("cpu", DeviceKind::kCpu);
   one_rank("gpu", DeviceKind::kCuda);
   EXPECT_LT(max_relative_difference(file("gpu", "model.pt"), file("cpu", "model.pt")), 1e-3);
+}
+
+// The largest difference between two runs' losses, line by line.
+double max_loss_difference(const std::string& a, const std::string& b) {
+  std::ifstream in_a(a), in_b(b);
+  std::string la, lb;
+  double most = 0;
+  while (std::getline(in_a, la) && std::getline(in_b, lb))
+    most = std::max(most, std::abs(nlohmann::json::parse(la)["loss"].get<double>() -
+                                   nlohmann::json::parse(lb)["loss"].get<double>()));
+  return most;
+}
+
+// The step's speed levers (docs/platform.md) on one rank: --log-every reads
+// the loss later and writes the same bytes; the CUDA graph's step, run
+// uncaptured on the CPU, trains bit for bit as the fused optimizer it needs,
+// with and without --amp fp16's scaler (its flag never read to the host);
+// the fused optimizer and channels-last weights end within float rounding of
+// the plain step.
+TEST_F(TrainTest, SpeedLeversTrainAsThePlainStep) {
+  const auto one_rank = [this](const std::string& run,
+                               const std::function<void(TrainOptions&)>& set) {
+    TrainOptions o = options(run);
+    o.clip_grad_norm = 0.5;  // clipped on the device too
+    set(o);
+    TrainSummary s;
+    run_ranks(1, [&](Communicator& comm) { s = train(o, comm); });
+    return s;
+  };
+  const TrainSummary plain = one_rank("plain", [](TrainOptions&) {});
+  EXPECT_EQ(plain.global_step, 8);
+  one_rank("log3", [](TrainOptions& o) { o.log_every = 3; });
+  one_rank("fused", [](TrainOptions& o) { o.fused_optimizer = true; });
+  one_rank("graph", [](TrainOptions& o) { o.fused_optimizer = o.cuda_graph = true; });
+  one_rank("last", [](TrainOptions& o) { o.channels_last = true; });
+  one_rank("fp16", [](TrainOptions& o) {
+    o.amp = Amp::kFp16;
+    o.fused_optimizer = true;
+  });
+  one_rank("fp16_graph", [](TrainOptions& o) {
+    o.amp = Amp::kFp16;
+    o.fused_optimizer = o.cuda_graph = true;
+    o.log_every = 4;
+  });
+  const auto metrics = metrics_without_timing(file("plain", "metrics.jsonl"));
+  EXPECT_EQ(metrics.size(), 10u);  // 8 steps, 2 epochs
+  EXPECT_EQ(metrics, metrics_without_timing(file("log3", "metrics.jsonl")));
+  EXPECT_EQ(bytes(file("plain", "model.pt")), bytes(file("log3", "model.pt")));
+  EXPECT_EQ(bytes(file("fused", "model.pt")), bytes(file("graph", "model.pt")));
+  EXPECT_EQ(metrics_without_timing(file("fused", "metrics.jsonl")),
+            metrics_without_timing(file("graph", "metrics.jsonl")));
+  EXPECT_EQ(bytes(file("fp16", "model.pt")), bytes(file("fp16_graph", "model.pt")));
+  EXPECT_EQ(metrics_without_timing(file("fp16", "metrics.jsonl")),
+            metrics_without_timing(file("fp16_graph", "metrics.jsonl")));
+  // Adam moves a weight by up to lr (1e-3) a step whatever its gradient's
+  // size, so rounding in a tiny gradient can move one by about that much;
+  // the losses agree far closer.
+  EXPECT_NE(bytes(file("plain", "model.pt")), bytes(file("fused", "model.pt")));
+  for (const char* run : {"fused", "last"}) {
+    EXPECT_LT(max_relative_difference(file(run, "model.pt"), file("plain", "model.pt")), 2e-3)
+        << run;
+    EXPECT_LT(max_loss_difference(file(run, "metrics.jsonl"), file("plain", "metrics.jsonl")), 1e-4)
+        << run;
+  }
+}
+
+// What the CUDA graph cannot capture is refused by name before a step runs.
+TEST_F(TrainTest, CudaGraphRefusesWhatItCannotCapture) {
+  const auto refusal = [this](const std::function<void(TrainOptions&)>& set) -> std::string {
+    TrainOptions o = options("refused");
+    o.fused_optimizer = o.cuda_graph = true;
+    set(o);
+    try {
+      o.validate();
+      o.check_world_size(2);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  using ::testing::HasSubstr;
+  EXPECT_THAT(refusal([](TrainOptions& o) { o.fused_optimizer = false; }),
+              HasSubstr("--cuda-graph captures one step of one batch: it needs --optimizer adam "
+                        "with --fused-optimizer"));
+  EXPECT_THAT(refusal([](TrainOptions& o) { o.accumulate = 2; }), HasSubstr("--accumulate=2"));
+  EXPECT_THAT(refusal([](TrainOptions& o) { o.model.dropout = 0.2; }), HasSubstr("--dropout=0.2"));
+  EXPECT_THAT(refusal([](TrainOptions&) {}),
+              HasSubstr("--cuda-graph captures one rank's step, and 2 ranks"));
+  EXPECT_THAT(refusal([](TrainOptions& o) {
+                o.cuda_graph = false;
+                o.optimizer = Optimizer::kSgd;
+              }),
+              HasSubstr("--fused-optimizer is adam's fused kernel: --optimizer sgd"));
+}
+
+// On a GPU (skipped without one): SegResNet (the BraTS tutorial's network)
+// trains on CUDA under the deterministic algorithms the trainer asks for by
+// default (its trilinear up-sampling's backward through upsample.h, which
+// CUDA runs deterministically), and two runs write the same weights.
+TEST_F(TrainTest, CudaSegResNetTrainsUnderDeterministicAlgorithmsTwiceAlike) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  const auto one_rank = [this](const std::string& run) {
+    TrainOptions o = options(run);
+    o.device = DeviceKind::kCuda;
+    o.model.kind = ModelKind::kSegResNet;
+    o.model.init_filters = 4;
+    o.model.num_groups = 2;
+    o.model.blocks_down = {1, 1};
+    o.model.blocks_up = {1};
+    run_ranks(1, [&](Communicator& comm) { train(o, comm); });
+  };
+  one_rank("a");
+  one_rank("b");
+  EXPECT_EQ(bytes(file("a", "model.pt")), bytes(file("b", "model.pt")));
 }
 
 // The data columns of each step's fingerprints line: which samples, their

@@ -22,8 +22,11 @@ std::optional<c10::Stream> side_stream_of(const c10::Device& device) {
 
 }  // namespace
 
-BatchesAhead::BatchesAhead(DataLoader& loader, c10::Device device)
-    : loader_(loader), device_(device), stream_(side_stream_of(device)) {}
+BatchesAhead::BatchesAhead(DataLoader& loader, c10::Device device, bool channels_last)
+    : loader_(loader),
+      device_(device),
+      channels_last_(channels_last),
+      stream_(side_stream_of(device)) {}
 
 void BatchesAhead::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
   ahead_.reset();
@@ -40,14 +43,18 @@ auto BatchesAhead::take() -> std::optional<Pending> {
   }
   Pending p;
   p.batch.host = std::move(*batch);
-  if (!stream_) {
+  auto copy = [&] {
     p.batch.image = p.batch.host.image.to(device_, /*non_blocking=*/true);
+    if (channels_last_ && p.batch.image.dim() == 5)
+      p.batch.image = p.batch.image.contiguous(at::MemoryFormat::ChannelsLast3d);
     p.batch.label = p.batch.host.label.to(device_, /*non_blocking=*/true);
+  };
+  if (!stream_) {
+    copy();
     return p;
   }
   const c10::StreamGuard on_side(*stream_);
-  p.batch.image = p.batch.host.image.to(device_, /*non_blocking=*/true);
-  p.batch.label = p.batch.host.label.to(device_, /*non_blocking=*/true);
+  copy();
   p.copied.emplace(device_.type());
   p.copied->record(*stream_);
   return p;

@@ -28,8 +28,9 @@ struct DeviceBatch {
 
 class BatchesAhead {
  public:
-  /// `loader` must outlive this.
-  BatchesAhead(DataLoader& loader, c10::Device device);
+  /// `loader` must outlive this. `channels_last`: images arrive in
+  /// channels-last 3D layout (made on the side stream with the copy).
+  BatchesAhead(DataLoader& loader, c10::Device device, bool channels_last = false);
   /// Starts the loader's epoch, dropping a batch taken ahead from the last one.
   void start_epoch(std::vector<int64_t> indices, int64_t epoch);
   /// The epoch's next batch, ready to use on the current stream, and the one
@@ -48,6 +49,7 @@ class BatchesAhead {
 
   DataLoader& loader_;
   c10::Device device_;
+  bool channels_last_ = false;
   std::optional<c10::Stream> stream_;
   std::optional<Pending> ahead_;
   std::exception_ptr ahead_error_;  ///< the loader's error for the batch ahead

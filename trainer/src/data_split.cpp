@@ -264,6 +264,7 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
   if (world_size < 1)
     throw std::invalid_argument("train: world size " + std::to_string(world_size) +
                                 " must be >= 1");
+  o.check_world_size(world_size);
   check_out_folder(o);
   DataSplit d;
   try {

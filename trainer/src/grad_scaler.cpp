@@ -28,23 +28,28 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
   load_state({options_.init_scale, 0});
 }
 
+void GradScaler::to(const at::Device& device) {
+  scale_ = scale_.to(device);
+  growth_tracker_ = growth_tracker_.to(device);
+  if (found_inf_.defined()) found_inf_ = found_inf_.to(device);
+}
+
 at::Tensor GradScaler::scale(const at::Tensor& loss) const {
   return loss * scale_.to(loss.device());
 }
 
 void GradScaler::unscale(const std::vector<at::Tensor>& parameters) {
   if (found_inf_.defined()) return;
-  // As torch: the reciprocal in double, then float32.
-  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
-  found_inf_ = at::zeros({1}, at::kFloat);
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty() && grads.front().device() != scale_.device()) to(grads.front().device());
+  // As torch: the reciprocal in double, then float32; all on the state's
+  // device (no copy from the host: a CUDA graph captures this).
+  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  found_inf_ = at::zeros({1}, scale_.options());
   if (grads.empty()) return;
-  const at::Device device = grads.front().device();
-  at::Tensor found = found_inf_.to(device);
-  at::_amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale.to(device));
-  found_inf_ = found.to(at::kCPU);
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
 }
 
 bool GradScaler::step(const std::vector<at::Tensor>& parameters,
@@ -74,8 +79,9 @@ void GradScaler::load_state(const GradScalerState& state) {
     throw std::invalid_argument("GradScaler: a state of scale " + std::to_string(state.scale) +
                                 " and growth tracker " + std::to_string(state.growth_tracker) +
                                 " is not one it reaches");
-  scale_ = at::full({1}, state.scale, at::kFloat);
-  growth_tracker_ = at::full({1}, state.growth_tracker, at::kInt);
+  const at::Device device = scale_.defined() ? scale_.device() : at::Device(at::kCPU);
+  scale_ = at::full({1}, state.scale, at::kFloat).to(device);
+  growth_tracker_ = at::full({1}, state.growth_tracker, at::kInt).to(device);
   found_inf_ = at::Tensor();
 }
 

@@ -22,6 +22,9 @@ int64_t set_up_machine(const TrainOptions& o) {
           : std::max<int64_t>(
                 1, static_cast<int64_t>(std::thread::hardware_concurrency()) / local_world);
   at::set_num_threads(static_cast<int>(threads));
+  // cuDNN's autotuner picks by timing, so its choice may differ between runs:
+  // only where determinism is not asked.
+  at::globalContext().setBenchmarkCuDNN(!o.deterministic && o.cudnn_benchmark);
   if (o.deterministic) {
     // cuBLAS is deterministic only with a fixed workspace, read when its first
     // handle is made (torch's recipe); a value the user set is kept.

@@ -311,6 +311,14 @@ void Model::train(bool on) { impl_->net->train(on); }
 bool Model::is_training() const { return impl_->net->is_training(); }
 void Model::to(at::Device device) { impl_->net->to(device); }
 
+void Model::to_channels_last() {
+  torch::NoGradGuard no_grad;
+  // Parameters in place (set_data keeps the tensor an optimizer holds); 5-d
+  // ones only: the layout is a convolution's.
+  for (at::Tensor& t : impl_->net->parameters(true))
+    if (t.dim() == 5) t.set_data(t.data().contiguous(at::MemoryFormat::ChannelsLast3d));
+}
+
 at::Device Model::device() const {
   const auto params = impl_->net->parameters(true);
   return params.empty() ? at::Device(at::kCPU) : params.front().device();

@@ -72,6 +72,14 @@ double voxels_bytes(int64_t edge, int64_t count, const ModelOptions& net) {
 
 }  // namespace
 
+void TrainOptions::check_world_size(int64_t world_size) const {
+  if (cuda_graph && world_size > 1)
+    throw std::invalid_argument(
+        "train: --cuda-graph captures one rank's step, and " + std::to_string(world_size) +
+        " ranks all-reduce their gradients between its backward and its update (not captured "
+        "here): train on one rank, or without --cuda-graph");
+}
+
 const std::set<std::string>& TrainOptions::keys_with(Field::Role role) {
   static const auto collect = [](Field::Role wanted) {
     std::set<std::string> keys;
@@ -139,6 +147,21 @@ void TrainOptions::validate() const {
   if (invariant && accumulate != 1)
     bad("train: --invariant takes --batch-size as the global batch: --accumulate=" +
         std::to_string(accumulate) + " has no meaning there (use 1)");
+  if (fused_optimizer && optimizer != Optimizer::kAdam)
+    bad("train: --fused-optimizer is adam's fused kernel: --optimizer " + enum_name(optimizer) +
+        " has none here (use adam, or --fused-optimizer false)");
+  if (cuda_graph) {
+    const std::string why = "train: --cuda-graph captures one step of one batch: ";
+    if (!fused_optimizer || optimizer != Optimizer::kAdam)
+      bad(why +
+          "it needs --optimizer adam with --fused-optimizer (torch::optim::Adam counts its "
+          "steps on the host, which a replayed graph does not see)");
+    if (accumulate != 1) bad(why + "--accumulate=" + std::to_string(accumulate) + " (use 1)");
+    if (invariant) bad(why + "--invariant takes each volume on its own (use one or the other)");
+    if (model.dropout > 0)
+      bad(why + "--dropout=" + value_text(model.dropout) +
+          " draws new masks from the host each step (use --dropout 0)");
+  }
   net.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
   if (roi > 0) net.check_spatial_size({roi, roi, roi}, "train: --roi");
   // Lower bounds of what a step and a validation window hold, before a worker starts.

@@ -18,6 +18,7 @@
 
 #include "batches_ahead.h"
 #include "fingerprint.h"
+#include "graph_step.h"
 #include "machine.h"
 #include "optim.h"
 #include "progress.h"
@@ -59,6 +60,7 @@ Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& de
   Model net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
   if (!o.init_weights.empty()) net.load_state_dict(load_tensor_dict(o.init_weights));
   net.to(device);  // before the optimizer takes the parameters
+  if (o.channels_last) net.to_channels_last();
   net.set_sync_batchnorm(&comm);
   net.train(true);
   return net;
@@ -98,8 +100,9 @@ DistributedSamplerOptions sampler_options(const TrainOptions& o, int64_t size,
   return so;
 }
 
-// One step, agreed over the ranks by one all-reduce.
+// One step, agreed over the ranks by one all-reduce (a log interval's steps by one).
 struct StepStats {
+  int64_t step = 0;         // the optimizer steps done after it
   double loss = 0;          // mean over ranks
   double loss_scale = 0;    // --amp fp16: the scale the step used
   bool skipped = false;     // --amp fp16: an inf or nan gradient, no optimizer step
@@ -109,6 +112,16 @@ struct StepStats {
   double crops = 0;         // summed over ranks
   int64_t positions = 0;    // of the epoch's order, all ranks together, this step took
   bool stop = false;        // some rank asked to stop after this step
+};
+
+// A step run but not yet read: its values on the device, what the host knows of it.
+struct PendingStep {
+  StepValues values;
+  int64_t step = 0, micro = 0, positions = 0;
+  double lr = 0, wait_seconds = 0, crops = 0;
+  int64_t loss_fixed = 0;  // --invariant: the volumes' losses x 2^40, summed exactly
+  Clock::time_point start;
+  SampleHashes hashes;  // --fingerprints
 };
 
 // An epoch's steps, summed for its metrics line.
@@ -128,15 +141,20 @@ struct EpochTotals {
 // broadcast in start_state, the trace barrier in RunFolder) and files.
 // torch.autocast for the scope of one forward pass: the thread's autocast
 // state on `device` set to `amp`'s type, and restored (with autocast's cast
-// cache cleared at the outermost exit) when the scope ends.
+// cache cleared at the outermost exit) when the scope ends. `cache` false:
+// no cast cache (torch.autocast(cache_enabled=False), as a CUDA graph's
+// capture needs).
 class AutocastScope {
  public:
-  AutocastScope(Amp amp, c10::DeviceType device) : device_(device), on_(amp != Amp::kOff) {
+  AutocastScope(Amp amp, c10::DeviceType device, bool cache = true)
+      : device_(device), on_(amp != Amp::kOff) {
     if (!on_) return;
     was_enabled_ = at::autocast::is_autocast_enabled(device_);
     was_type_ = at::autocast::get_autocast_dtype(device_);
+    was_caching_ = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_enabled(device_, true);
     at::autocast::set_autocast_dtype(device_, amp == Amp::kBf16 ? at::kBFloat16 : at::kHalf);
+    at::autocast::set_autocast_cache_enabled(cache && was_caching_);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
@@ -144,6 +162,7 @@ class AutocastScope {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     at::autocast::set_autocast_enabled(device_, was_enabled_);
     at::autocast::set_autocast_dtype(device_, was_type_);
+    at::autocast::set_autocast_cache_enabled(was_caching_);
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -152,13 +171,16 @@ class AutocastScope {
   c10::DeviceType device_;
   bool on_;
   bool was_enabled_ = false;
+  bool was_caching_ = true;
   at::ScalarType was_type_ = at::kFloat;
 };
 
-std::optional<GradScaler> make_grad_scaler(const TrainOptions& o, const ResumeState& resumed) {
+std::optional<GradScaler> make_grad_scaler(const TrainOptions& o, const ResumeState& resumed,
+                                           const at::Device& device) {
   if (o.amp != Amp::kFp16) return std::nullopt;
   GradScaler scaler;
   if (resumed.grad_scaler) scaler.load_state(*resumed.grad_scaler);
+  scaler.to(device);  // its scale and inf flag beside the gradients: no copy a step
   return scaler;
 }
 
@@ -172,8 +194,16 @@ struct Engine {
   // while the epoch before ends (validation, checkpoint); start_epoch(epoch)
   // then takes them. The batches depend on (seed, epoch, index) alone.
   void start_loading(int64_t epoch);
-  // Nothing when the epoch has no batch left.
-  std::optional<StepStats> step(int64_t epoch, const std::function<bool()>& stop_requested);
+  // Runs the epoch's next optimizer step, leaving its values on the device;
+  // nothing when the epoch has no batch left.
+  std::optional<PendingStep> step(int64_t epoch);
+  // Whether the steps run and not read must be read now (the log interval,
+  // or a step that checkpoints, stops, fingerprints or ends the epoch).
+  bool read_due(size_t pending) const;
+  // Reads the pending steps' values (one wait for the device) and agrees
+  // them over the ranks (one all-reduce); clears `pending`.
+  std::vector<StepStats> read(int64_t epoch, std::vector<PendingStep>& pending,
+                              const std::function<bool()>& stop_requested);
   void log_step(int64_t epoch, const StepStats& s);
   // Rank 0 writes the step's line of fingerprints.jsonl; every rank calls it.
   void write_fingerprint(int64_t epoch, const StepStats& s, const SampleHashes& mine);
@@ -181,6 +211,14 @@ struct Engine {
   void end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& summary);
   // Rank 0: checkpoint.pt, `consumed` positions into `epoch` or at its end.
   void save(int64_t epoch, int64_t consumed, bool end_of_epoch);
+  // One micro-batch of `count`: forward, loss, backward (the reducer's
+  // all-reduce on the last); the loss, detached, on the device.
+  at::Tensor forward_backward(const at::Tensor& image, const at::Tensor& label, int64_t count,
+                              bool last, bool graphed);
+  // After the backward passes: the scaler's unscale and check, clipping, the
+  // optimizer (skipped on an inf), the scaler's update; the scale and flag
+  // into `v`. Nothing read to the host with a fused optimizer.
+  void update(StepValues& v, bool graphed);
 
   const TrainOptions& o;
   Communicator& comm;
@@ -195,6 +233,7 @@ struct Engine {
   const int64_t resumed_steps;
   std::optional<GradScaler> scaler;  // --amp fp16
   GradientReducer reducer;
+  std::unique_ptr<GraphedStep> graph;  // --cuda-graph
   const std::unique_ptr<RankPipeline> pipeline;
   DataLoader& loader;
   BatchesAhead batches;  // the loader's, on the device a step ahead
@@ -226,11 +265,12 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       opt(make_optimizer(o, net.parameters())),
       position(start_state(o, net, *opt, n_train, c)),
       resumed_steps(position.global_step),
-      scaler(make_grad_scaler(o, position)),
+      scaler(make_grad_scaler(o, position, device)),
       reducer(net.parameters(), c),
+      graph(o.cuda_graph ? std::make_unique<GraphedStep>(device.is_cuda()) : nullptr),
       pipeline(make_pipeline(o, data.train, threads, lead, device)),
       loader(pipeline->loader()),
-      batches(loader, device),
+      batches(loader, device, o.channels_last),
       run(o, position, c),
       sampler(sampler_options(o, n_train, c)),
       steps_per_epoch(
@@ -242,6 +282,8 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
                             o.accumulate),
       total_steps(steps_per_epoch * o.epochs),
       t_start(Clock::now()) {
+  if (graph)
+    static_cast<FusedAdam&>(*opt).use_lr_tensor();  // a replay reads the rate set before it
   if (lead && o.fingerprints &&
       !position.sampler) {  // a fresh run: which parameters each bucket holds
     std::vector<std::string> names;
@@ -302,26 +344,58 @@ int64_t Engine::start_epoch(int64_t epoch) {
   return 0;
 }
 
-std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>& stop_requested) {
+at::Tensor Engine::forward_backward(const at::Tensor& image, const at::Tensor& label, int64_t count,
+                                    bool last, bool graphed) {
+  at::Tensor logits;
+  {
+    const AutocastScope autocast(o.amp, device.type(), /*cache=*/!graphed);
+    logits = net.forward(image);
+  }
+  // The loss in float32 (autocast's float16/bfloat16 logits widened).
+  const at::Tensor loss =
+      segmentation_loss(logits.to(at::kFloat), label, o.loss, o.activation == Activation::kSoftmax);
+  const at::Tensor scaled = count > 1 ? loss / static_cast<double>(count) : loss;
+  if (last) reducer.prepare();
+  (scaler ? scaler->scale(scaled) : scaled).backward();
+  if (last) reducer.finish();
+  return loss.detach();
+}
+
+void Engine::update(StepValues& v, bool graphed) {
+  const std::vector<at::Tensor> params = net.parameters();
+  // The test hooks read and write single values from the host: not in a graph.
+  if (!graphed) inject_gradient_inf(params, position.global_step + 1);
+  if (scaler) {
+    v.scale = scaler->scale_tensor().clone();  // the scale this step used
+    scaler->unscale(params);                   // before clipping, as torch's recipe
+  }
+  if (o.clip_grad_norm > 0) clip_grad_norm(params, o.clip_grad_norm);
+  if (!graphed) inject_gradient_noise(params, position.global_step + 1);
+  optimizer_step(*opt, scaler ? scaler->found_inf() : at::Tensor());
+  if (scaler) {
+    v.found_inf = scaler->found_inf().clone();
+    scaler->update();
+  }
+}
+
+std::optional<PendingStep> Engine::step(int64_t epoch) {
   if (plan.empty()) return std::nullopt;
   const StepPlan part = plan.front();
   plan.pop_front();
-  const int64_t micro = part.batches;
-  const Clock::time_point t0 = Clock::now();
+  PendingStep p;
+  p.start = Clock::now();
+  p.micro = part.batches;
+  p.positions = part.positions;
+  p.lr = scheduled_lr(o, position.global_step, total_steps);
+  set_lr(*opt, p.lr, o.optimizer);
   // --accumulate N: N batches (fewer at the epoch's end), each loss over
   // their count; the gradients sum locally and the last backward all-reduces.
   // --invariant: each volume's gradient on its own, their mean exact.
-  StepStats s;
-  std::vector<at::Tensor> sample_gradients;
-  int64_t loss_fixed = 0;  // --invariant: the volumes' losses x 2^40, summed exactly
+  // --cuda-graph: one batch, the whole step replayed from static buffers.
   constexpr double kLossScale = 1099511627776.0;  // 2^40
-  s.lr = scheduled_lr(o, position.global_step, total_steps);
-  set_lr(*opt, s.lr, o.optimizer);
-  opt->zero_grad();
-  double loss_sum = 0, wait = 0, crops = 0;
-  std::vector<std::vector<SampleMeta>> metas;
-  SampleHashes hashes;  // --fingerprints
-  for (int64_t m = 0; m < micro; ++m) {
+  std::vector<at::Tensor> sample_gradients;
+  if (!graph) opt->zero_grad();
+  for (int64_t m = 0; m < p.micro; ++m) {
     const std::optional<DeviceBatch> batch = batches.next();
     if (!batch) throw std::logic_error("train: the loader ended before the epoch's planned steps");
     if (o.model.dropout > 0) {
@@ -331,77 +405,112 @@ std::optional<StepStats> Engine::step(int64_t epoch, const std::function<bool()>
       net.seed_dropout(derive_seed(SeedStreams(o.seed).rank_seed(rank, position.global_step),
                                    Stream::kRank, step, static_cast<uint64_t>(m)));
     }
-    const at::Tensor& image = batch->image;
-    const at::Tensor& label = batch->label;
-    at::Tensor logits;
-    {
-      const AutocastScope autocast(o.amp, device.type());
-      logits = net.forward(image);
-    }
-    // The loss in float32 (autocast's float16/bfloat16 logits widened).
-    const at::Tensor loss = segmentation_loss(logits.to(at::kFloat), label, o.loss,
-                                              o.activation == Activation::kSoftmax);
-    const double loss_value = loss.item<double>();
-    if (o.invariant) {
+    if (graph) {
+      p.values = graph->run(batch->image, batch->label,
+                            [this](const at::Tensor& image, const at::Tensor& label) {
+                              opt->zero_grad(/*set_to_none=*/false);  // gradients stay put
+                              StepValues v;
+                              v.losses.push_back(forward_backward(image, label, 1, true, true));
+                              update(v, true);
+                              return v;
+                            });
+    } else if (o.invariant) {
       opt->zero_grad();
+      at::Tensor logits = net.forward(batch->image);
+      const at::Tensor loss =
+          segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
       loss.backward();
       sample_gradients.push_back(flat_gradients(net.parameters()));
-      loss_fixed += std::llround(loss_value * kLossScale);
+      p.loss_fixed += std::llround(loss.item<double>() * kLossScale);
+      p.values.losses.push_back(loss.detach());
     } else {
-      const at::Tensor scaled = micro > 1 ? loss / static_cast<double>(micro) : loss;
-      const bool last = m + 1 == micro;
-      if (last) reducer.prepare();
-      (scaler ? scaler->scale(scaled) : scaled).backward();
-      if (last) reducer.finish();
+      p.values.losses.push_back(
+          forward_backward(batch->image, batch->label, p.micro, m + 1 == p.micro, false));
     }
-    loss_sum += loss_value;
-    wait += batch->waited_seconds;  // spent in this step (the batch ahead included)
-    crops += static_cast<double>(image.size(0));
-    metas.push_back(batch->host.meta);
-    if (o.fingerprints) hashes.add(batch->host);
+    p.wait_seconds += batch->waited_seconds;  // spent in this step (the batch ahead included)
+    p.crops += static_cast<double>(batch->image.size(0));
+    run.trace(epoch, position.global_step + 1, rank, batch->host.meta);
+    if (o.fingerprints) p.hashes.add(batch->host);
   }
-  if (o.invariant) exact_gradient_mean(sample_gradients, part.positions, net.parameters(), comm);
-  inject_gradient_inf(net.parameters(), position.global_step + 1);
-  if (scaler) {
-    s.loss_scale = scaler->current_scale();
-    scaler->unscale(net.parameters());  // before clipping, as torch's recipe
+  if (!graph) {
+    if (o.invariant) exact_gradient_mean(sample_gradients, part.positions, net.parameters(), comm);
+    update(p.values, false);
   }
-  if (o.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(net.parameters(), o.clip_grad_norm);
-  inject_gradient_noise(net.parameters(), position.global_step + 1);
-  if (scaler) {
-    s.skipped = !scaler->step(net.parameters(), [this] { opt->step(); });
-    scaler->update();
-  } else {
-    opt->step();
+  p.step = ++position.global_step;
+  return p;
+}
+
+bool Engine::read_due(size_t pending) const {
+  const int64_t step = position.global_step;
+  return static_cast<int64_t>(pending) >= o.log_every || o.fingerprints || o.invariant ||
+         plan.empty() || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) ||
+         (o.max_steps >= 0 && step >= o.max_steps);
+}
+
+std::vector<StepStats> Engine::read(int64_t epoch, std::vector<PendingStep>& pending,
+                                    const std::function<bool()>& stop_requested) {
+  // Every value the steps left on the device, in one copy to the host: per
+  // step its micro-batches' losses, then (--amp fp16) the scale and the flag.
+  std::vector<at::Tensor> parts;
+  for (const PendingStep& p : pending) {
+    for (const at::Tensor& l : p.values.losses) parts.push_back(l.reshape({1}).to(at::kFloat));
+    if (p.values.scale.defined()) parts.push_back(p.values.scale.reshape({1}).to(at::kFloat));
+    if (p.values.found_inf.defined())
+      parts.push_back(p.values.found_inf.reshape({1}).to(at::kFloat));
   }
-  ++position.global_step;
-  const double seconds = seconds_since(t0);
-  // One small all-reduce per step: mean loss, data wait, crops, and whether
-  // any rank wants to stop (all ranks then stop after this step).
+  const at::Tensor host = at::cat(parts).to(at::kCPU, at::kDouble);
+  const double* value = host.data_ptr<double>();
+  const Clock::time_point now = Clock::now();
+  const auto n = static_cast<int64_t>(pending.size());
+  // The interval's time, shared evenly: without a read per step the host
+  // runs ahead of the device, and only the interval's end is a true time.
+  const double seconds =
+      std::chrono::duration<double>(now - pending.front().start).count() / static_cast<double>(n);
+  std::vector<StepStats> out(pending.size());
+  // One small all-reduce: per step the mean loss, data wait, seconds and
+  // crops, and whether any rank wants to stop (all ranks then stop after the
+  // interval's last step).
+  at::Tensor sums = at::zeros({4 * n + 1}, at::kDouble);
+  double* sum = sums.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) {
+    const PendingStep& p = pending[static_cast<size_t>(i)];
+    StepStats& s = out[static_cast<size_t>(i)];
+    double loss_sum = 0;
+    for (size_t m = 0; m < p.values.losses.size(); ++m) loss_sum += *value++;
+    if (p.values.scale.defined()) s.loss_scale = *value++;
+    if (p.values.found_inf.defined()) s.skipped = *value++ != 0;
+    s.step = p.step;
+    s.lr = p.lr;
+    s.positions = p.positions;
+    sum[4 * i] = p.micro > 0 ? loss_sum / static_cast<double>(p.micro) : 0.0;
+    sum[4 * i + 1] = p.wait_seconds;
+    sum[4 * i + 2] = seconds;
+    sum[4 * i + 3] = p.crops;
+  }
   const bool want_stop = (stop_requested && stop_requested()) ||
                          (o.max_steps >= 0 && position.global_step >= o.max_steps);
-  at::Tensor sums = at::tensor({micro > 0 ? loss_sum / static_cast<double>(micro) : 0.0, wait,
-                                seconds, crops, want_stop ? 1.0 : 0.0},
-                               at::kDouble);
+  sum[4 * n] = want_stop ? 1.0 : 0.0;
   comm.allreduce_sum(sums);
-  const auto* v = sums.data_ptr<double>();
-  s.loss = v[0] / static_cast<double>(world);
-  if (o.invariant) {  // the mean over the step's volumes, the same for any W
-    at::Tensor fixed = at::tensor({loss_fixed}, at::kLong);
-    comm.allreduce_sum(fixed);
-    s.loss = static_cast<double>(fixed.item<int64_t>()) / kLossScale /
-             static_cast<double>(part.positions);
+  for (int64_t i = 0; i < n; ++i) {
+    const PendingStep& p = pending[static_cast<size_t>(i)];
+    StepStats& s = out[static_cast<size_t>(i)];
+    s.loss = sum[4 * i] / static_cast<double>(world);
+    if (o.invariant) {  // the mean over the step's volumes, the same for any W
+      at::Tensor fixed = at::tensor({p.loss_fixed}, at::kLong);
+      comm.allreduce_sum(fixed);
+      s.loss = static_cast<double>(fixed.item<int64_t>()) / 1099511627776.0 /
+               static_cast<double>(p.positions);
+    }
+    s.wait_seconds = sum[4 * i + 1];
+    s.seconds = sum[4 * i + 2];
+    s.crops = sum[4 * i + 3];
+    position.epoch_loss_sum += s.loss;
+    ++position.epoch_loss_steps;
+    if (o.fingerprints) write_fingerprint(epoch, s, p.hashes);  // read every step: its gradients
   }
-  s.wait_seconds = v[1];
-  s.seconds = v[2];
-  s.crops = v[3];
-  s.stop = v[4] > 0;
-  s.positions = part.positions;
-  position.epoch_loss_sum += s.loss;
-  ++position.epoch_loss_steps;
-  for (const auto& meta : metas) run.trace(epoch, position.global_step, rank, meta);
-  if (o.fingerprints) write_fingerprint(epoch, s, hashes);
-  return s;
+  out.back().stop = sum[4 * n] > 0;
+  pending.clear();
+  return out;
 }
 
 void Engine::write_fingerprint(int64_t epoch, const StepStats& s, const SampleHashes& mine) {
@@ -415,7 +524,7 @@ void Engine::write_fingerprint(int64_t epoch, const StepStats& s, const SampleHa
     return list;
   };
   nlohmann::json j = {{"type", "step"},
-                      {"step", position.global_step},
+                      {"step", s.step},
                       {"epoch", epoch},
                       {"world", world},
                       {"indices", hex64(all.indices)},
@@ -432,7 +541,7 @@ void Engine::log_step(int64_t epoch, const StepStats& s) {
   if (!lead) return;
   const double wait_fraction = s.wait_seconds / std::max(s.seconds, 1e-12);
   const double samples_per_s = s.crops / std::max(s.seconds / static_cast<double>(world), 1e-12);
-  const int64_t step = position.global_step;
+  const int64_t step = s.step;
   run.write_step(
       {epoch, step, s.loss, s.lr, samples_per_s, wait_fraction, s.loss_scale, s.skipped});
   const int64_t left = (o.epochs - epoch) * steps_per_epoch - (step - epoch * steps_per_epoch);
@@ -508,10 +617,28 @@ void Engine::save(int64_t epoch, int64_t consumed, bool end_of_epoch) {
   write_checkpoint(run.checkpoint_path(), s, o, world, run.config_json(), net, *opt);
 }
 
+// How the step runs, for the start line: the levers of docs/platform.md.
+std::string step_text(const TrainOptions& o, const c10::Device& device) {
+  std::string text = o.deterministic ? "deterministic" : "not deterministic";
+  if (!o.deterministic && device.is_cuda())
+    text += o.cudnn_benchmark ? " (cuDNN autotuned)" : " (cuDNN not autotuned)";
+  if (o.amp != Amp::kOff) text += ", autocast " + enum_name(o.amp);
+  if (o.channels_last) text += ", channels-last";
+  if (o.fused_optimizer) text += ", fused adam";
+  if (o.cuda_graph)
+    text += device.is_cuda()
+                ? ", captured as a CUDA graph"
+                : ", CUDA graph's step uncaptured (no CUDA graphs on " + device.str() + ")";
+  text += o.log_every > 1 ? ", the loss read every " + std::to_string(o.log_every) + " steps"
+                          : ", the loss read every step";
+  return text;
+}
+
 // train() before torch's refusal of a nondeterministic operation is put in our words.
 TrainSummary train_run(const TrainOptions& options, Communicator& comm,
                        const std::function<bool()>& stop_requested) {
   options.validate();
+  options.check_world_size(comm.world_size());
   DataSplit data = list_data(options);
   TrainOptions o = options;  // the network's input channels from the data, saved so
   if (o.model.in_channels == 0) o.model.in_channels = image_channels(data);
@@ -528,6 +655,7 @@ TrainSummary train_run(const TrainOptions& options, Communicator& comm,
                                                 : std::string("in host memory")) +
                                   ", " + std::to_string(threads) +
                                   " intra-op thread(s) per rank, BLAS: " + loaded_blas());
+    print_run_line(std::cerr, "volshard train: step " + step_text(o, device));
   }
   comm.barrier();
   Engine e(o, std::move(data), comm, threads);
@@ -542,12 +670,20 @@ TrainSummary train_run(const TrainOptions& options, Communicator& comm,
     EpochTotals totals;
     int64_t positions = 0;
     bool stop = false;
-    while (const std::optional<StepStats> s = e.step(epoch, stop_requested)) {
-      stop = s->stop;
-      totals.add(*s, e.world);
-      summary.last_loss = s->loss;
-      e.log_step(epoch, *s);
-      positions += s->positions;
+    std::vector<PendingStep> pending;  // run, not yet read (--log-every)
+    for (;;) {
+      std::optional<PendingStep> ran = e.step(epoch);
+      const bool more = ran.has_value();
+      if (ran) pending.push_back(std::move(*ran));
+      if (pending.empty()) break;
+      if (more && !e.read_due(pending.size())) continue;
+      for (const StepStats& s : e.read(epoch, pending, stop_requested)) {
+        stop = s.stop;
+        totals.add(s, e.world);
+        summary.last_loss = s.loss;
+        e.log_step(epoch, s);
+        positions += s.positions;
+      }
       const int64_t consumed = consumed0 + positions;
       const bool periodic =
           o.checkpoint_every > 0 && e.position.global_step % o.checkpoint_every == 0;
@@ -557,6 +693,7 @@ TrainSummary train_run(const TrainOptions& options, Communicator& comm,
         summary.interrupted = true;
         break;
       }
+      if (!more) break;
     }
     if (summary.interrupted) break;
     if (e.tty) std::cerr << "\n";

@@ -34,14 +34,24 @@ class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
 
+  /// Moves the state to `device` (the gradients' device), where unscale and
+  /// update run. unscale moves it there itself otherwise.
+  void to(const at::Device& device);
   /// loss x scale (float32), whose backward gives scaled gradients.
   at::Tensor scale(const at::Tensor& loss) const;
   /// Divides the gradients of `parameters` by the scale in place, once per
   /// step (as torch's unscale_, before clipping), and notes whether any is
-  /// inf or nan. Parameters without a gradient are skipped.
+  /// inf or nan (found_inf(), on their device). Parameters without a gradient
+  /// are skipped.
   void unscale(const std::vector<at::Tensor>& parameters);
+  /// After unscale, until update: float32 [1] on the gradients' device, 1
+  /// where a gradient held an inf or a nan (the step must be skipped).
+  const at::Tensor& found_inf() const { return found_inf_; }
+  /// The scale, float32 [1] on the state's device (no read to the host).
+  const at::Tensor& scale_tensor() const { return scale_; }
   /// Unscales (unless done), then runs `optimizer_step` unless a gradient was
-  /// inf or nan. Returns whether it ran. Call update() after it.
+  /// inf or nan (a read of the flag to the host). Returns whether it ran. Call
+  /// update() after it.
   bool step(const std::vector<at::Tensor>& parameters, const std::function<void()>& optimizer_step);
   /// Backs the scale off after a skipped step, grows it after growth_interval
   /// finite ones (torch's _amp_update_scale_).

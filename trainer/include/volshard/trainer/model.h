@@ -101,6 +101,10 @@ class Model {
   /// Moves parameters and buffers (e.g. to CUDA), in place: tensors an
   /// optimizer holds follow.
   void to(at::Device device);
+  /// The 5-d weights (convolutions) in channels-last 3D layout (NDHWC,
+  /// torch.channels_last_3d), in place: the same values; cuDNN's NDHWC
+  /// kernels on a GPU. state_dict() and model.pt hold them as before.
+  void to_channels_last();
   /// Where the parameters are.
   at::Device device() const;
   /// The network on its device for a CPU tensor: forward(x moved to
