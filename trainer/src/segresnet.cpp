@@ -6,6 +6,7 @@
 #include <string>
 
 #include "layers.h"
+#include "upsample.h"
 #include "volshard/core/limits.h"
 
 namespace volshard::detail {
@@ -82,8 +83,12 @@ struct ResBlock : Layer {
 
 // UpSample(mode nontrainable): trilinear, scale factor 2, align_corners
 // False, computed from the scale factor as nn.Upsample(scale_factor=2) does.
+// Under deterministic algorithms off the CPU, the same forward with a
+// backward CUDA runs deterministically (upsample.h); the CPU's own backward is.
 struct Upsample : Layer {
   at::Tensor forward(const at::Tensor& x) override {
+    if (!x.is_cpu() && at::globalContext().deterministicAlgorithms())
+      return upsample_trilinear_deterministic(x, {2.0, 2.0, 2.0});
     namespace F = torch::nn::functional;
     return F::interpolate(x, F::InterpolateFuncOptions()
                                  .scale_factor(std::vector<double>{2.0, 2.0, 2.0})
