@@ -458,7 +458,9 @@ std::vector<StepStats> Engine::read(int64_t epoch, std::vector<PendingStep>& pen
     if (p.values.found_inf.defined())
       parts.push_back(p.values.found_inf.reshape({1}).to(at::kFloat));
   }
-  const at::Tensor host = at::cat(parts).to(at::kCPU, at::kDouble);
+  // (--invariant: a rank may hold no volume of a step, and nothing to read.)
+  const at::Tensor host =
+      parts.empty() ? at::empty({0}, at::kDouble) : at::cat(parts).to(at::kCPU, at::kDouble);
   const double* value = host.data_ptr<double>();
   const Clock::time_point now = Clock::now();
   const auto n = static_cast<int64_t>(pending.size());
