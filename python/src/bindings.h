@@ -8,4 +8,8 @@ namespace volshard::python {
 /// DistributedSampler, SamplerState (as JSON) and the seed streams: std only.
 void bind_sampler(pybind11::module_& m);
 
+/// The keys of `volshard train`'s config files, read from the trainer's
+/// options table (its header alone: the module does not link the trainer).
+void bind_trainer_keys(pybind11::module_& m);
+
 }  // namespace volshard::python

@@ -16,6 +16,7 @@
 #include "bindings.h"
 #include "volshard/core/large_blocks.h"
 #include "volshard/core/log.h"
+#include "volshard/core/nearest_name.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/content_hash.h"
 #include "volshard/datasets/datalist.h"
@@ -335,6 +336,8 @@ void bind_pipeline(py::module_& m) {
       py::arg("json_object"), py::arg("who"),
       "The pipeline a JSON object of pipeline keys sets over the defaults (validated).");
   m.def("_feed_keys", &feed_keys, "The pipeline's keys, in the schema's order.");
+  m.def("_nearest_key", &nearest_key, py::arg("key"), py::arg("keys"),
+        "The key of `keys` the command line would name for a misspelt `key` ('' for none).");
   py::class_<LoaderOptions>(m, "_LoaderOptions")
       .def(py::init<>())
       .def_readwrite("batch_size", &LoaderOptions::batch_size)
@@ -394,4 +397,5 @@ PYBIND11_MODULE(_volshard, m) {
   bind_volumes(m);
   bind_data(m);
   bind_pipeline(m);
+  bind_trainer_keys(m);
 }

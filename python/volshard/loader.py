@@ -100,12 +100,12 @@ class _DeviceMover:
 
 def _pipeline(pipeline, who):
     """A dict of pipeline keys, or the path of a JSON config whose pipeline keys are taken (its network and
-    optimiser keys are not the Loader's). The keys are the C++ schema's (volshard/datasets/feed.h)."""
+    optimiser keys are `volshard train`'s, known but not the Loader's; any other key is refused, as the CLI
+    refuses it). The keys are the C++ schema's (volshard/datasets/feed.h) and the trainer's table's."""
     if pipeline is None:
         return {}
     if not isinstance(pipeline, (str, os.PathLike)):
-        return dict(pipeline)  # unknown keys are refused by the schema, naming them
-    import difflib
+        return dict(pipeline)  # unknown keys are refused by the schema, naming them and the nearest one
     path = os.fspath(pipeline)
     try:
         with open(path) as f:
@@ -117,11 +117,16 @@ def _pipeline(pipeline, who):
     if not isinstance(config, dict):
         raise ValueError(f"{who}: pipeline={path}: must hold a JSON object")
     keys = _volshard._feed_keys()
-    # A key one letter or two away from a pipeline key is a misspelt one.
-    for key in set(config) - set(keys):
-        close = difflib.get_close_matches(key, keys, n=1, cutoff=0.85)
-        if close:
-            raise ValueError(f"{who}: pipeline={path}: unknown key '{key}' (did you mean '{close[0]}'?)")
+    train_keys = _volshard._train_config_keys()
+    known = train_keys + [k for k in keys if k not in train_keys]  # num_classes: the network sets it there
+    for key in config:
+        if key not in known:
+            # The key the CLI names for the same misspelt flag, or what the known keys are.
+            near = _volshard._nearest_key(key, known)
+            raise ValueError(f"{who}: pipeline={path}: unknown key '{key}'" +
+                             (f" (did you mean '{near}'?)" if near else
+                              f": neither a pipeline key ({', '.join(keys)}) nor a key of `volshard train`'s "
+                              f"config files (network, optimiser, schedule)"))
     return {k: v for k, v in config.items() if k in keys}
 
 
@@ -188,7 +193,9 @@ class Loader:
     Batches depend on (data, sampler, seed, epoch) only, not on ``workers``.
 
     ``pipeline`` (a dict, or the path of a JSON config such as
-    configs/spleen.json, whose network and optimiser keys are ignored) sets
+    configs/spleen.json, whose network and optimiser keys are ignored and
+    whose other keys, neither the pipeline's nor `volshard train`'s, are
+    refused as the CLI refuses them, the nearest key named) sets
     the CT/MRI steps: orientation, pixdim, intensity (scale, range,
     normalize) with a_min/a_max/b_min/b_max/clip or nonzero/channel_wise/
     normalize_on (crop, volume), crop_foreground, spatial_pad, prefix_order (the steps' order), labels (classes,

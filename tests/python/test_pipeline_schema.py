@@ -3,6 +3,7 @@ config file, the Python Loader and RUN/config.json with the same name and value.
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -101,3 +102,50 @@ def test_volshard_train_takes_every_key_and_writes_it_to_config_json(synth_data,
     written = json.loads((run / "config.json").read_text())
     assert {k: written[k] for k in pipeline} == pipeline
     assert not SET_BY_NETWORK & set(written)
+    # A run's config.json is a pipeline for Python too: every key of it is known.
+    assert volshard.ValidationLoader(synth_data, split=None, pipeline=str(run / "config.json")) is not None
+
+
+def test_a_config_key_neither_the_pipelines_nor_volshard_trains_is_refused_as_the_cli_refuses_it(
+        synth_data, tmp_path, volshard_bin, configs_dir):
+    # flip_probability is no key (flip_prob is): the CLI refuses the file, and so does Python, which
+    # used to drop the key and train without flips.
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(NETWORK, flip_probability=0.5, lr=0.001)))
+    cli = subprocess.run([volshard_bin, "train", "--config", str(config), "--data", synth_data, "--out",
+                          str(tmp_path / "run")], capture_output=True, text=True)
+    assert cli.returncode == 2 and "unknown key 'flip_probability'" in cli.stderr, cli.stderr
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    for make in (lambda: volshard.Loader(synth_data, sampler, pipeline=str(config)),
+                 lambda: volshard.ValidationLoader(synth_data, split=None, pipeline=str(config))):
+        with pytest.raises(ValueError, match=re.escape(f"pipeline={config}: unknown key 'flip_probability'")):
+            make()
+    # Network, optimiser and schedule keys are known keys: every shipped config is read whole.
+    for name in sorted(os.listdir(configs_dir)):
+        if name.endswith(".json"):
+            volshard.ValidationLoader(synth_data, split=None, pipeline=os.path.join(configs_dir, name))
+
+
+# Misspelt keys, each spelt as a flag too: the CLI's nearest flag is a key of a config file.
+MISSPELT = ["pixdims", "a_mim", "flip_probs", "flip_probability", "spatialpad", "num_sample", "epoch", "lerning_rate",
+            "crop_kinds", "prefix_ordr"]
+
+
+@pytest.mark.parametrize("word", MISSPELT)
+def test_a_misspelt_key_gets_the_nearest_name_the_cli_gives_its_flag(synth_data, tmp_path, volshard_bin, word):
+    cli = subprocess.run([volshard_bin, "train", "--" + word.replace("_", "-"), "1", "--data", synth_data, "--out",
+                          str(tmp_path / "run")], capture_output=True, text=True)
+    assert cli.returncode == 2 and "unknown flag" in cli.stderr, cli.stderr
+    flag = re.search(r"did you mean --([a-z0-9-]+)\?", cli.stderr)
+    want = flag.group(1).replace("-", "_") if flag else None
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({word: 1}))
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match=re.escape(f"unknown key '{word}'")) as raised:
+        volshard.Loader(synth_data, sampler, pipeline=str(config))
+    got = re.search(r"did you mean '([a-z0-9_]+)'\?", str(raised.value))
+    assert (got.group(1) if got else None) == want, (str(raised.value), cli.stderr)
+    # A dict is a pipeline: its keys are the pipeline's, the nearest one named where the CLI names it.
+    if want in _volshard._feed_keys():
+        with pytest.raises(ValueError, match=re.escape(f"unknown pipeline key '{word}' (did you mean '{want}'?)")):
+            volshard.Loader(synth_data, sampler, pipeline={word: 1})

@@ -7,6 +7,7 @@
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/limits.h"
+#include "volshard/core/nearest_name.h"
 #include "volshard/datasets/field_json.h"
 
 namespace volshard {
@@ -69,8 +70,11 @@ FeedOptions apply_feed_json(const nlohmann::json& j, const std::string& who,
     if (skip_others || std::find(keys.begin(), keys.end(), it.key()) != keys.end()) continue;
     std::string known;
     for (const std::string& k : keys) known += (known.empty() ? "" : ", ") + k;
-    throw std::invalid_argument(who + "unknown pipeline key '" + printable(it.key()) +
-                                "'; known: " + known);
+    // The key the command line would name for the misspelt flag.
+    const std::string nearest = nearest_key(it.key(), keys);
+    throw std::invalid_argument(who + "unknown pipeline key '" + printable(it.key()) + "'" +
+                                (nearest.empty() ? "" : " (did you mean '" + nearest + "'?)") +
+                                "; known: " + known);
   }
   FeedOptions f = base;
   for_each_feed_field(f, [&](const Field& field, auto& member) {
