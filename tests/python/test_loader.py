@@ -195,7 +195,7 @@ def test_bad_data_raises_naming_the_file_or_item(synth_data, tmp_path):
         volshard.Loader(synth_data, s, **KW)
     with pytest.raises(TypeError, match="sampler"):
         volshard.Loader(synth_data, list(range(6)), **KW)
-    with pytest.raises(RuntimeError, match="no_such_folder"):
+    with pytest.raises(FileNotFoundError, match="no_such_folder"):
         volshard.Loader(str(tmp_path / "no_such_folder"), s, **KW)
 
 
@@ -465,3 +465,22 @@ def test_cache_device_runs_the_gpu_paths_code_and_gives_the_host_batches_on_the_
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="cache_device='cuda': no CUDA device here"):
             volshard.Loader(data, sampler, cache_device="cuda")
+
+
+def test_a_missing_file_of_a_datalist_raises_file_not_found_naming_it(synth_data, tmp_path):
+    import json
+    pairs = volshard.pairs_from_folder(synth_data)
+    gone = str(tmp_path / "seg_gone.nii.gz")
+    datalist = tmp_path / "list.json"
+    datalist.write_text(json.dumps({"training": [pairs[0], {"image": pairs[1]["image"], "label": gone}]}))
+    sampler = volshard.DistributedSampler(2, num_replicas=1, rank=0)
+    for call in (lambda: volshard.pairs_from_datalist(str(datalist)),
+                 lambda: volshard.Loader(str(datalist), sampler, **KW),
+                 lambda: volshard.Loader(str(datalist), split="training", **KW),
+                 lambda: volshard.ValidationLoader(str(datalist))):
+        with pytest.raises(FileNotFoundError, match="seg_gone.nii.gz"):
+            call()
+    with pytest.raises(FileNotFoundError, match="no_list.json"):
+        volshard.Loader(str(tmp_path / "no_list.json"), sampler, **KW)
+    with pytest.raises(FileNotFoundError, match="no_such_folder"):
+        volshard.Loader(str(tmp_path / "no_such_folder"), sampler, **KW)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "volshard/core/error.h"
+#include "volshard/core/file_io.h"
 
 namespace volshard {
 namespace fs = std::filesystem;
@@ -28,7 +30,7 @@ std::vector<std::string> matching(const fs::path& folder, const std::string& glo
     if (it->is_regular_file(ec) && fnmatch(glob.c_str(), name.c_str(), 0) == 0)
       names.push_back(name);
   }
-  if (ec) throw std::runtime_error(folder.string() + ": cannot list the folder: " + ec.message());
+  if (ec) fail_errno(folder.string(), "cannot list the folder", ec.value());
   std::sort(names.begin(), names.end(), natural_less);
   return names;
 }
@@ -91,11 +93,9 @@ std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
 
 std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path,
                                                 const std::string& section) {
-  std::ifstream in(datalist_path);
-  if (!in) throw std::runtime_error(datalist_path + ": cannot open the datalist");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = nlohmann::json::parse(read_text_file(datalist_path));  // keeps the errno (ENOENT)
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(datalist_path + ": not valid JSON: " + e.what());
   }
@@ -130,8 +130,8 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
     pairs.push_back(std::move(pair));
   }
   if (!missing.empty()) {
-    throw std::runtime_error(datalist_path + ": " + std::to_string(missing.size()) +
-                             " files do not exist: " + listed(missing));
+    fail_errno(datalist_path,
+               std::to_string(missing.size()) + " files do not exist: " + listed(missing), ENOENT);
   }
   if (pairs.empty()) throw std::runtime_error(datalist_path + ": \"" + section + "\" is empty");
   return pairs;

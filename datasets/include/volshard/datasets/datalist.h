@@ -17,8 +17,8 @@ bool natural_less(const std::string& a, const std::string& b);
 
 /// Files of `folder` (not recursive) matching the shell globs, each list in
 /// natural order, paired by position. Throws std::runtime_error naming the
-/// folder, the globs and the counts if they differ or nothing matches, or if
-/// the folder cannot be read.
+/// folder, the globs and the counts if they differ or nothing matches;
+/// std::system_error with the errno if the folder cannot be read.
 std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
                                               const std::string& image_glob = "img*",
                                               const std::string& label_glob = "seg*");
@@ -26,7 +26,9 @@ std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
 /// {"training":[{"image":"...","label":"..."}],"validation":[...]}: the
 /// entries of `section`, paths relative to the datalist's folder unless
 /// absolute. Throws std::runtime_error naming the file and the entry for bad
-/// JSON, a missing section or key, and listing every file that does not exist.
+/// JSON, a missing section or key; a datalist that cannot be read, or files of
+/// it that do not exist (every one listed), throw std::system_error with the
+/// errno (ENOENT: Python's FileNotFoundError).
 std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path,
                                                 const std::string& section = "training");
 
