@@ -55,15 +55,51 @@ void warn_in_python(const std::string& message) {
   if (PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1) != 0) PyErr_Clear();
 }
 
-py::list pairs_to_list(const std::vector<ImageLabelPair>& pairs) {
+// Each pair as a dict under `keys` (the datalist's own: {"img", "seg"} reads
+// back as it was written).
+py::list pairs_to_list(const std::vector<ImageLabelPair>& pairs, const PairKeys& keys = {}) {
   py::list out;
   for (const ImageLabelPair& p : pairs) {
     py::dict d;
-    d["image"] = p.image;
-    d["label"] = p.label;
+    d[py::str(keys.image)] = p.image;
+    d[py::str(keys.label)] = p.label;
     out.append(d);
   }
   return out;
+}
+
+PairKeys pair_keys(const std::string& image_key, const std::string& label_key) {
+  PairKeys keys;
+  keys.image = image_key;
+  keys.label = label_key;
+  return keys;
+}
+
+// A batch as the Python Loader hands it out: image and label as torch tensors
+// (no copy), and per row the metadata `volshard train --trace-samples` records.
+// The one place a batch's entries are named (_batch_entries reads them here).
+py::dict batch_dict(const Batch& b) {
+  py::dict d;
+  d["image"] = b.image;
+  d["label"] = b.label;
+  py::list index, patch, source, crop_start, rot90_k, flipped;
+  for (const SampleMeta& m : b.meta) {
+    index.append(m.index);
+    patch.append(m.patch_index);
+    source.append(m.source);
+    crop_start.append(py::make_tuple(m.crop_start[0], m.crop_start[1], m.crop_start[2]));
+    rot90_k.append(m.rot90_k);
+    flipped.append(py::make_tuple(m.flipped[0], m.flipped[1], m.flipped[2]));
+  }
+  d["index"] = index;
+  d["patch_index"] = patch;
+  d["source"] = source;
+  d["crop_start"] = crop_start;
+  d["rot90_k"] = rot90_k;
+  d["flipped"] = flipped;
+  d["step"] = b.step;
+  d["wait_seconds"] = b.wait_seconds;
+  return d;
 }
 
 at::Tensor affine_tensor(const Affine& a) {
@@ -126,27 +162,7 @@ class LoaderCore {
       b = live().next();
     }
     if (!b) return py::none();
-    py::dict d;
-    d["image"] = b->image;  // handed over as torch tensors, no copy
-    d["label"] = b->label;
-    py::list index, patch, source, crop_start, rot90_k, flipped;
-    for (const SampleMeta& m : b->meta) {
-      index.append(m.index);
-      patch.append(m.patch_index);
-      source.append(m.source);
-      crop_start.append(py::make_tuple(m.crop_start[0], m.crop_start[1], m.crop_start[2]));
-      rot90_k.append(m.rot90_k);
-      flipped.append(py::make_tuple(m.flipped[0], m.flipped[1], m.flipped[2]));
-    }
-    d["index"] = index;
-    d["patch_index"] = patch;
-    d["source"] = source;
-    d["crop_start"] = crop_start;
-    d["rot90_k"] = rot90_k;
-    d["flipped"] = flipped;
-    d["step"] = b->step;
-    d["wait_seconds"] = b->wait_seconds;
-    return d;
+    return batch_dict(*b);
   }
 
   int64_t num_batches() const { return pipeline_ ? pipeline_->loader().num_batches() : 0; }
@@ -242,12 +258,15 @@ void bind_data(py::module_& m) {
         return pairs_to_list(pairs_from_folder(folder, image_glob, label_glob));
       },
       py::arg("folder"), py::arg("image_glob") = "img*", py::arg("label_glob") = "seg*");
+  // volshard.pairs_from_datalist (loader.py) reads its keys= into the two names.
   m.def(
-      "pairs_from_datalist",
-      [](const std::string& path, const std::string& section) {
-        return pairs_to_list(pairs_from_datalist(path, section));
+      "_pairs_from_datalist",
+      [](const std::string& path, const std::string& section, const std::string& image_key,
+         const std::string& label_key) {
+        const PairKeys keys = pair_keys(image_key, label_key);
+        return pairs_to_list(pairs_from_datalist(path, section, keys), keys);
       },
-      py::arg("path"), py::arg("section") = "training");
+      py::arg("path"), py::arg("section"), py::arg("image_key"), py::arg("label_key"));
   m.def(
       "_hold_out_tail",
       [](const std::vector<std::pair<std::string, std::string>>& files, double val_fraction,
@@ -260,11 +279,12 @@ void bind_data(py::module_& m) {
       py::arg("files"), py::arg("val_fraction"), py::arg("source"));
   m.def(
       "_split_datalist",
-      [](const std::string& path, double val_fraction) {
-        const PairSplit s = split_datalist(path, val_fraction);
+      [](const std::string& path, double val_fraction, const std::string& image_key,
+         const std::string& label_key) {
+        const PairSplit s = split_datalist(path, val_fraction, pair_keys(image_key, label_key));
         return py::make_tuple(pairs_to_list(s.train), pairs_to_list(s.val));
       },
-      py::arg("path"), py::arg("val_fraction"));
+      py::arg("path"), py::arg("val_fraction"), py::arg("image_key"), py::arg("label_key"));
   // One validation volume as `volshard train` validates it: the prefix
   // without the training-only steps, the whole volume.
   m.def(
@@ -338,6 +358,9 @@ void bind_pipeline(py::module_& m) {
   m.def("_feed_keys", &feed_keys, "The pipeline's keys, in the schema's order.");
   m.def("_nearest_key", &nearest_key, py::arg("key"), py::arg("keys"),
         "The key of `keys` the command line would name for a misspelt `key` ('' for none).");
+  m.def(
+      "_batch_entries", [] { return py::list(batch_dict(Batch{})); },
+      "The names of a batch's entries, in order.");
   py::class_<LoaderOptions>(m, "_LoaderOptions")
       .def(py::init<>())
       .def_readwrite("batch_size", &LoaderOptions::batch_size)

@@ -18,7 +18,6 @@ try:
         SeedStreams,
         Volume,
         large_block_stats,
-        pairs_from_datalist,
         pairs_from_folder,
         read_volume,
         tune_allocator_for_volumes,
@@ -32,7 +31,7 @@ except ModuleNotFoundError as e:
     _missing = e
 else:
     _missing = None
-    from .loader import Loader  # noqa: F401
+    from .loader import Loader, pairs_from_datalist  # noqa: F401
     from .sampler import DistributedSampler  # noqa: F401
     from .seeds import WorkerInit, worker_init_fn  # noqa: F401
     from .fingerprint import Fingerprint  # noqa: F401

@@ -18,12 +18,68 @@ def _is_datalist(data):
         and not os.path.isdir(os.fspath(data))
 
 
-def _pairs(data):
-    """A folder, a datalist .json, or a list of {"image", "label"} dicts or (image, label) pairs."""
+_KEYS = ("image", "label")
+
+# What volshard runs instead of a transform, for the messages that refuse one.
+_NO_TRANSFORM = ("volshard's pipeline runs in C++ (by default MONAI's DDP tutorial's: load, channel-first, "
+                 "ScaleIntensity, RandCropByPosNegLabel, RandRotate90): set its steps with pipeline= (a dict or a "
+                 "config such as configs/spleen.json: orientation, pixdim, intensity, crop_foreground, flip_prob, "
+                 "...) and crop=, num_samples=, rot90_prob=; apply a transform of your own to each batch in your "
+                 "loop, or keep MONAI's Dataset and DataLoader with sampler=volshard.DistributedSampler(...)")
+
+
+def _keys(keys, who="Loader", also_taken=()):
+    """(image key, label key) from keys=: None (the Decathlon's "image", "label"), two strings as MONAI's
+    keys=["img", "seg"], or a mapping {"image": "img", "label": "seg"}."""
+    if keys is None:
+        return _KEYS
+    if isinstance(keys, dict):
+        if set(keys) != set(_KEYS):
+            raise ValueError(f"{who}: keys={keys!r} must map 'image' and 'label' (and nothing else) to your keys, "
+                             f"as {{'image': 'img', 'label': 'seg'}}")
+        named = (keys["image"], keys["label"])
+    elif isinstance(keys, (list, tuple)) and len(keys) == 2:
+        named = tuple(keys)
+    else:
+        named = None
+    if named is None or not all(isinstance(k, str) and k for k in named):
+        raise ValueError(f"{who}: keys={keys!r} must be (image key, label key): two strings, as MONAI's "
+                         f"keys=['img', 'seg'], or {{'image': 'img', 'label': 'seg'}}")
+    if named[0] == named[1]:
+        raise ValueError(f"{who}: keys={keys!r}: the image and label keys must differ")
+    taken = [e for e in _volshard._batch_entries() if e not in _KEYS] + list(also_taken)
+    for k in named:
+        if k in taken:
+            raise ValueError(f"{who}: keys={keys!r}: '{k}' is the batch's own entry (its entries: "
+                             f"{', '.join(taken)}); name the image and label otherwise")
+    return named
+
+
+def _named(batch, keys):
+    """The batch's "image" and "label" under keys, in their places."""
+    if keys == _KEYS:
+        return batch
+    names = dict(zip(_KEYS, keys))
+    return {names.get(k, k): v for k, v in batch.items()}
+
+
+def pairs_from_datalist(path, section="training", keys=None):
+    """The entries of a MONAI/Decathlon datalist's ``section`` as dicts, paths
+    relative to the datalist's folder made whole: ``keys`` names the entries'
+    image and label keys (as ``Loader``'s: ("img", "seg") reads a datalist of
+    MONAI's DDP tutorial's dicts, and gives them back so). Every file is
+    checked: missing ones raise FileNotFoundError, listed."""
+    image_key, label_key = _keys(keys, "pairs_from_datalist")
+    return _volshard._pairs_from_datalist(os.fspath(path), section, image_key, label_key)
+
+
+def _pairs(data, keys=_KEYS):
+    """A folder, a datalist .json, or a list of dicts with the image and label keys or of (image, label)
+    pairs."""
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
         if _is_datalist(path):
-            return [(p["image"], p["label"]) for p in _volshard.pairs_from_datalist(path)]
+            return [(p[keys[0]], p[keys[1]]) for p in _volshard._pairs_from_datalist(path, "training", *keys)]
         return [(p["image"], p["label"]) for p in _volshard.pairs_from_folder(path)]
     if not isinstance(data, (list, tuple)):
         raise TypeError(f"Loader: data must be a folder, a datalist .json, or a list of {{'image', 'label'}} "
@@ -32,9 +88,14 @@ def _pairs(data):
     pairs = []
     for k, item in enumerate(data):
         if isinstance(item, dict):
-            if "image" not in item or "label" not in item:
-                raise ValueError(f"Loader: data[{k}] has no 'image' or 'label' key: {item!r}")
-            pairs.append((os.fspath(item["image"]), os.fspath(item["label"])))
+            if keys[0] not in item or keys[1] not in item:
+                hint = ""
+                if keys == _KEYS and len(item) == 2 and all(isinstance(n, str) for n in item):
+                    hint = f"; MONAI's dict keys are read with keys=(image key, label key): keys={tuple(item)!r}?"
+                elif keys != _KEYS:
+                    hint = f" (keys={keys!r})"
+                raise ValueError(f"Loader: data[{k}] has no '{keys[0]}' or '{keys[1]}' key: {item!r}{hint}")
+            pairs.append((os.fspath(item[keys[0]]), os.fspath(item[keys[1]])))
         elif isinstance(item, (list, tuple)) and len(item) == 2:
             image, label = item
             pairs.append((os.fspath(image), os.fspath(label)))
@@ -44,20 +105,20 @@ def _pairs(data):
     return pairs
 
 
-def _split(data, split, val_fraction):
+def _split(data, split, val_fraction, keys=_KEYS):
     """Every pair (split=None), or the "training" or "validation" part as
     `volshard train` splits them: a datalist's "validation" list, else the
     last val_fraction of the pairs (at least one) validate."""
     if split is None:
-        return _pairs(data)
+        return _pairs(data, keys)
     if split not in ("training", "validation"):
         raise ValueError(f"split={split!r} must be None, 'training' or 'validation'")
     try:
         if _is_datalist(data):
-            train, val = _volshard._split_datalist(os.fspath(data), float(val_fraction))
+            train, val = _volshard._split_datalist(os.fspath(data), float(val_fraction), *keys)
         else:
             source = os.fspath(data) if isinstance(data, (str, os.PathLike)) else "data"
-            train, val = _volshard._hold_out_tail(_pairs(data), float(val_fraction), source)
+            train, val = _volshard._hold_out_tail(_pairs(data, keys), float(val_fraction), source)
     except ValueError as e:
         raise ValueError(_python_names(str(e))) from None
     return [(p["image"], p["label"]) for p in (train if split == "training" else val)]
@@ -77,15 +138,16 @@ class _DeviceMover:
     """Batches to `device` one ahead: issue() starts the copies (non_blocking; on a side stream for CUDA),
     take() hands the batch over once the consumer's stream may use it."""
 
-    def __init__(self, device):
+    def __init__(self, device, keys=_KEYS):
         self.device = device
+        self.keys = keys
         self.stream = torch.cuda.Stream(device) if device is not None and device.type == "cuda" else None
 
     def issue(self, batch):
         if batch is None:
             return batch
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
-            for key in ("image", "label"):
+            for key in self.keys:
                 batch[key] = batch[key].to(self.device, non_blocking=True)
         return batch
 
@@ -93,7 +155,7 @@ class _DeviceMover:
         if batch is not None and self.stream is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_stream(self.stream)
-            for key in ("image", "label"):
+            for key in self.keys:
                 batch[key].record_stream(current)  # its memory is the consumer's stream's now
         return batch
 
@@ -227,6 +289,15 @@ class Loader:
     ``pipeline`` then holds every pipeline key and its value (a dict, as
     RUN/config.json names them): what this loader feeds.
 
+    ``keys`` names the image and label as MONAI's dict transforms do:
+    ``("img", "seg")`` (MONAI's ``keys=["img", "seg"]``) or
+    ``{"image": "img", "label": "seg"}``. Dicts in ``data`` and the entries of
+    a datalist .json are read by those keys, and each batch holds the image
+    and label under them (``batch["img"]``) instead of "image" and "label".
+
+    ``transform`` is refused: the C++ pipeline above is what runs (set it with
+    ``pipeline`` and the arguments), not a MONAI transform.
+
     ``state_dict()`` holds the sampler's state at the batches returned so far
     in this epoch; ``load_state_dict()`` continues after them (same or another
     world size)."""
@@ -237,14 +308,19 @@ class Loader:
                  cache_rate=1.0, seed=None, rot90_prob=None, allow_smaller=None,
                  drop_last_batch=False, prefetch_batches=2, pin_memory=None, cache_threads=2,
                  max_cache_bytes=-1, cache_dir="", pipeline=None, split=None, val_fraction=0.2,
-                 device=None, cache_device=None):
+                 device=None, cache_device=None, keys=None, transform=None):
+        if transform is not None:
+            raise TypeError(f"Loader: transform={type(transform).__name__} would go unused: {_NO_TRANSFORM}")
+        self.keys = _keys(keys)
         self.device = _device(device)
         cache_device = _device(cache_device, "cache_device")
-        pairs = _split(data, split, val_fraction)
+        pairs = _split(data, split, val_fraction, self.keys)
         if sampler is None:
             sampler = DistributedSampler(len(pairs), seed=0 if seed is None else seed)
         if not isinstance(sampler, DistributedSampler):
-            raise TypeError(f"Loader: sampler must be a volshard.DistributedSampler, not {type(sampler).__name__}")
+            hint = f" (a transform? volshard takes none: {_NO_TRANSFORM})" if callable(sampler) else ""
+            raise TypeError(f"Loader: sampler must be a volshard.DistributedSampler, not {type(sampler).__name__}"
+                            f"{hint}")
         size = sampler.dataset if isinstance(sampler.dataset, int) else len(sampler.dataset)
         if size != len(pairs):
             raise ValueError(f"Loader: the sampler's dataset has {size} items but data has {len(pairs)}")
@@ -311,10 +387,15 @@ class Loader:
         self._core.start_epoch(indices, self.sampler.epoch)
         self.sampler._set_consumed(0)
         returned = 0
+
+        def take():  # the next batch, its image and label under self.keys
+            batch = self._core.next()
+            return None if batch is None else _named(batch, self.keys)
+
         # With a device, the next batch's copy is issued before this one is handed out (one batch ahead);
         # without, each batch is taken when asked for.
-        mover = _DeviceMover(self.device) if self.device is not None else None
-        ahead = mover.issue(self._core.next()) if mover else None
+        mover = _DeviceMover(self.device, self.keys) if self.device is not None else None
+        ahead = mover.issue(take()) if mover else None
         while True:
             if generation != self._generation:
                 raise RuntimeError("Loader: this iterator was superseded by a newer iter(loader), which restarted "
@@ -322,9 +403,9 @@ class Loader:
             self._check_process()
             if mover:
                 batch = mover.take(ahead)
-                ahead = mover.issue(self._core.next()) if batch is not None else None
+                ahead = mover.issue(take()) if batch is not None else None
             else:
-                batch = self._core.next()
+                batch = take()
             if batch is None:
                 return
             returned = min(returned + self.batch_size, len(indices))

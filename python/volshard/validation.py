@@ -7,7 +7,7 @@ import os
 import torch
 
 from . import _volshard
-from .loader import _feed_options, _python_names, _split
+from .loader import _NO_TRANSFORM, _feed_options, _keys, _named, _python_names, _split
 from .sampler import _world
 
 
@@ -25,11 +25,17 @@ class ValidationLoader:
     ``even_divisible=False``; with fewer volumes than ranks, ranks r < n take
     one each): every volume is scored once, so summing per-volume scores over
     ranks gives one process's metric. ``num_replicas`` and ``rank`` default to
-    torch.distributed's when it is initialised."""
+    torch.distributed's when it is initialised. ``keys`` as
+    ``volshard.Loader``'s: the items' image and label then go by those names;
+    ``transform`` is refused, as there."""
 
     def __init__(self, data, *, split="validation", val_fraction=0.2, pipeline=None, num_replicas=None,
-                 rank=None):
-        self.pairs = _split(data, split, val_fraction)
+                 rank=None, keys=None, transform=None):
+        if transform is not None:
+            raise TypeError(f"ValidationLoader: transform={type(transform).__name__} would go unused: "
+                            f"{_NO_TRANSFORM}")
+        self.keys = _keys(keys, "ValidationLoader", also_taken=("affine",))
+        self.pairs = _split(data, split, val_fraction, self.keys)
         world, me = _world()
         self.num_replicas = world if num_replicas is None else int(num_replicas)
         self.rank = me if rank is None else int(rank)
@@ -55,8 +61,8 @@ class ValidationLoader:
                 item = _volshard._load_whole_volume(image, label, i, self._feed)
             except ValueError as e:
                 raise ValueError(_python_names(str(e))) from None
-            yield {"image": item["image"].unsqueeze(0), "label": item["label"].unsqueeze(0), "index": i,
-                   "source": image, "affine": item["affine"]}
+            yield _named({"image": item["image"].unsqueeze(0), "label": item["label"].unsqueeze(0), "index": i,
+                          "source": image, "affine": item["affine"]}, self.keys)
 
 
 def sliding_window_inference(inputs, roi_size, sw_batch_size, predictor, overlap=0.25):

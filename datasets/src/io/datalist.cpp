@@ -92,7 +92,7 @@ std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
 }
 
 std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path,
-                                                const std::string& section) {
+                                                const std::string& section, const PairKeys& keys) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(read_text_file(datalist_path));  // keeps the errno (ENOENT)
@@ -100,8 +100,9 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
     throw std::runtime_error(datalist_path + ": not valid JSON: " + e.what());
   }
   if (!doc.is_object() || !doc.contains(section) || !doc[section].is_array()) {
-    throw std::runtime_error(datalist_path + ": no \"" + section +
-                             "\" list of {\"image\", \"label\"} entries");
+    throw std::runtime_error(datalist_path + ": no \"" + section + "\" list of {\"" +
+                             printable(keys.image) + "\", \"" + printable(keys.label) +
+                             "\"} entries");
   }
   const fs::path base = fs::path(datalist_path).parent_path();
   const auto resolve = [&](const std::string& p) {
@@ -114,16 +115,16 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
     const auto& e = entries[k];
     const std::string where = datalist_path + ": " + section + "[" + std::to_string(k) + "]";
     if (!e.is_object()) throw std::runtime_error(where + " is not an object");
-    for (const char* key : {"image", "label"}) {
-      if (!e.contains(key) || !e[key].is_string())
-        throw std::runtime_error(where + " has no string \"" + key + "\"");
+    for (const std::string* key : {&keys.image, &keys.label}) {
+      if (!e.contains(*key) || !e[*key].is_string())
+        throw std::runtime_error(where + " has no string \"" + printable(*key) + "\"");
       // The file system would read the path only up to a NUL: another file.
-      if (e[key].get<std::string>().find('\0') != std::string::npos)
-        throw std::runtime_error(where + " \"" + key + "\" holds a NUL byte: " +
-                                 printable(e[key].get<std::string>()));
+      if (e[*key].get<std::string>().find('\0') != std::string::npos)
+        throw std::runtime_error(where + " \"" + printable(*key) +
+                                 "\" holds a NUL byte: " + printable(e[*key].get<std::string>()));
     }
-    ImageLabelPair pair{resolve(e["image"].get<std::string>()),
-                        resolve(e["label"].get<std::string>())};
+    ImageLabelPair pair{resolve(e[keys.image].get<std::string>()),
+                        resolve(e[keys.label].get<std::string>())};
     for (const auto* p : {&pair.image, &pair.label}) {
       if (!fs::exists(*p)) missing.push_back(*p);
     }
@@ -156,14 +157,15 @@ PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
   return split;
 }
 
-PairSplit split_datalist(const std::string& datalist_path, double val_fraction) {
-  std::vector<ImageLabelPair> train = pairs_from_datalist(datalist_path, "training");
+PairSplit split_datalist(const std::string& datalist_path, double val_fraction,
+                         const PairKeys& keys) {
+  std::vector<ImageLabelPair> train = pairs_from_datalist(datalist_path, "training", keys);
   std::ifstream in(datalist_path);
   const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
   if (!doc.is_object() || !doc.contains("validation"))
     return hold_out_tail(std::move(train), val_fraction, datalist_path + " (\"training\")");
   PairSplit split;
-  split.val = pairs_from_datalist(datalist_path, "validation");
+  split.val = pairs_from_datalist(datalist_path, "validation", keys);
   for (const ImageLabelPair& v : split.val) {
     for (const ImageLabelPair& t : train) {
       std::error_code ec;

@@ -23,14 +23,23 @@ std::vector<ImageLabelPair> pairs_from_folder(const std::string& folder,
                                               const std::string& image_glob = "img*",
                                               const std::string& label_glob = "seg*");
 
+/// The keys of a datalist entry that name its two files: the Decathlon's
+/// {"image", "label"}, or another pair such as MONAI's DDP tutorial's
+/// {"img", "seg"}.
+struct PairKeys {
+  std::string image = "image";
+  std::string label = "label";
+};
+
 /// {"training":[{"image":"...","label":"..."}],"validation":[...]}: the
 /// entries of `section`, paths relative to the datalist's folder unless
-/// absolute. Throws std::runtime_error naming the file and the entry for bad
-/// JSON, a missing section or key; a datalist that cannot be read, or files of
-/// it that do not exist (every one listed), throw std::system_error with the
-/// errno (ENOENT: Python's FileNotFoundError).
+/// absolute, their files under `keys`. Throws std::runtime_error naming the
+/// file and the entry for bad JSON, a missing section or key; a datalist that
+/// cannot be read, or files of it that do not exist (every one listed), throw
+/// std::system_error with the errno (ENOENT: Python's FileNotFoundError).
 std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path,
-                                                const std::string& section = "training");
+                                                const std::string& section = "training",
+                                                const PairKeys& keys = {});
 
 /// Which pairs train and which validate, as `volshard train` and Python's
 /// `Loader(split=)` choose them.
@@ -49,6 +58,7 @@ PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
 /// "validation" list (a Decathlon dataset.json), its "training" list with the
 /// tail held out as hold_out_tail does. Throws as pairs_from_datalist, and
 /// std::invalid_argument for a case in both lists.
-PairSplit split_datalist(const std::string& datalist_path, double val_fraction);
+PairSplit split_datalist(const std::string& datalist_path, double val_fraction,
+                         const PairKeys& keys = {});
 
 }  // namespace volshard
