@@ -289,6 +289,11 @@ class Loader:
     ``pipeline`` then holds every pipeline key and its value (a dict, as
     RUN/config.json names them): what this loader feeds.
 
+    ``sampler`` None (the default) makes a ``volshard.DistributedSampler``
+    over the pairs taken (after ``split``): shuffled, ``seed`` (default 0),
+    rank and world size from torch.distributed; ``loader.sampler`` is it. A
+    sampler of your own must be sized for those pairs.
+
     ``keys`` names the image and label as MONAI's dict transforms do:
     ``("img", "seg")`` (MONAI's ``keys=["img", "seg"]``) or
     ``{"image": "img", "label": "seg"}``. Dicts in ``data`` and the entries of
@@ -323,7 +328,10 @@ class Loader:
                             f"{hint}")
         size = sampler.dataset if isinstance(sampler.dataset, int) else len(sampler.dataset)
         if size != len(pairs):
-            raise ValueError(f"Loader: the sampler's dataset has {size} items but data has {len(pairs)}")
+            taken = "data" if split is None else f"split={split!r} of data"
+            raise ValueError(f"Loader: the sampler's dataset has {size} items but {taken} has {len(pairs)}: "
+                             f"pass sampler=None and the Loader makes one over those {len(pairs)} "
+                             f"(loader.sampler), or size yours for them")
         if seed is None:
             seed = sampler.seed
         self.seed = int(seed)

@@ -24,10 +24,13 @@ class ValidationLoader:
     the "validation" part). Rank r of W takes volumes r, r + W, ... (MONAI's
     ``even_divisible=False``; with fewer volumes than ranks, ranks r < n take
     one each): every volume is scored once, so summing per-volume scores over
-    ranks gives one process's metric. ``num_replicas`` and ``rank`` default to
-    torch.distributed's when it is initialised. ``keys`` as
-    ``volshard.Loader``'s: the items' image and label then go by those names;
-    ``transform`` is refused, as there."""
+    ranks gives one process's metric (MONAI's metrics, DiceMetric and the
+    others, gather their buffers over the ranks in ``aggregate()`` already:
+    every rank calls it and gets the metric of all volumes; do not all-reduce
+    it again). ``num_replicas`` and ``rank`` default to torch.distributed's
+    when it is initialised. ``keys`` as ``volshard.Loader``'s: the items'
+    image and label then go by those names; ``transform`` is refused, as
+    there."""
 
     def __init__(self, data, *, split="validation", val_fraction=0.2, pipeline=None, num_replicas=None,
                  rank=None, keys=None, transform=None):

@@ -467,6 +467,18 @@ def test_cache_device_runs_the_gpu_paths_code_and_gives_the_host_batches_on_the_
             volshard.Loader(data, sampler, cache_device="cuda")
 
 
+def test_a_sampler_sized_for_every_pair_under_a_split_is_told_the_working_form(ct_data):
+    # python/README's recipe made the sampler over every pair, then took split="training" (3 of 4).
+    datalist = os.path.join(ct_data, "dataset.json")
+    every = volshard.DistributedSampler(4, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match=r"has 4 items but split='training' of data has 3: pass sampler=None"
+                                         r".*loader\.sampler"):
+        volshard.Loader(datalist, every, split="training", crop=8, num_samples=1, workers=0)
+    loader = volshard.Loader(datalist, split="training", crop=8, num_samples=1, workers=0)
+    assert loader.sampler.dataset == 3 and loader.sampler.shuffle and loader.sampler.seed == 0
+    loader.close()
+
+
 def test_a_missing_file_of_a_datalist_raises_file_not_found_naming_it(synth_data, tmp_path):
     import json
     pairs = volshard.pairs_from_folder(synth_data)

@@ -4,6 +4,7 @@ volumes per rank, MONAI's sliding-window inference; write_volume with numpy."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -149,3 +150,45 @@ def test_fingerprints_of_a_python_loop_let_volshard_diff_name_where_two_runs_par
     # The same first step's data, loss and gradients; the learning rate moves the weights.
     assert "first difference: step 1 (epoch 1), weights (bucket 0 of 2: weight)" in other.stdout, other.stdout
     assert "likely cause: the same gradients gave other weights" in other.stdout
+
+
+METRIC_RANK = r"""
+import sys
+import torch.distributed as dist
+import volshard
+from monai.metrics import DiceMetric
+from monai.networks.utils import one_hot
+
+data, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+dice = DiceMetric(include_background=False)
+for item in volshard.ValidationLoader(data, split=None):  # this rank's share
+    # A fixed prediction of each volume, a little off, and by as much as its index.
+    guess = (item["image"] > item["image"].mean()).long().roll(item["index"] + 1, dims=2)
+    dice(y_pred=one_hot(guess, 2), y=one_hot(item["label"].long(), 2))
+print(repr(dice.aggregate().item()))
+dist.destroy_process_group()
+"""
+
+
+def test_monais_metric_of_validation_shares_is_gathered_over_the_ranks_already(synth_data):
+    # python/README: DiceMetric.aggregate() on each rank's ValidationLoader share is the metric of all
+    # volumes, as one process computes it; an all_reduce on top would count it once per rank.
+    pytest.importorskip("monai.metrics")
+    import socket
+
+    def run(world):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        procs = [subprocess.Popen([sys.executable, "-c", METRIC_RANK, synth_data, str(r), str(world), port],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, OMP_NUM_THREADS="1")) for r in range(world)]
+        outputs = [p.communicate(timeout=300) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+        return [float(out) for out, _ in outputs]
+
+    (one,) = run(1)
+    assert 0 < one < 1
+    a, b = run(2)
+    assert a == b == pytest.approx(one, rel=1e-6)  # the mean of the same six scores, gathered in rank order
