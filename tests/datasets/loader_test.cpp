@@ -7,6 +7,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -189,6 +190,56 @@ TEST(DataLoaderTest, BatchesMadeOnADeviceEqualTheHostPathsOnTheCpu) {
       for (size_t m = 0; m < batches[b].meta.size(); ++m)
         EXPECT_EQ(batches[b].meta[m].flipped, reference[b].meta[m].flipped);
     }
+  }
+}
+
+// On a GPU (skipped without one): the same feed made on the GPU (the cache
+// path's tensor ops there) chooses the host path's crops exactly (volume,
+// start, centre, quarter turns, flips) and its voxels agree within one ulp of
+// float32 (the GPU may round a per-crop normalisation's sums otherwise).
+TEST(DataLoaderTest, BatchesMadeOnTheGpuHoldTheHostPathsCropsWithinOneUlp) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  FeedOptions feed;
+  feed.crop = 4;
+  feed.num_samples = 3;
+  feed.rot90_prob = 0.5;
+  feed.flip_prob = 0.5;
+  feed.rand_scale = 0.1;
+  feed.rand_shift = 0.1;
+  feed.prefix.intensity = IntensityKind::kNormalize;
+  const Compose pipeline = feed_augmentation(feed);
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4, 2};
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.seed = 11;
+  o.pin_memory = PinMemory::kOff;
+  DataLoader host(toy_volume_compact_label, pipeline, o);
+  const auto reference = run_epoch(host, indices, 3);
+  o.device = c10::Device(c10::kCUDA, 0);
+  o.workers = 2;
+  DataLoader on_gpu(toy_volume_compact_label, pipeline, o);
+  const auto batches = run_epoch(on_gpu, indices, 3);
+  ASSERT_EQ(batches.size(), reference.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    ASSERT_TRUE(batches[b].image.is_cuda());
+    ASSERT_EQ(batches[b].meta.size(), reference[b].meta.size());
+    for (size_t m = 0; m < batches[b].meta.size(); ++m) {
+      const SampleMeta &g = batches[b].meta[m], &h = reference[b].meta[m];
+      EXPECT_EQ(g.index, h.index);
+      EXPECT_EQ(g.patch_index, h.patch_index);
+      EXPECT_EQ(g.crop_start, h.crop_start);
+      EXPECT_EQ(g.crop_centre, h.crop_centre);
+      EXPECT_EQ(g.rot90_k, h.rot90_k);
+      EXPECT_EQ(g.rot90_axes, h.rot90_axes);
+      EXPECT_EQ(g.flipped, h.flipped);
+    }
+    const at::Tensor gpu = batches[b].image.cpu(), cpu = reference[b].image;
+    ASSERT_EQ(gpu.sizes(), cpu.sizes());
+    // One ulp at each voxel: |a - b| <= spacing(max(|a|, |b|)) of float32.
+    const at::Tensor larger = at::maximum(gpu.abs(), cpu.abs());
+    const at::Tensor ulp = at::nextafter(larger, at::full_like(larger, INFINITY)) - larger;
+    EXPECT_TRUE(((gpu - cpu).abs() <= ulp).all().item<bool>()) << "batch " << b;
+    EXPECT_TRUE(at::equal(batches[b].label.cpu(), reference[b].label));
   }
 }
 
