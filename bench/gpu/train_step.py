@@ -225,6 +225,9 @@ def main():
         say(f"| two ranks on one {args.device} | refused: {last[0][:160] if last else p.returncode} | | |")
     with open(os.path.join(args.out, "train_step.md"), "w") as f:
         f.write("\n".join(rows) + "\n")
+    failed = [r for r in rows if "| failed:" in r]
+    if failed:
+        sys.exit(f"{len(failed)} row(s) failed: the first is {failed[0]}")
 
 
 if __name__ == "__main__":
