@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
 #include "verbs.h"
+#include "volshard/core/folder_lock.h"
 #include "volshard/trainer/launch.h"
 #include "volshard/trainer/rendezvous.h"
 #include "volshard/trainer/train.h"
@@ -60,6 +62,28 @@ void request_stop(int sig) {
 // method, it is one rank; otherwise a single process. SIGINT, SIGTERM and
 // SIGUSR1 (SLURM's warning) stop after the current step with a checkpoint; a
 // requeued SLURM job resumes its --out run.
+// The run folder, held by one process for the run (FolderLock): the one
+// that starts it (this launcher, or a single process), or rank 0 where
+// another launcher (torchrun, srun) started the workers; the workers this
+// launcher starts find it held for them (kRunHeld in their environment).
+constexpr const char* kRunHeld = "VOLSHARD_RUN_FOLDER_HELD";
+
+bool holds_run_folder(const TrainOptions& o, bool launched, const TrainLaunch& launch) {
+  if (o.out_dir.empty() || std::getenv(kRunHeld) != nullptr) return false;
+  const char* rank = std::getenv("RANK");
+  if (launched && (rank == nullptr || std::string(rank) != "0")) return false;
+  if (!launched && !launch.init_method.empty() && launch.rank != 0) return false;
+  return launched || launch.node_rank == 0;  // node 0's launcher holds it
+}
+
+std::optional<FolderLock> hold_run_folder(const TrainOptions& o, bool launched,
+                                          const TrainLaunch& launch) {
+  if (!holds_run_folder(o, launched, launch)) return std::nullopt;
+  std::optional<FolderLock> held(FolderLock::acquire(o.out_dir, "volshard train"));
+  ::setenv(kRunHeld, std::to_string(::getpid()).c_str(), 1);  // for the workers started below
+  return held;
+}
+
 int train_command(const TrainOptions& given, const TrainLaunch& launch,
                   const std::vector<std::string>& argv) {
   const bool launched = launched_by_launcher();
@@ -83,9 +107,22 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   // would otherwise pick the single-process path and run one rank silently);
   // a worker's were checked by its launcher (torchrun's by torchrun).
   if (!launched) lo.validate();
+  // A live run in --out is named first; the folder is made and held after the
+  // checks (a refused configuration makes nothing), before any worker starts.
+  if (holds_run_folder(options, launched, launch)) FolderLock::check_free(options.out_dir);
+  std::optional<FolderLock> held;
+  const auto hold = [&] {
+    held = hold_run_folder(options, launched, launch);
+    // How this launcher started the run, for --resume RUN alone.
+    if (held && !launched && launch.init_method.empty())
+      write_launch_record(options.out_dir, {lo.nproc_per_node, lo.nnodes});
+  };
   if ((lo.nproc_per_node > 1 || lo.nnodes > 1) && !launched && launch.init_method.empty()) {
     check_training_config(options, lo.nnodes * lo.nproc_per_node);  // before any worker starts
     (void)backend_for(options.backend, resolve_device(options.device, 0), lo.nproc_per_node);
+    if (lo.master_port != 0 && lo.node_rank == 0)
+      check_port_free(lo.master_port);  // and again there
+    hold();
     return run_workers(lo);
   }
 
@@ -97,6 +134,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
     r.source = "single process";
   }
   if (!launched) check_training_config(options, r.world_size);
+  hold();
   TrainOptions o = options;
   o.local_world_size = r.local_world_size;
   o.local_rank = r.local_rank;
@@ -178,6 +216,15 @@ Run add_train_command(CLI::App& app, const std::vector<std::string>& argv) {
       if (unset("--master-port")) set_if_given(s->launch.master_port, int64_t{pet.master_port});
       if (unset("--master-addr") && !pet.master_addr.empty())
         s->launch.master_addr = pet.master_addr;
+    }
+    // --resume RUN alone starts the run as it last ran (RUN/launch.json): its world size with it.
+    const auto unset = [cmd](const char* flag) { return cmd->get_option(flag)->count() == 0; };
+    if (!s->train.resume.empty() && unset("--nproc-per-node") && unset("--nnodes") &&
+        !pet.present && !launched_by_launcher() && s->launch.init_method.empty()) {
+      const std::filesystem::path given(s->train.resume);
+      const auto record = read_launch_record(
+          (std::filesystem::is_directory(given) ? given : given.parent_path()).string());
+      if (record && record->nnodes == 1) s->launch.nproc_per_node = record->nproc_per_node;
     }
     return train_command(s->train, s->launch, argv);
   };

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -190,6 +191,38 @@ int run_workers(const LaunchOptions& o) {
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGUSR1, &old_usr1, nullptr);
   return status_out;
+}
+
+// A JSON object of two integers, written and read without a JSON library
+// (launch.cpp stays std only).
+void write_launch_record(const std::string& run_dir, const LaunchRecord& r) {
+  write_string_atomic(run_dir + "/launch.json",
+                      "{\"nproc_per_node\": " + std::to_string(r.nproc_per_node) +
+                          ", \"nnodes\": " + std::to_string(r.nnodes) + "}\n");
+}
+
+std::optional<LaunchRecord> read_launch_record(const std::string& run_dir) {
+  std::string text;
+  try {
+    text = read_text_file(run_dir + "/launch.json");
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (text.size() > 4096) return std::nullopt;
+  const auto number = [&text](const std::string& key) -> int64_t {
+    const size_t at = text.find("\"" + key + "\":");
+    if (at == std::string::npos) return -1;
+    const char* start = text.c_str() + at + key.size() + 3;
+    char* end = nullptr;
+    const long long v = std::strtoll(start, &end, 10);
+    return end == start ? -1 : static_cast<int64_t>(v);
+  };
+  LaunchRecord r;
+  r.nproc_per_node = number("nproc_per_node");
+  r.nnodes = number("nnodes");
+  if (r.nproc_per_node < 1 || r.nproc_per_node > 1024 || r.nnodes < 1 || r.nnodes > 65536)
+    return std::nullopt;
+  return r;
 }
 
 }  // namespace volshard

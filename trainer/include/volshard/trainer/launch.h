@@ -4,6 +4,7 @@
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). POSIX and standard library only.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,18 @@ void check_port_free(int port);
 /// others were given grace_seconds and then killed; 128 + the signal when
 /// interrupted. Writes one line to stderr per failed worker, naming its rank.
 int run_workers(const LaunchOptions& options);
+
+/// How a run was started, in RUN/launch.json, so that `--resume RUN` alone
+/// starts it again the same way (the world size is also in checkpoint.pt).
+struct LaunchRecord {
+  int64_t nproc_per_node = 1;
+  int64_t nnodes = 1;
+  int64_t world_size() const { return nproc_per_node * nnodes; }
+};
+/// Atomic; throws std::runtime_error naming the path.
+void write_launch_record(const std::string& run_dir, const LaunchRecord& record);
+/// RUN/launch.json's record; nullopt without one (a run from before it, or
+/// one started by another launcher) or where it holds no valid record.
+std::optional<LaunchRecord> read_launch_record(const std::string& run_dir);
 
 }  // namespace volshard
