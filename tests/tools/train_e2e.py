@@ -15,6 +15,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -861,7 +862,8 @@ class FaultTest(Base):
         # What the stop message says, alone: the run's config.json gives every other option.
         p = run("train", "--resume", out, "--nproc-per-node", 2)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        self.assertRegex(p.stderr, r"resuming epoch [12] at step [0-9]+ from " + re.escape(out))
+        self.assertRegex(p.stderr, r"resuming epoch [123]/3 \(sampler epoch [012], 0-based as sampler-inspect's\) "
+                                   r"at step [0-9]+ from " + re.escape(out))
         self.assertEqual(model_bytes(ref), model_bytes(out))
         # The best validation so far survives the stop: the same best weights and record.
         for name in ("best_model.pt", "best_model.json"):
@@ -1116,6 +1118,95 @@ class GpuTest(Base):
         p = self.train_on_gpus(self.out("nccl"), "--backend", "nccl", nproc=ranks)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--backend nccl: %d ranks on this machine share %d GPU(s)" % (ranks, ranks - 1), p.stderr)
+
+
+class RunFolderTest(Base):
+    """Run folders and resume as a cluster user meets them (issue #43, items 1-5)."""
+
+    def test_a_second_run_into_a_held_folder_is_refused_naming_it_and_a_dead_holders_lock_is_taken_over(self):
+        out = self.out("twin")
+        first = self.popen_train(out, "--val-every", 0, epochs=50)
+        try:
+            wait_for_step(out, 1, first)
+            p = self.train(out, "--overwrite", check=False)  # a requeued job overlapping the old one
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertRegex(p.stderr, r"is held by a run: host %s, pid %d \(volshard train\), started "
+                             % (re.escape(socket.gethostname()), first.pid))
+            self.assertIn("give another --out", p.stderr)
+            resumed = run("train", "--resume", out)
+            self.assertEqual(resumed.returncode, 2, resumed.stderr)
+            self.assertIn("is held by a run", resumed.stderr)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)  # no clean exit: the lock stays behind
+            first.communicate()
+        self.assertTrue(os.path.exists(os.path.join(out, "run.lock")))
+        # Its holder is gone: the next start takes the lock over and says whose it was.
+        p = self.train(out, "--overwrite", "--val-every", 0, "--max-steps", 1, epochs=1)
+        self.assertIn("taking over a stale lock (host %s, pid %d" % (socket.gethostname(), first.pid), p.stderr)
+        self.assertIn("pid %d is gone" % first.pid, p.stderr)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "run.lock")), "a finished run lets go of its folder")
+
+    def test_resume_alone_restarts_the_recorded_world_size_and_an_elastic_resume_says_so(self):
+        ref, out, elastic = self.out("ref"), self.out("stopped"), self.out("elastic")
+        self.train(ref, "--val-every", 0)
+        p = self.train(out, "--val-every", 0, "--max-steps", 3)
+        self.assertIn("resume with: --resume " + out, p.stdout)
+        with open(os.path.join(out, "launch.json")) as f:
+            self.assertEqual(json.load(f), {"nproc_per_node": 2, "nnodes": 1})
+        p = run("train", "--resume", out)  # the hint, exactly
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("2 rank(s) over gloo", p.stderr)
+        self.assertNotIn("an elastic resume", p.stderr)
+        self.assertEqual(model_bytes(ref), model_bytes(out))
+        # Another world size is said in one line, and the progress ends at its own total.
+        self.train(elastic, "--val-every", 0, "--max-steps", 3)
+        p = run("train", "--resume", elastic, "--nproc-per-node", 1)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("on 1 rank(s), where it trained on 2: an elastic resume", p.stderr)
+        progress = re.findall(r"step ([0-9]+)/([0-9]+) loss", p.stdout)  # not a tty: lines on stdout
+        self.assertTrue(progress, p.stdout)
+        self.assertEqual(progress[-1][0], progress[-1][1], progress)
+        with open(os.path.join(elastic, "metrics.jsonl")) as f:
+            last = [json.loads(l) for l in f if '"type":"step"' in l][-1]["step"]
+        self.assertEqual(int(progress[-1][0]), last)
+        # diff names the world size change as the cause, with its step.
+        d = run("diff", ref, elastic)
+        self.assertEqual(d.returncode, 1, d.stdout + d.stderr)
+        self.assertIn("world size: 2 (A), 2, then 1 from step 4 (B)", d.stdout)
+        self.assertIn("B resumed on another world size at step 4 (2 -> 1 ranks: an elastic resume", d.stdout)
+        self.assertNotIn("the data files", d.stdout)
+
+    def test_resume_names_a_missing_run_and_a_complete_one(self):
+        p = run("train", "--resume", self.out("nonexistent_run"))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--resume %s: no such run" % self.out("nonexistent_run"), p.stderr)
+        self.assertNotIn("--datalist", p.stderr)
+        done = self.out("done")
+        self.train(done, "--val-every", 0, epochs=1)
+        p = run("train", "--resume", done)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("the run is complete: it trained 1 epoch(s)", p.stderr)
+        self.assertIn("--resume %s --epochs 2 (or more)" % done, p.stderr)
+        p = run("train", "--resume", done, "--epochs", 2)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("resuming epoch 2/2 (sampler epoch 1, 0-based as sampler-inspect's)", p.stderr)
+
+    def test_a_fresh_run_refuses_a_folder_of_someone_elses_files_and_keeps_others(self):
+        out = self.out("foreign")
+        os.makedirs(out)
+        for name, text in (("metrics.jsonl", "mine\n"), ("notes.txt", "keep me\n")):
+            with open(os.path.join(out, name), "w") as f:
+                f.write(text)
+        p = self.train(out, epochs=1, check=False)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("--out=%s holds metrics.jsonl but no config.json" % out, p.stderr)
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            self.assertEqual(f.read(), "mine\n")
+        os.remove(os.path.join(out, "metrics.jsonl"))
+        self.train(out, "--val-every", 0, "--max-steps", 1, epochs=1)
+        with open(os.path.join(out, "notes.txt")) as f:
+            self.assertEqual(f.read(), "keep me\n")  # a run writes its own names only
 
 
 def main():

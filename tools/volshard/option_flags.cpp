@@ -180,6 +180,10 @@ std::string resumed_run_config(CLI::App* cmd) {
   const CLI::Option* resume = cmd->get_option_no_throw("--resume");
   if (resume == nullptr || resume->count() == 0) return "";
   const std::filesystem::path given(resume->as<std::string>());
+  // Said here, before the options its config.json would give are missed.
+  if (!std::filesystem::exists(given))
+    throw std::invalid_argument("--resume " + given.string() +
+                                ": no such run (no folder or checkpoint file of that name)");
   const std::filesystem::path config = std::filesystem::is_directory(given)
                                            ? given / "config.json"
                                            : given.parent_path() / "config.json";

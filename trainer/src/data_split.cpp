@@ -13,6 +13,7 @@
 #include "progress.h"
 #include "resume.h"
 #include "volshard/core/error.h"
+#include "volshard/trainer/checkpoint.h"
 #include "volshard/transforms/inference.h"
 #include "volshard/transforms/transforms.h"
 #include "volshard/volume_io/nifti_header.h"
@@ -137,13 +138,56 @@ void check_crop_fits(const TrainOptions& o, const std::vector<ImageLabelPair>& t
 // alone) holds nothing to resume, and a retry may reuse the folder.
 void check_out_folder(const TrainOptions& o) {
   if (!o.resume.empty() || o.overwrite || o.out_dir.empty()) return;
+  const std::filesystem::path dir(o.out_dir);
   for (const char* name : {"checkpoint.pt", "model.pt"}) {
-    const std::filesystem::path held = std::filesystem::path(o.out_dir) / name;
+    const std::filesystem::path held = dir / name;
     if (std::filesystem::exists(held))
       throw std::invalid_argument("train: --out=" + o.out_dir + " already holds a run (" +
                                   held.string() + "): continue it with --resume " + o.out_dir +
                                   " or start afresh with --overwrite");
   }
+  // Files a run writes, in a folder that is not a run's (no config.json):
+  // someone else's, which a fresh run would replace. Other files are kept.
+  if (std::filesystem::exists(dir / "config.json")) return;
+  std::string found;
+  for (const char* name : {"metrics.jsonl", "train.log", "fingerprints.jsonl", "curves.png",
+                           "best_model.pt", "best_model.json"})
+    if (std::filesystem::exists(dir / name))
+      found += (found.empty() ? "" : ", ") + std::string(name);
+  if (!found.empty())
+    throw std::invalid_argument(
+        "train: --out=" + o.out_dir + " holds " + found +
+        " but no config.json: not a volshard run's files, and a fresh run would replace them. "
+        "Give another --out (or --overwrite to replace them)");
+}
+
+// What --resume names: a run (or checkpoint) that exists and has epochs
+// left to train, found before any worker starts.
+void check_resume_point(const TrainOptions& o) {
+  if (!std::filesystem::exists(o.resume))
+    throw std::invalid_argument("train: --resume " + o.resume +
+                                ": no such run (no folder or checkpoint file of that name)");
+  const std::string path = resume_checkpoint_path(o);
+  if (!std::filesystem::exists(path))
+    throw std::invalid_argument("train: --resume " + o.resume + ": " + path +
+                                " does not exist (not a run's folder, or a run stopped before its "
+                                "first checkpoint: start it afresh)");
+  Checkpoint c;
+  try {
+    c = load_checkpoint(path);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("train: --resume: ") + e.what());
+  }
+  const nlohmann::json meta = nlohmann::json::parse(c.meta_json, nullptr, false);
+  if (!meta.is_object() || !meta.contains("sampler") || !meta["sampler"].is_object()) return;
+  const int64_t epoch = meta["sampler"].value("epoch", int64_t{0});  // 0-based: the next to train
+  const int64_t consumed = meta["sampler"].value("consumed", int64_t{0});
+  if (epoch >= o.epochs && consumed == 0)
+    throw std::invalid_argument(
+        "train: --resume " + o.resume + ": the run is complete: it trained " +
+        std::to_string(epoch) + " epoch(s) (" + std::to_string(meta.value("global_step", 0)) +
+        " steps) and --epochs is " + std::to_string(o.epochs) + ". To train it longer: --resume " +
+        o.resume + " --epochs " + std::to_string(epoch + 1) + " (or more)");
 }
 
 bool datalist_has_validation(const std::string& path) {
@@ -282,11 +326,7 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     throw std::invalid_argument("train: --in-channels=" + std::to_string(o.model.in_channels) +
                                 " but " + same.first() + " has " + std::to_string(same.channels()) +
                                 " channel(s) (--in-channels 0 takes them from the data)");
-  if (!o.resume.empty()) {
-    const std::string path = resume_checkpoint_path(o);
-    if (!std::filesystem::exists(path))
-      throw std::invalid_argument("train: --resume: " + path + " does not exist");
-  }
+  if (!o.resume.empty()) check_resume_point(o);
   if (!o.init_weights.empty() && !std::filesystem::exists(o.init_weights))
     throw std::invalid_argument("train: --init-weights: " + o.init_weights + " does not exist");
 }

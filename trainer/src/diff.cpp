@@ -30,6 +30,25 @@ struct Run {
   std::map<int64_t, json> steps;  // fingerprints by global step
   int64_t world = 0;              // of the first step
   bool invariant = false;
+  // Steps at which the world size changed (an elastic resume): step, before, after.
+  struct WorldChange {
+    int64_t step, from, to;
+  };
+  std::vector<WorldChange> world_changes;
+
+  // "2" or "2, then 1 from step 9".
+  std::string world_text() const {
+    std::string text = std::to_string(world);
+    for (const WorldChange& c : world_changes)
+      text += ", then " + std::to_string(c.to) + " from step " + std::to_string(c.step);
+    return text;
+  }
+  // The first change at or before `step`, if any.
+  const WorldChange* change_by(int64_t step) const {
+    for (const WorldChange& c : world_changes)
+      if (c.step <= step) return &c;
+    return nullptr;
+  }
 };
 
 Run read_run(const std::string& dir) {
@@ -53,6 +72,12 @@ Run read_run(const std::string& dir) {
     if (j.value("type", "") == "step") r.steps[j.value("step", int64_t{0})] = j;
   }
   if (!r.steps.empty()) r.world = r.steps.begin()->second.value("world", int64_t{0});
+  int64_t last = r.world;
+  for (const auto& [step, j] : r.steps) {
+    const int64_t w = j.value("world", int64_t{0});
+    if (w != last) r.world_changes.push_back({step, last, w});
+    last = w;
+  }
   return r;
 }
 
@@ -131,7 +156,7 @@ RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
       option_differences(a.config, b.config, [&](const std::string& key) { return !counted(key); });
   out << "configs: " << (options.empty() ? "equal" : "differ: " + options)
       << (local.empty() ? "" : " (also, not changing what is computed: " + local + ")") << "\n";
-  out << "world size: " << a.world << " (A), " << b.world << " (B)"
+  out << "world size: " << a.world_text() << " (A), " << b.world_text() << " (B)"
       << (a.invariant && b.invariant ? ", both --invariant" : "") << "\n";
   out << "steps fingerprinted: " << a.steps.size() << " (A), " << b.steps.size() << " (B)\n";
   json first_a, first_b;
@@ -182,9 +207,23 @@ RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
     if (d.first_part == "data order" || d.first_part == "augmentation")
       out << first_trace_difference(a, b, d.first_step);
     const bool same_world = a.world == b.world;
+    const bool invariant = a.invariant && b.invariant;
+    const Run::WorldChange* elastic_a = a.change_by(d.first_step);
+    const Run::WorldChange* elastic_b = b.change_by(d.first_step);
+    const auto elastic_text = [](const char* run, const Run::WorldChange& c) {
+      return std::string(run) + " resumed on another world size at step " + std::to_string(c.step) +
+             " (" + std::to_string(c.from) + " -> " + std::to_string(c.to) +
+             " ranks: an elastic resume; without --invariant each rank's batch and the order of "
+             "the all-reduce's float sums change with it)";
+    };
     if (!options.empty()) {
       d.cause = "a changed option: " + options;
-    } else if (!same_world && !(a.invariant && b.invariant)) {
+    } else if (!invariant && (elastic_a != nullptr || elastic_b != nullptr)) {
+      d.cause =
+          elastic_a != nullptr ? elastic_text("A", *elastic_a) : elastic_text("B", *elastic_b);
+      if (elastic_a != nullptr && elastic_b != nullptr)
+        d.cause += "; " + elastic_text("B", *elastic_b);
+    } else if (!same_world && !invariant) {
       d.cause = "a different world size (" + std::to_string(a.world) + " and " +
                 std::to_string(b.world) +
                 ") without --invariant: each rank's batch and the order of the all-reduce's float "

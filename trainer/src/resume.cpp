@@ -74,10 +74,21 @@ ResumeState start_state(const TrainOptions& o, Model& net, torch::optim::Optimiz
     if (!o.resume_anyway) check_resumed_config(now, saved, path);
     if (comm.rank() == 0) {  // the options that may change (learning rate, epochs, ...) and did
       const std::string changes = differences(saved, now, [](const std::string&) { return true; });
+      const int64_t epoch = meta.at("sampler").value("epoch", int64_t{0});  // 0-based
+      const int64_t saved_world = meta.value("world_size", int64_t{0});
+      const std::string elastic =
+          saved_world > 0 && saved_world != comm.world_size()
+              ? "; on " + std::to_string(comm.world_size()) + " rank(s), where it trained on " +
+                    std::to_string(saved_world) +
+                    ": an elastic resume (the rest of the epoch is dealt over " +
+                    std::to_string(comm.world_size()) + ", no sample skipped or repeated)"
+              : std::string();
       print_run_line(std::cerr,
-                     "volshard train: resuming epoch " +
-                         std::to_string(meta.at("sampler").value("epoch", 0) + 1) + " at step " +
+                     "volshard train: resuming epoch " + std::to_string(epoch + 1) + "/" +
+                         std::to_string(o.epochs) + " (sampler epoch " + std::to_string(epoch) +
+                         ", 0-based as sampler-inspect's) at step " +
                          std::to_string(meta.at("global_step").get<int64_t>()) + " from " + path +
+                         elastic +
                          (changes.empty() ? std::string() : " with changed options: " + changes));
     }
     net.load_state_dict(c.model);

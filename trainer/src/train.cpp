@@ -184,12 +184,27 @@ std::optional<GradScaler> make_grad_scaler(const TrainOptions& o, const ResumeSt
   return scaler;
 }
 
+// An optimizer step of an epoch: this rank's loader batches in it, and the
+// positions of the epoch's order all ranks take in it.
+struct StepPlan {
+  int64_t batches = 0, positions = 0;
+};
+struct EpochPlan {
+  std::vector<int64_t> indices;  // this rank's, in order
+  std::deque<StepPlan> steps;
+};
+
 struct Engine {
   Engine(const TrainOptions& options, DataSplit split, Communicator& comm, int64_t threads);
 
   // Samples the epoch (continuing the checkpoint's mid-way); returns the
   // positions all ranks had consumed before it started here.
   int64_t start_epoch(int64_t epoch);
+  // This rank's indices of `epoch` (the rest of it where the checkpoint
+  // stopped mid-way) and its optimizer steps.
+  EpochPlan plan_epoch(int64_t epoch) const;
+  // Steps done plus the steps left at this world size.
+  int64_t planned_total_steps() const;
   // Starts the loader on `epoch`'s order, so that its first batches are made
   // while the epoch before ends (validation, checkpoint); start_epoch(epoch)
   // then takes them. The batches depend on (seed, epoch, index) alone.
@@ -241,11 +256,6 @@ struct Engine {
   const DistributedSamplerOptions sampler;
   const int64_t steps_per_epoch, total_steps;  // optimizer steps
   const Clock::time_point t_start;
-  // The epoch's optimizer steps left: this rank's loader batches in each, and
-  // the positions of the epoch's order all ranks take in it.
-  struct StepPlan {
-    int64_t batches = 0, positions = 0;
-  };
   std::deque<StepPlan> plan;
   int64_t loading_epoch = -1;  // the epoch the loader was started on ahead, and its plan
   std::deque<StepPlan> loading_plan;
@@ -280,7 +290,7 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
                              o.batch_size +
                          o.accumulate - 1) /
                             o.accumulate),
-      total_steps(steps_per_epoch * o.epochs),
+      total_steps(planned_total_steps()),
       t_start(Clock::now()) {
   if (graph)
     static_cast<FusedAdam&>(*opt).use_lr_tensor();  // a replay reads the rate set before it
@@ -298,7 +308,7 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
   }
 }
 
-void Engine::start_loading(int64_t epoch) {
+EpochPlan Engine::plan_epoch(int64_t epoch) const {
   const bool restore = position.continues(epoch);
   const int64_t order_rank = o.invariant ? 0 : rank, order_world = o.invariant ? 1 : world;
   DistributedSampler s =
@@ -307,30 +317,44 @@ void Engine::start_loading(int64_t epoch) {
   s.set_epoch(epoch);
   const std::vector<int64_t> order = s.indices().to_vector();
   const auto total = static_cast<int64_t>(order.size());
-  std::deque<StepPlan> steps;
+  EpochPlan out;
   if (o.invariant) {
     // Step t takes positions [tG, (t + 1)G) of the global order (fewer at the
     // end); its k-th volume goes to rank k mod W, so the set of volumes and
     // each volume's own forward do not depend on W.
-    std::vector<int64_t> mine;
     for (int64_t start = 0; start < total; start += o.batch_size) {
       const int64_t count = std::min(o.batch_size, total - start);
       int64_t taken = 0;
       for (int64_t k = rank; k < count; k += world, ++taken)
-        mine.push_back(order[static_cast<size_t>(start + k)]);
-      steps.push_back({taken, count});
+        out.indices.push_back(order[static_cast<size_t>(start + k)]);
+      out.steps.push_back({taken, count});
     }
-    batches.start_epoch(mine, epoch);
   } else {
     for (int64_t left = (total + o.batch_size - 1) / o.batch_size; left > 0;) {
       const int64_t m = std::min(o.accumulate, left);
-      steps.push_back({m, m * o.batch_size * world});
+      out.steps.push_back({m, m * o.batch_size * world});
       left -= m;
     }
-    batches.start_epoch(order, epoch);
+    out.indices = order;
   }
+  return out;
+}
+
+int64_t Engine::planned_total_steps() const {
+  // The steps done, the rest of the epoch it starts in (dealt over this world
+  // size: an elastic resume takes other steps than the run it continues), the
+  // later epochs.
+  const int64_t first = position.first_epoch();
+  if (first >= o.epochs) return position.global_step;
+  return position.global_step + static_cast<int64_t>(plan_epoch(first).steps.size()) +
+         (o.epochs - first - 1) * steps_per_epoch;
+}
+
+void Engine::start_loading(int64_t epoch) {
+  EpochPlan next = plan_epoch(epoch);
+  batches.start_epoch(std::move(next.indices), epoch);
   loading_epoch = epoch;
-  loading_plan = std::move(steps);
+  loading_plan = std::move(next.steps);
 }
 
 int64_t Engine::start_epoch(int64_t epoch) {
@@ -546,7 +570,7 @@ void Engine::log_step(int64_t epoch, const StepStats& s) {
   const int64_t step = s.step;
   run.write_step(
       {epoch, step, s.loss, s.lr, samples_per_s, wait_fraction, s.loss_scale, s.skipped});
-  const int64_t left = (o.epochs - epoch) * steps_per_epoch - (step - epoch * steps_per_epoch);
+  const int64_t left = total_steps - step;
   const double per_step = seconds_since(t_start) / static_cast<double>(step - resumed_steps);
   StepProgress line;
   line.epoch = epoch;
