@@ -45,4 +45,21 @@ std::string nearest_key(const std::string& key, const std::vector<std::string>& 
   return keys[static_cast<size_t>(std::find(flags.begin(), flags.end(), nearest) - flags.begin())];
 }
 
+std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known) {
+  const std::string flag = word.substr(0, word.find('='));
+  std::string message = "unknown flag " + flag;
+  const std::string nearest = nearest_name(flag, known, std::max<size_t>(2, flag.size() / 4));
+  if (!nearest.empty()) message += "; did you mean " + nearest + "?";
+  return message;
+}
+
+std::string choice_message(const std::string& value, const std::vector<std::string>& choices) {
+  std::string listed;
+  for (const std::string& c : choices) listed += (listed.empty() ? "" : ", ") + c;
+  std::string message = value + " is not one of " + listed;
+  const std::string nearest = nearest_name(value, choices, std::max<size_t>(2, value.size() / 3));
+  if (!nearest.empty()) message += "; did you mean " + nearest + "?";
+  return message;
+}
+
 }  // namespace volshard

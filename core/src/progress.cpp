@@ -65,7 +65,9 @@ void Progress::update(int64_t done) {
   if (off_ || finished_) return;
   const auto now = std::chrono::steady_clock::now();
   const double since = std::chrono::duration<double>(now - last_print_).count();
-  // A bar redraws often (a person watches it); lines wait for the interval.
+  // A bar redraws often (a person watches it); lines wait for the interval,
+  // and leave the complete count to finish()'s last line (said once in a log).
+  if (!bar_ && done_ >= total_) return;
   if (since < (bar_ ? 0.2 : interval_s_) && done_ < total_) return;
   last_print_ = now;
   print_locked(false);

@@ -67,6 +67,11 @@ class SamplerInspectTest(unittest.TestCase):
         self.assertIn("Examples:", p.stdout)
         self.assertIn("--verify", p.stdout)
 
+    def test_an_unknown_flag_is_named_with_the_nearest(self):
+        p = run("--szie", "21", "--world-size", "2")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("sampler-inspect: unknown flag --szie; did you mean --size?", p.stderr)
+
     def test_table_shows_shards_batches_and_moves_per_epoch(self):
         p = run("--size", 21, "--world-size", 2, "--epochs", "0:2", "--batch-size", 5)
         self.assertEqual(p.returncode, 0, p.stderr)

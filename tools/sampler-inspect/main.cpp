@@ -5,9 +5,11 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "volshard/core/nearest_name.h"
 #include "volshard/inspect/inspect.h"
 #include "volshard/inspect/state_file.h"
 
@@ -96,6 +98,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
+    // An unknown flag is named with the nearest one, as volshard's commands name it.
+    for (const std::string& extra : app.remaining()) {
+      if (extra.rfind("--", 0) != 0) continue;
+      std::vector<std::string> known;
+      for (const CLI::Option* option : app.get_options())
+        for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+      std::cerr << "sampler-inspect: " << volshard::unknown_flag_message(extra, known)
+                << "\nRun with --help for usage.\n";
+      return 2;
+    }
     std::cerr << "sampler-inspect: " << e.what() << "\nRun with --help for usage.\n";
     return 2;
   }

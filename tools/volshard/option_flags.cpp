@@ -2,6 +2,8 @@
 // flags given on the command line override the file's values.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -11,20 +13,34 @@
 #include <type_traits>
 
 #include "volshard/core/file_io.h"
+#include "volshard/core/nearest_name.h"
 
 #include "commands.h"
 
 namespace volshard::cli {
 template <class T>
 void add_enum_option(CLI::App* cmd, const std::string& flag, T& value, const std::string& help) {
-  std::map<std::string, T> names;
+  std::vector<std::string> names;
   std::string choices;
   for (const auto& [name, v] : enum_names(T{})) {
-    names.emplace(name, v);
+    names.push_back(name);
     choices += (choices.empty() ? "" : "|") + name;
   }
+  // A name (any case) to the enum's number, which CLI11 assigns; anything else
+  // named with the choices and the nearest, as every other value is.
+  const auto to_number = [names](std::string& text) -> std::string {
+    std::string lower = text;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const auto& [name, v] : enum_names(T{})) {
+      if (name == lower) {
+        text = std::to_string(static_cast<int>(v));
+        return "";
+      }
+    }
+    return choice_message(text, names);
+  };
   cmd->add_option(flag, value, help)
-      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case).description(""))
+      ->transform(CLI::Validator(to_number, "", ""))
       ->type_name(choices)
       ->default_str(enum_name(value));
 }
@@ -117,8 +133,12 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!accept.count(it.key())) {
       if (ignore_others && train_keys.count(it.key())) continue;
-      throw std::invalid_argument("--config " + path + ": unknown key '" + it.key() +
-                                  "' (keys are the flags' names with '_', as in RUN/config.json)");
+      std::vector<std::string> known(accept.begin(), accept.end());
+      const std::string nearest = nearest_key(it.key(), known);
+      throw std::invalid_argument(
+          "--config " + path + ": unknown key '" + it.key() + "'" +
+          (nearest.empty() ? std::string() : " (did you mean '" + nearest + "'?)") +
+          "; keys are the flags' names with '_', as in RUN/config.json");
     }
     CLI::Option* option = cmd->get_option_no_throw(flag_of(it.key(), renamed));
     if (option == nullptr || option->count() > 0) continue;  // the command line wins
@@ -151,11 +171,18 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
       // An enum (type name "a|b|c"): its choices, as a Python user would read them.
       const std::string choices = option->get_type_name();
       if (choices.find('|') != std::string::npos) {
-        std::string listed = choices;
-        for (size_t at = listed.find('|'); at != std::string::npos; at = listed.find('|', at))
-          listed.replace(at, 1, ", ");
+        std::vector<std::string> names;
+        std::istringstream split(choices);
+        for (std::string name; std::getline(split, name, '|');) names.push_back(name);
+        std::string listed;
+        for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
+        const std::string nearest =
+            it->is_string() ? nearest_name(it->get<std::string>(), names,
+                                           std::max<size_t>(2, it->get<std::string>().size() / 3))
+                            : std::string();
         throw std::invalid_argument("--config " + path + ": " + it.key() + "=" + it->dump() +
-                                    " must be one of " + listed);
+                                    " must be one of " + listed +
+                                    (nearest.empty() ? "" : "; did you mean \"" + nearest + "\"?"));
       }
       throw std::invalid_argument("--config " + path + ": key '" + it.key() + "': " + e.what());
     }

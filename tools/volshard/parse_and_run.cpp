@@ -7,6 +7,7 @@
 
 #include "std_commands.h"
 #include "verbs.h"
+#include "volshard/core/nearest_name.h"
 
 namespace volshard::cli {
 

@@ -6,6 +6,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "volshard/core/nearest_name.h"
+
 namespace volshard::cli {
 
 const std::vector<Verb>& verbs() {
@@ -35,39 +37,6 @@ std::string verb_summary(const std::string& name) {
   throw std::logic_error("verb_summary: no subcommand '" + name + "'");
 }
 
-namespace {
-
-// Levenshtein distance (insertions, deletions, substitutions cost 1).
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// The name nearest to `word` (the first at the least distance, closer than
-// the word's length) when it is at most `max_distance` edits away, else "".
-std::string nearest_name(const std::string& word, const std::vector<std::string>& names,
-                         size_t max_distance) {
-  std::string nearest;
-  size_t best = word.size();
-  for (const std::string& name : names) {
-    const size_t d = edit_distance(word, name);
-    if (d < best) best = d, nearest = name;
-  }
-  return best <= max_distance ? nearest : std::string();
-}
-
-}  // namespace
-
 std::string unknown_verb_message(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return "";
   const std::string word = argv[1];
@@ -82,14 +51,6 @@ std::string unknown_verb_message(int argc, char** argv) {
   std::string names;
   for (const Verb& v : verbs()) names += std::string(names.empty() ? "" : ", ") + v.name;
   return message + " (commands: " + names + ")";
-}
-
-std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known) {
-  const std::string flag = word.substr(0, word.find('='));
-  std::string message = "unknown flag " + flag;
-  const std::string nearest = nearest_name(flag, known, std::max<size_t>(2, flag.size() / 4));
-  if (!nearest.empty()) message += "; did you mean " + nearest + "?";
-  return message;
 }
 
 const char* const kTopFooter =

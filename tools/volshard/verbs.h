@@ -27,10 +27,6 @@ std::string verb_summary(const std::string& name);
 /// absent.
 std::string unknown_verb_message(int argc, char** argv);
 
-/// "unknown flag --epoch; did you mean --epochs?": the flag of `known` (names
-/// such as "--epochs") nearest to `word` by edit distance, when one is close.
-std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known);
-
 /// A script under `python -m torch.distributed.launch` that hands its
 /// arguments on runs `volshard --local-rank=N train ...` (older torch:
 /// --local_rank=N): the flag

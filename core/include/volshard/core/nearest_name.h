@@ -24,4 +24,13 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
 /// or a Python pipeline's keys, so that they name the key the flag would.
 std::string nearest_key(const std::string& key, const std::vector<std::string>& keys);
 
+/// "unknown flag --szie; did you mean --size?" for `word` (a flag, with
+/// "=value" or not) among `known` flags: the nearest at most max(2, length /
+/// 4) edits away. Every command names an unknown flag so.
+std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known);
+
+/// "softmx is not one of sigmoid, softmax; did you mean softmax?": a value
+/// that must be one of `choices`, with the nearest (max(2, length / 3) edits).
+std::string choice_message(const std::string& value, const std::vector<std::string>& choices);
+
 }  // namespace volshard
