@@ -652,7 +652,7 @@ std::string step_text(const TrainOptions& o, const c10::Device& device) {
   if (o.amp == Amp::kBf16 && device.is_cpu() && o.deterministic)
     text +=
         " (on the CPU under --deterministic, convolutions without oneDNN, whose bfloat16 "
-        "kernels are not reproducible: several times slower than --amp off; "
+        "kernels are not reproducible: about ten times slower than --amp off; "
         "--no-deterministic keeps oneDNN)";
   if (o.channels_last) text += ", channels-last";
   if (o.fused_optimizer) text += ", fused adam";
