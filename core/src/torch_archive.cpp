@@ -147,6 +147,11 @@ class Zip {
     size_t at = to_size(cd_offset, "directory offset");
     const size_t cd_end = at + to_size(cd_size, "directory size");
     if (cd_end > size_) fail(what_, "corrupt zip: the directory runs past the end of the file");
+    struct Span {
+      size_t begin, end;  // the local header to the end of the data
+      const std::string* name;
+    };
+    std::vector<Span> spans;
     for (uint64_t e = 0; e < entries; ++e) {
       if (u32(at) != 0x02014b50) fail(what_, "corrupt zip directory entry " + std::to_string(e));
       const uint16_t method = u16(at + 10);
@@ -192,16 +197,31 @@ class Zip {
       const size_t data_at = header + 30 + u16(header + 26) + u16(header + 28);
       const size_t length = to_size(uncompressed, "record size");
       need(data_at, length);
-      if (!records_.emplace(name, Record{data_at, length, crc}).second)
-        fail(what_, "corrupt zip: record " + shown(name) + " appears twice");
-      // Every record's CRC, used or not: a flipped bit anywhere is found.
+      const auto [it, added] = records_.emplace(name, Record{data_at, length, crc});
+      if (!added) fail(what_, "corrupt zip: record " + shown(name) + " appears twice");
+      spans.push_back({header, data_at + length, &it->first});
+    }
+    // Records may not share bytes (torch.save's never do): each byte of the
+    // file is then hashed once at most, however many entries the directory
+    // has (10,000 names of one 8 MiB record cost 80 GB of CRC-32 work).
+    std::sort(spans.begin(), spans.end(),
+              [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].begin < spans[i - 1].end)
+        fail(what_, "corrupt zip: records " + shown(*spans[i - 1].name) + " and " +
+                        shown(*spans[i].name) + " overlap (bytes " +
+                        std::to_string(spans[i].begin) + " to " +
+                        std::to_string(std::min(spans[i].end, spans[i - 1].end)) +
+                        "): a zip's records never share bytes");
+    // Every record's CRC, used or not: a flipped bit anywhere is found.
+    for (const auto& [name, r] : records_) {
       uLong actual = crc32(0L, Z_NULL, 0);
-      for (size_t done = 0; done < length;) {
-        const size_t chunk = std::min<size_t>(length - done, size_t{1} << 30);
-        actual = crc32(actual, data_ + data_at + done, static_cast<uInt>(chunk));
+      for (size_t done = 0; done < r.size;) {
+        const size_t chunk = std::min<size_t>(r.size - done, size_t{1} << 30);
+        actual = crc32(actual, data_ + r.offset + done, static_cast<uInt>(chunk));
         done += chunk;
       }
-      if (static_cast<uint32_t>(actual) != crc)
+      if (static_cast<uint32_t>(actual) != r.crc)
         fail(what_, "record " + shown(name) + " fails its CRC-32 check: the file is corrupt");
     }
     // The pickle is <folder>/data.pkl; the folder is whatever the writer named it.
@@ -301,7 +321,13 @@ class Unpickler {
     p_ = zip_.bytes(*pkl);
     end_ = p_ + pkl->size;
     Node* top = execute();
-    int64_t budget = limits_.max_objects;
+    Budget budget{limits_.max_objects, 0};
+    if (!mul_ok(static_cast<int64_t>(pkl->size), limits_.value_bytes_per_pickle_byte,
+                &budget.bytes) ||
+        !add_ok(budget.bytes, limits_.value_bytes_allowance, &budget.bytes))
+      budget.bytes = std::numeric_limits<int64_t>::max();
+    budget_limit_ = budget.bytes;
+    pickle_bytes_ = static_cast<int64_t>(pkl->size);
     return convert(top, 0, budget);
   }
 
@@ -478,9 +504,24 @@ class Unpickler {
     if (!ok || (numel > 0 && last >= storage.storage_numel))
       fail("a tensor's view (offset " + std::to_string(t->storage_offset) +
            ") reaches past its storage of " + std::to_string(storage.storage_numel) + " elements");
+    // Inside its storage, a view still repeats elements through a zero or
+    // overlapping stride: at most as many as the storage holds, so that
+    // materialising it (a clone, a checksum) costs no more than the storage's bytes.
+    if (numel > storage.storage_numel)
+      fail("a tensor is a view of " + std::to_string(numel) + " elements (sizes " +
+           list_text(t->sizes) + ", strides " + list_text(t->strides) + ") over a storage of " +
+           std::to_string(storage.storage_numel) +
+           ": a zero or overlapping stride repeats elements, and a view may hold no more than "
+           "its storage");
     Node* n = make(Node::kTensor);
     n->tensor = std::move(t);
     return n;
+  }
+
+  static std::string list_text(const std::vector<int64_t>& v) {
+    std::string text = "[";
+    for (size_t i = 0; i < v.size(); ++i) text += (i ? ", " : "") + std::to_string(v[i]);
+    return text + "]";
   }
 
   Node* reduce(Node* callable, Node* args) {
@@ -696,12 +737,27 @@ class Unpickler {
     fail("truncated pickle (no STOP)");
   }
 
+  // What convert may still make: values, and their bytes in memory.
+  struct Budget {
+    int64_t values, bytes;
+  };
+
   // The parsed graph as a tree: depth and size bounded, so shared or cyclic
-  // references cannot make it loop or grow without end.
-  TorchValue convert(const Node* n, int64_t depth, int64_t& budget) const {
+  // references cannot make it loop or grow without end. A value shared by many
+  // references is copied at each, so its bytes count at each.
+  TorchValue convert(const Node* n, int64_t depth, Budget& budget) const {
     if (depth > limits_.max_depth)
       fail("values nested deeper than " + std::to_string(limits_.max_depth) + " levels");
-    if (--budget < 0) fail("more than " + std::to_string(limits_.max_objects) + " values");
+    if (--budget.values < 0) fail("more than " + std::to_string(limits_.max_objects) + " values");
+    // The children's structs are counted as they are made; they must fit before they are reserved.
+    const size_t children = n->items.size() + 2 * n->entries.size();
+    budget.bytes -= static_cast<int64_t>(sizeof(TorchValue) + n->s.size());
+    if (budget.bytes < 0 || children > static_cast<size_t>(budget.bytes) / sizeof(TorchValue))
+      fail("its values would take more than " + std::to_string(budget_limit_) +
+           " bytes in memory (" + std::to_string(limits_.value_bytes_per_pickle_byte) +
+           " per byte of data.pkl's " + std::to_string(pickle_bytes_) + ", plus " +
+           std::to_string(limits_.value_bytes_allowance) +
+           "): a value shared by many references counts at each");
     TorchValue v;
     switch (n->kind) {
       case Node::kNone:
@@ -727,10 +783,12 @@ class Unpickler {
       case Node::kTuple:
       case Node::kList:
         v.kind = n->kind == Node::kTuple ? TorchValue::Kind::kTuple : TorchValue::Kind::kList;
+        v.items.reserve(n->items.size());
         for (const Node* item : n->items) v.items.push_back(convert(item, depth + 1, budget));
         break;
       case Node::kDict:
         v.kind = TorchValue::Kind::kDict;
+        v.entries.reserve(n->entries.size());
         for (const auto& [key, value] : n->entries)
           v.entries.emplace_back(convert(key, depth + 1, budget),
                                  convert(value, depth + 1, budget));
@@ -756,6 +814,7 @@ class Unpickler {
   std::map<uint64_t, Node*> memo_;
   std::map<std::string, Node*> storages_;
   int64_t storage_bytes_ = 0;
+  int64_t budget_limit_ = 0, pickle_bytes_ = 0;  // for convert's message
 };
 
 }  // namespace

@@ -38,13 +38,20 @@ struct Entry {
 
 // A zip as PyTorchStreamWriter lays it out: local headers and data, then the
 // central directory and its end record; `archive/` is the folder.
-Bytes zip_of(const std::vector<Entry>& entries) {
+// `aliases`: more directory entries, each a name pointing at the local header
+// of entries[i] (a hostile zip: many names, one record).
+Bytes zip_of(const std::vector<Entry>& entries,
+             const std::vector<std::pair<std::string, size_t>>& aliases = {}) {
   Bytes out, directory;
+  std::vector<std::pair<std::string, size_t>> names;
+  for (size_t i = 0; i < entries.size(); ++i) names.emplace_back(entries[i].name, i);
+  names.insert(names.end(), aliases.begin(), aliases.end());
+  std::vector<uint32_t> offsets;
   for (const Entry& e : entries) {
+    offsets.push_back(static_cast<uint32_t>(out.size()));
     const std::string name = "archive/" + e.name;
     const auto crc = static_cast<uint32_t>(
         crc32(0L, reinterpret_cast<const Bytef*>(e.data.data()), static_cast<uInt>(e.data.size())));
-    const auto offset = static_cast<uint32_t>(out.size());
     const auto size = static_cast<uint32_t>(e.data.size());
     put32(out, 0x04034b50);
     put16(out, 20);
@@ -58,6 +65,14 @@ Bytes zip_of(const std::vector<Entry>& entries) {
     put16(out, 0);
     append(out, name);
     append(out, e.data);
+  }
+  for (const auto& [alias, i] : names) {
+    const Entry& e = entries[i];
+    const std::string name = "archive/" + alias;
+    const auto crc = static_cast<uint32_t>(
+        crc32(0L, reinterpret_cast<const Bytef*>(e.data.data()), static_cast<uInt>(e.data.size())));
+    const auto offset = offsets[i];
+    const auto size = static_cast<uint32_t>(e.data.size());
     put32(directory, 0x02014b50);
     put16(directory, 20);
     put16(directory, 20);
@@ -81,8 +96,8 @@ Bytes zip_of(const std::vector<Entry>& entries) {
   put32(out, 0x06054b50);
   put16(out, 0);
   put16(out, 0);
-  put16(out, static_cast<uint32_t>(entries.size()));
-  put16(out, static_cast<uint32_t>(entries.size()));
+  put16(out, static_cast<uint32_t>(names.size()));
+  put16(out, static_cast<uint32_t>(names.size()));
   put32(out, static_cast<uint32_t>(directory.size()));
   put32(out, cd_offset);
   put16(out, 0);
@@ -221,7 +236,8 @@ TEST(TorchArchiveTest, DeepNestingAndSharedReferencesAreBoundedWithoutRecursionO
   std::string five_million = "\x80\x02N";
   five_million.append(5000000, '\x85');
   five_million += ".";
-  EXPECT_THAT(message_of(zip_of({{"data.pkl", five_million}})), HasSubstr("more than 4194304 values"));
+  EXPECT_THAT(message_of(zip_of({{"data.pkl", five_million}})),
+              HasSubstr("more than 4194304 values"));
   // Five million values are more than the limit allows (counted as they are made).
   TorchArchiveLimits small;
   small.max_objects = 1000;
@@ -243,7 +259,8 @@ TEST(TorchArchiveTest, DeepNestingAndSharedReferencesAreBoundedWithoutRecursionO
     laughs += std::string("eq") + static_cast<char>(level);
   }
   laughs += ".";
-  EXPECT_THAT(message_of(zip_of({{"data.pkl", laughs}})), HasSubstr("more than 4194304 values"));
+  // Refused by the byte budget (issue 43 item 17) long before the count of values.
+  EXPECT_THAT(message_of(zip_of({{"data.pkl", laughs}})), HasSubstr("bytes in memory"));
 }
 
 TEST(TorchArchiveTest, TensorRecordsMustFitTheirStorageAndTheFile) {
@@ -285,6 +302,69 @@ TEST(TorchArchiveTest, ZipsThatAreNotTorchSavesAreRefused) {
   EXPECT_THAT(message_of(big_endian), HasSubstr("byte order 'big'"));
 }
 
+// ---- Issue 43 item 17: small files that made every reader allocate or hash
+// far beyond their size.
+
+std::string j(int32_t v) {  // BININT, for sizes past 255
+  std::string s("J");
+  s.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return s;
+}
+
+TEST(TorchArchiveTest, AViewHoldsNoMoreElementsThanItsStorage) {
+  // torch.zeros(6).as_strided((100000, 100000), (0, 0)): 10^10 elements over 6
+  // (22 KB that predict cloned into 40 GB).
+  const std::string zero_strides =
+      state_dict_pickle(j(100000) + j(100000) + "\x86", k(0) + k(0) + "\x86", 0, 6);
+  EXPECT_THAT(message_of(zip_of({{"data.pkl", zero_strides}, {"data/0", floats(6)}})),
+              HasSubstr("a view of 10000000000 elements (sizes [100000, 100000], strides [0, 0]) "
+                        "over a storage of 6"));
+  // Overlapping strides: 3 x 3 with strides (1, 1) reads 9 elements of 6.
+  const std::string overlapping =
+      state_dict_pickle(k(3) + k(3) + "\x86", k(1) + k(1) + "\x86", 0, 6);
+  EXPECT_THAT(message_of(zip_of({{"data.pkl", overlapping}, {"data/0", floats(6)}})),
+              HasSubstr("a view of 9 elements"));
+  // A repeated row no larger than its storage (what torch.save keeps of an
+  // expand) is read: materialised, it costs at most the storage's bytes.
+  const std::string repeated = state_dict_pickle(k(2) + k(3) + "\x86", k(0) + k(1) + "\x86", 0, 6);
+  const TorchValue v = read(zip_of({{"data.pkl", repeated}, {"data/0", floats(6)}}));
+  EXPECT_EQ(v.find("w")->tensor->strides, (std::vector<int64_t>{0, 1}));
+}
+
+// A 64 KiB string, then `levels` lists, each holding the one before ten times.
+std::string shared_string_pickle(int levels) {
+  std::string p = "\x80\x02X"s;
+  const uint32_t n = 65536;
+  p.append(reinterpret_cast<const char*>(&n), sizeof n);
+  p.append(n, 'a');
+  p += "q\x00"s;
+  for (int level = 1; level <= levels; ++level) {
+    p += "](";
+    for (int i = 0; i < 10; ++i) p += "h"s + static_cast<char>(level - 1);
+    p += "eq"s + static_cast<char>(level);
+  }
+  return p + ".";
+}
+
+TEST(TorchArchiveTest, ASharedValueCountsItsBytesAtEveryReference) {
+  // Three levels: 1,000 copies, 64 MiB from a 64 KiB pickle (the probe's 1 MiB
+  // string through six levels reached 7.8 GB). The budget counts bytes, not values.
+  EXPECT_THAT(message_of(zip_of({{"data.pkl", shared_string_pickle(3)}})),
+              HasSubstr("bytes in memory"));
+  // Ten references are within it.
+  const TorchValue v = read(zip_of({{"data.pkl", shared_string_pickle(1)}}));
+  ASSERT_EQ(v.items.size(), 10u);
+  EXPECT_EQ(v.items[9].s.size(), 65536u);
+}
+
+TEST(TorchArchiveTest, RecordsMayNotOverlapSoNoByteIsHashedTwice) {
+  // The probe's 9 MB zip named one 8 MiB record 10,000 times: 80 GB of CRC-32
+  // work. Here two more names for one record.
+  const Bytes aliased = zip_of({{"data.pkl", "N."}, {"data/0", std::string(4096, 'x')}},
+                               {{"data/1", 1}, {"data/2", 1}});
+  EXPECT_THAT(message_of(aliased), HasSubstr("overlap"));
+}
+
 // Files Python's torch.save (torch 2.11) wrote: tests/fuzz/make_archive_corpus.py.
 TEST(TorchArchiveTest, ReadsWhatPythonsTorchSaveWrites) {
   const std::string dir = VOLSHARD_ARCHIVE_CORPUS "/";
@@ -323,6 +403,30 @@ TEST(TorchArchiveTest, TheProbesCrashingFilesAreRefused) {
         "nested_tuple1.pt", "huge_string.pt", "global_os_system.pt", "storage_claims_more.pt"}) {
     EXPECT_THROW(read_torch_archive_file(dir + name), std::runtime_error) << name;
   }
+}
+
+// Issue 43 item 17's files as torch.save writes them, small
+// (tests/fuzz/make_archive_corpus.py): refused, or read at their size.
+TEST(TorchArchiveTest, TorchSavesCostlyFilesAreRefusedOrReadOnce) {
+  const std::string dir = VOLSHARD_ARCHIVE_CORPUS "/";
+  auto message = [&](const char* name) -> std::string {
+    try {
+      read_torch_archive_file(dir + name);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  // torch.zeros(6).as_strided((1000, 1000), (0, 0))
+  EXPECT_THAT(message("zero_strides.pt"),
+              HasSubstr("a view of 1000000 elements (sizes [1000, 1000], strides [0, 0])"));
+  EXPECT_THAT(message("aliased_records.pt"),
+              HasSubstr("records archive/data/0 and archive/data/1 overlap"));
+  // {f"k{i}": b for i in range(100)}: one storage, shared by every entry.
+  const TorchValue shared = read_torch_archive_file(dir + "shared_storage.pt");
+  ASSERT_EQ(shared.entries.size(), 100u);
+  for (const auto& [key, value] : shared.entries)
+    EXPECT_EQ(value.tensor->storage, shared.entries[0].second.tensor->storage) << key.s;
 }
 
 }  // namespace

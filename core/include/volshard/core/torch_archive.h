@@ -9,6 +9,22 @@
 // included) and tensors whose storages are records of the archive. Pickle
 // opcodes and globals come from a whitelist (torch.load(weights_only=True)
 // allows no more for these files); anything else is refused by name.
+//
+// What a file may cost. A file of N bytes whose data.pkl has P bytes makes
+// the reader:
+//   - hash at most N bytes: zip records may not overlap (torch.save's never
+//     do), so no byte is checked twice however many names the directory holds;
+//   - copy each tensor storage once, at most N bytes in all: tensors sharing a
+//     storage share one copy (trainer's tensor_of keeps that: one at::Tensor
+//     per storage, the tensors views of it);
+//   - make at most max_objects parse nodes, one per pickle opcode (a few
+//     hundred bytes each);
+//   - hand back values taking at most P * value_bytes_per_pickle_byte +
+//     value_bytes_allowance bytes in memory (a value's struct and its string's
+//     bytes), a value shared by many references counted at each.
+// A tensor's view lies inside its storage and holds at most as many elements
+// as it: a zero or overlapping stride that would repeat more is refused, so
+// materialising any view (a clone, a checksum) costs at most its storage's bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +43,10 @@ struct TorchArchiveLimits {
   int64_t max_objects = int64_t{1} << 22;         ///< values made while unpickling and converting
   int64_t max_depth = 64;                         ///< containers nested in containers
   int64_t max_dims = 64;                          ///< a tensor's dimensions
+  /// Bytes the values handed back may take, per byte of data.pkl (a pickle
+  /// writes a value in 1 byte or more; its struct takes sizeof(TorchValue)).
+  int64_t value_bytes_per_pickle_byte = 128;
+  int64_t value_bytes_allowance = int64_t{16} << 20;  ///< bytes, besides
 };
 
 /// A tensor as the archive stores it: a view (sizes, strides, offset, in
@@ -62,8 +82,9 @@ struct TorchValue {
 /// Parses `size` bytes of a torch.save archive. Every record's CRC-32 is
 /// checked (a flipped bit anywhere is refused), records must be stored
 /// uncompressed (as torch.save writes them: a compressed one, such as a zip
-/// bomb's, is refused), and every offset, size, count and depth is checked
-/// against the file and `limits`. Throws std::runtime_error "<what>: <reason>".
+/// bomb's, is refused) and may not overlap, and every offset, size, count,
+/// depth and view is checked against the file and `limits` (the costs above).
+/// Throws std::runtime_error "<what>: <reason>".
 TorchValue read_torch_archive(const uint8_t* data, size_t size, const std::string& what,
                               const TorchArchiveLimits& limits = {});
 
