@@ -7,7 +7,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <exception>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "volshard/core/torch_archive.h"
@@ -28,12 +30,18 @@ std::string first_line(const std::exception& e);
 /// (weights_only=True, torch >= 2.6) refuses. Tensors are copied to the CPU.
 std::vector<char> pickle_archive(const c10::IValue& value);
 
-/// A tensor of an archive read by read_torch_archive (core/torch_archive.h),
-/// copied into a new CPU tensor.
-at::Tensor tensor_of(const TorchTensorRecord& record, const std::string& what);
+/// The CPU copies of an archive's storages made so far, by the reader's bytes and type.
+using StorageCopies = std::map<std::pair<const void*, at::ScalarType>, at::Tensor>;
 
-/// A {name: tensor} dict of such an archive, or std::runtime_error naming
-/// `what` and the entry that is not.
+/// A tensor of an archive read by read_torch_archive (core/torch_archive.h):
+/// a view of a CPU copy of its storage, made once per storage in `copies`
+/// (nullptr: a copy of its own). Tensors that share a storage in the file share
+/// it here, so an archive's tensors take at most its storages' bytes.
+at::Tensor tensor_of(const TorchTensorRecord& record, const std::string& what,
+                     StorageCopies* copies);
+
+/// A {name: tensor} dict of such an archive (its tensors sharing their
+/// storages' copies), or std::runtime_error naming `what` and the entry that is not.
 NamedTensors tensor_dict_of(const TorchValue& value, const std::string& what);
 
 }  // namespace volshard::detail

@@ -67,24 +67,36 @@ at::ScalarType scalar_type(const std::string& dtype, const std::string& what) {
 
 namespace detail {
 
-at::Tensor tensor_of(const TorchTensorRecord& r, const std::string& what) {
-  // The reader checked that the view lies inside the storage's bytes.
-  at::Tensor storage = at::empty({r.storage_numel}, scalar_type(r.dtype, what));
-  if (r.storage_numel > 0) std::memcpy(storage.data_ptr(), r.storage->data(), r.storage->size());
-  return storage.as_strided(r.sizes, r.strides, r.storage_offset).clone();
+at::Tensor tensor_of(const TorchTensorRecord& r, const std::string& what, StorageCopies* copies) {
+  const at::ScalarType type = scalar_type(r.dtype, what);
+  at::Tensor storage;
+  const StorageCopies::key_type key{r.storage.get(), type};
+  if (copies != nullptr) {
+    if (const auto it = copies->find(key); it != copies->end()) storage = it->second;
+  }
+  if (!storage.defined()) {
+    storage = at::empty({r.storage_numel}, type);
+    if (r.storage_numel > 0) std::memcpy(storage.data_ptr(), r.storage->data(), r.storage->size());
+    if (copies != nullptr) copies->emplace(key, storage);
+  }
+  // A view, not a clone (torch.load's tensors share storages too): the reader
+  // checked that it lies inside its storage and holds no more elements, and
+  // its storage is copied once however many tensors share it.
+  return storage.as_strided(r.sizes, r.strides, r.storage_offset);
 }
 
 NamedTensors tensor_dict_of(const TorchValue& value, const std::string& what) {
   if (value.kind != TorchValue::Kind::kDict)
     throw std::runtime_error(what + ": holds a " + value.kind_name() + ", not a dict of tensors");
   NamedTensors out;
+  StorageCopies copies;
   for (const auto& [k, v] : value.entries) {
     if (k.kind != TorchValue::Kind::kString)
       throw std::runtime_error(what + ": a key is a " + k.kind_name() + ", not a string");
     if (v.kind != TorchValue::Kind::kTensor)
       throw std::runtime_error(what + ": entry '" + printable(k.s) + "' is a " + v.kind_name() +
                                ", not a tensor");
-    out.emplace_back(k.s, tensor_of(*v.tensor, what));
+    out.emplace_back(k.s, tensor_of(*v.tensor, what, &copies));
   }
   return out;
 }
@@ -111,7 +123,7 @@ at::Tensor load_tensor(const std::string& path) {
   const TorchValue value = read_torch_archive_file(path);
   if (value.kind != TorchValue::Kind::kTensor)
     throw std::runtime_error(path + ": holds a " + value.kind_name() + ", not a tensor");
-  return detail::tensor_of(*value.tensor, path);
+  return detail::tensor_of(*value.tensor, path, nullptr);
 }
 
 void save_tensor_dict(const std::string& path, const NamedTensors& tensors) {
