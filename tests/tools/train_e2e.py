@@ -1045,7 +1045,13 @@ class FaultTest(Base):
         self.train(out, epochs=1, nproc=1)
         for extra, needle in ((["--seed", 5], "--seed 0 there, 5 here"),
                               (["--crop", 48], "--crop 32 there, 48 here"),
-                              (["--channels", "8,16,32,64"], "--channels [4,8,16,32] there, [8,16,32,64] here")):
+                              (["--channels", "8,16,32,64"], "--channels [4,8,16,32] there, [8,16,32,64] here"),
+                              # What changes the data or its augmentation (#43 item 21).
+                              (["--rot90-prob", 0.2], "--rot90-prob 0.5 there, 0.2 here"),
+                              (["--flip-prob", 0.5], "--flip-prob 0.0 there, 0.5 here"),
+                              (["--rand-shift", 0.1], "--rand-shift 0.0 there, 0.1 here"),
+                              (["--a-min", -1], "--a-min 0.0 there, -1.0 here"),
+                              (["--crop-foreground"], "--crop-foreground false there, true here")):
             small = list(SMALL)
             if extra[0] in small:
                 del small[small.index(extra[0]):small.index(extra[0]) + 2]
@@ -1061,6 +1067,18 @@ class FaultTest(Base):
                 "--nproc-per-node", 1, *SMALL, "--resume", out)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--data", p.stderr)
+        # The same paths with other contents: another data set too.
+        changed = os.path.join(self.root, "changed_data")
+        shutil.copytree(self.data, changed)
+        run_changed = self.out("changed")
+        self.assertEqual(run("train", "--data", changed, "--out", run_changed, "--epochs", 1, "--val-fraction",
+                             "0.25", "--nproc-per-node", 1, *SMALL).returncode, 0)
+        img = nib.load(os.path.join(changed, "img1.nii.gz"))
+        nib.save(nib.Nifti1Image(np.asarray(img.dataobj) * 0.5, img.affine), os.path.join(changed, "img1.nii.gz"))
+        p = run("train", "--resume", run_changed, "--epochs", 2)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("img1.nii.gz changed since the checkpoint", p.stderr)
+        self.assertIn("--resume-anyway", p.stderr)
         p = self.train(out, "--seed", 5, "--resume", out, "--resume-anyway", nproc=1, epochs=2)
         self.assertIn("done after", p.stdout)
 
@@ -1193,6 +1211,57 @@ class RunFolderTest(Base):
         p = run("train", "--resume", done, "--epochs", 2)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("resuming epoch 2/2 (sampler epoch 1, 0-based as sampler-inspect's)", p.stderr)
+
+    def test_resume_writes_into_the_run_it_is_given_and_takes_no_path_from_its_config(self):
+        orig = self.out("orig")
+        self.train(orig, "--val-every", 0, "--max-steps", 1, "--trace-samples", orig + ".trace")
+        copy, victim = self.out("copy"), self.out("victim")
+        shutil.copytree(orig, copy)
+        os.makedirs(victim)
+        with open(os.path.join(victim, "config.json"), "w") as f:
+            f.write("victim's\n")
+        with open(os.path.join(copy, "config.json")) as f:
+            config = json.load(f)
+        config["out"] = victim  # a tampered (or merely copied) run folder
+        with open(os.path.join(copy, "config.json"), "w") as f:
+            json.dump(config, f)
+        before = {n: open(os.path.join(orig, n), "rb").read() for n in ("checkpoint.pt", "metrics.jsonl")}
+        p = run("train", "--resume", copy)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("not taken from a run's config: \"trace_samples\"", p.stderr)
+        for name, data in before.items():  # the original is not advanced
+            with open(os.path.join(orig, name), "rb") as f:
+                self.assertEqual(f.read(), data, name)
+        with open(os.path.join(victim, "config.json")) as f:
+            self.assertEqual(f.read(), "victim's\n")
+        self.assertIn("done after", p.stdout)
+        with open(os.path.join(copy, "config.json")) as f:
+            self.assertEqual(json.load(f)["out"], copy)
+
+    def test_the_trace_and_predicts_output_never_replace_what_a_command_reads(self):
+        out = self.out("run")
+        self.train(out, "--val-every", 0, "--max-steps", 1)
+        for target, flag in ((os.path.join(out, "checkpoint.pt"), "--resume's file"),
+                             (os.path.join(out, "metrics.jsonl"), "--out's file"),
+                             (os.path.join(self.data, "img0.nii.gz"), "--data's file")):
+            before = open(target, "rb").read()
+            p = run("train", "--resume", out, "--trace-samples", target)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--trace-samples=%s is %s: volshard never writes over what it reads" % (target, flag),
+                          p.stderr)
+            self.assertEqual(open(target, "rb").read(), before)
+        config = os.path.join(out, "config.nii.gz")  # a config named as predict's outputs are
+        shutil.copy(os.path.join(out, "config.json"), config)
+        p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", config,
+                "--image", os.path.join(self.data, "img0.nii.gz"), "--out", config)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("predict: --out=%s is --config's file" % config, p.stderr)
+        # prepare of an image alone leaves no older label beside it.
+        prepared = self.out("prepared")
+        img, seg = os.path.join(self.data, "img0.nii.gz"), os.path.join(self.data, "seg0.nii.gz")
+        self.assertEqual(run("prepare", "--image", img, "--label", seg, "--out", prepared).returncode, 0)
+        self.assertEqual(run("prepare", "--image", img, "--out", prepared).returncode, 0)
+        self.assertEqual(sorted(os.listdir(prepared)), ["image.nii.gz"])
 
     def test_a_fresh_run_refuses_a_folder_of_someone_elses_files_and_keeps_others(self):
         out = self.out("foreign")

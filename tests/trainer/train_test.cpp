@@ -473,7 +473,8 @@ TEST(OptionRolesTest, KeptAndRunLocalKeysComeFromTheTable) {
   const auto& kept = TrainOptions::keys_with(Field::Role::kKept);
   const auto& local = TrainOptions::keys_with(Field::Role::kLocal);
   for (const char* key :
-       {"seed", "data", "crop", "channels", "pixdim", "prefix_order", "amp", "invariant", "labels"})
+       {"seed", "data", "crop", "channels", "pixdim", "prefix_order", "amp", "invariant", "labels",
+        "a_min", "crop_foreground", "rot90_prob", "flip_prob", "rand_shift", "rand_scale"})
     EXPECT_EQ(kept.count(key), 1u) << key;
   for (const char* key : {"out", "workers", "cache_rate", "cache_dir", "fingerprints", "timeout"})
     EXPECT_EQ(local.count(key), 1u) << key;

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "volshard/core/file_io.h"
+#include "volshard/core/log.h"
 #include "volshard/core/nearest_name.h"
 
 #include "commands.h"
@@ -117,7 +118,8 @@ struct CollectKeys {
 // (CLI11 2.1 reads config files for the top-level app only, so a subcommand
 // applies its own.)
 void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<std::string>& accept,
-                       bool ignore_others, const FlagNames& renamed) {
+                       bool ignore_others, const FlagNames& renamed,
+                       const std::set<std::string>& untrusted = {}) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text_file(path));
@@ -142,6 +144,13 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
     }
     CLI::Option* option = cmd->get_option_no_throw(flag_of(it.key(), renamed));
     if (option == nullptr || option->count() > 0) continue;  // the command line wins
+    if (untrusted.count(it.key())) {
+      if (it.key() != "out" && it->is_string() && !it->get<std::string>().empty())
+        warn(path + ": not taken from a run's config: \"" + it.key() + "\": " + it->dump() +
+             " (a path a run's config names is not trusted; give " + option->get_name() +
+             " again to keep it)");
+      continue;
+    }
     bool excluded = false;  // the file's --data when the command line gave --datalist
     for (const CLI::Option* other : option->get_excludes()) excluded |= other->count() > 0;
     if (excluded) continue;
@@ -189,15 +198,21 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
   }
 }
 
-// `fallback` (may be empty) names the config to read when --config is not given.
+// `fallback` (may be empty) names the config to read when --config is not
+// given: a run's own (resume's), whose paths of where to write (`out`, the
+// trace, the cache) are not taken: a run folder one is handed could name any.
 void add_config(CLI::App* cmd, std::set<std::string> keys, bool ignore_others, const char* help,
                 std::function<std::string()> fallback = {}, FlagNames renamed = {}) {
   auto path = std::make_shared<std::string>();
   cmd->add_option("--config", *path, help)->type_name("FILE.json");
   cmd->final_callback(
       [cmd, path, keys = std::move(keys), ignore_others, fallback, renamed = std::move(renamed)] {
-        const std::string file = !path->empty() ? *path : fallback ? fallback() : std::string();
-        if (!file.empty()) apply_json_config(cmd, file, keys, ignore_others, renamed);
+        static const std::set<std::string> kRunsOwnPaths{"out", "trace_samples", "cache_dir"};
+        if (!path->empty()) {
+          apply_json_config(cmd, *path, keys, ignore_others, renamed);
+        } else if (const std::string run = fallback ? fallback() : std::string(); !run.empty()) {
+          apply_json_config(cmd, run, keys, ignore_others, renamed, kRunsOwnPaths);
+        }
       });
 }
 

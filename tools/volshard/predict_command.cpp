@@ -4,6 +4,8 @@
 
 #include "commands.h"
 #include "verbs.h"
+#include "volshard/core/error.h"
+#include "volshard/core/file_io.h"
 #include "volshard/trainer/train.h"
 
 namespace volshard::cli {
@@ -33,7 +35,12 @@ Run add_predict_command(CLI::App& app) {
   cmd->add_flag("--whole-volume", o->whole_volume,
                 "the whole volume in one pass (no sliding window), whatever the config says");
   add_predict_flags(cmd, *o);
-  return [o] {
+  return [o, cmd] {
+    // The options' own check names --image and --model; the config file is this command's.
+    const CLI::Option* config = cmd->get_option("--config");
+    if (config->count() > 0)
+      check_not_an_input(o->out_path, {{"--config", config->as<std::string>()}},
+                         "predict: --out=" + printable(o->out_path));
     predict(*o);
     std::cout << "wrote " << o->out_path << " (" << o->inference_text() << ")\n";
     return 0;

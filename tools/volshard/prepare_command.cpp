@@ -49,6 +49,8 @@ Run add_prepare_command(CLI::App& app) {
       if (entry.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove(entry.path(), ec);
     if (s->label.empty()) {
       const SpatialImage v = prepare_image(read_volume_as_float(s->image), options);
+      // An older pair's label would sit beside another image: it goes first.
+      fs::remove(out / "label.nii.gz", ec);
       write_volume((out / "image.nii.gz").string(), v.data, v.affine);
     } else {
       // The pair is written beside its final names first, then the old label

@@ -217,8 +217,15 @@ Run add_train_command(CLI::App& app, const std::vector<std::string>& argv) {
       if (unset("--master-addr") && !pet.master_addr.empty())
         s->launch.master_addr = pet.master_addr;
     }
-    // --resume RUN alone starts the run as it last ran (RUN/launch.json): its world size with it.
+    // --resume RUN writes into RUN (not where its config.json says: a copied
+    // run advances the copy), unless --out says otherwise.
     const auto unset = [cmd](const char* flag) { return cmd->get_option(flag)->count() == 0; };
+    if (!s->train.resume.empty() && unset("--out")) {
+      const std::filesystem::path given(s->train.resume);
+      s->train.out_dir =
+          (std::filesystem::is_directory(given) ? given : given.parent_path()).string();
+    }
+    // --resume RUN alone starts the run as it last ran (RUN/launch.json): its world size with it.
     if (!s->train.resume.empty() && unset("--nproc-per-node") && unset("--nnodes") &&
         !pet.present && !launched_by_launcher() && s->launch.init_method.empty()) {
       const std::filesystem::path given(s->train.resume);

@@ -1,5 +1,7 @@
 #include "volshard/trainer/data_split.h"
 
+#include <sys/stat.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "progress.h"
 #include "resume.h"
 #include "volshard/core/error.h"
+#include "volshard/core/file_io.h"
 #include "volshard/trainer/checkpoint.h"
 #include "volshard/transforms/inference.h"
 #include "volshard/transforms/transforms.h"
@@ -161,9 +164,9 @@ void check_out_folder(const TrainOptions& o) {
         "Give another --out (or --overwrite to replace them)");
 }
 
-// What --resume names: a run (or checkpoint) that exists and has epochs
-// left to train, found before any worker starts.
-void check_resume_point(const TrainOptions& o) {
+// What --resume names: a run (or checkpoint) that exists, was trained on
+// these files and has epochs left to train, found before any worker starts.
+void check_resume_point(const TrainOptions& o, const DataSplit& d) {
   if (!std::filesystem::exists(o.resume))
     throw std::invalid_argument("train: --resume " + o.resume +
                                 ": no such run (no folder or checkpoint file of that name)");
@@ -180,6 +183,22 @@ void check_resume_point(const TrainOptions& o) {
   }
   const nlohmann::json meta = nlohmann::json::parse(c.meta_json, nullptr, false);
   if (!meta.is_object() || !meta.contains("sampler") || !meta["sampler"].is_object()) return;
+  if (!o.resume_anyway && meta.contains("data_files") && meta["data_files"].is_array()) {
+    // The paths' other checks (the list, the count) are resume's own; here, their contents.
+    const nlohmann::json now = nlohmann::json::parse(data_files_stamp(d));
+    const nlohmann::json& then = meta["data_files"];
+    for (size_t i = 0; i < std::min(now.size(), then.size()); ++i) {
+      if (now[i] == then[i] || !then[i].is_array() || then[i].size() != 3) continue;
+      if (now[i][0] != then[i][0]) break;  // another list: resume names it by its options
+      throw std::invalid_argument(
+          "train: --resume " + o.resume + ": " + now[i][0].get<std::string>() +
+          " changed since the checkpoint (" + then[i][1].dump() + " bytes then, " +
+          now[i][1].dump() + " now; modified " +
+          (now[i][2] == then[i][2] ? "at the same time" : "since") +
+          "): the run trained on other data. Resume with the files it trained on (or give "
+          "--resume-anyway to continue regardless)");
+    }
+  }
   const int64_t epoch = meta["sampler"].value("epoch", int64_t{0});  // 0-based: the next to train
   const int64_t consumed = meta["sampler"].value("consumed", int64_t{0});
   if (epoch >= o.epochs && consumed == 0)
@@ -299,6 +318,26 @@ std::vector<std::vector<int64_t>> assign_validation(const std::vector<int64_t>& 
   return ranks;
 }
 
+std::string data_files_stamp(const DataSplit& d) {
+  nlohmann::json files = nlohmann::json::array();
+  const auto add = [&files](const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      files.push_back({path, -1, -1});
+      return;
+    }
+    const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                             static_cast<int64_t>(st.st_mtim.tv_nsec);
+    files.push_back({path, static_cast<int64_t>(st.st_size), mtime_ns});
+  };
+  for (const auto* list : {&d.train, &d.val})
+    for (const ImageLabelPair& p : *list) {
+      add(p.image);
+      add(p.label);
+    }
+  return files.dump();
+}
+
 int64_t training_set_size(const TrainOptions& o) {
   return static_cast<int64_t>(list_data(o).train.size());
 }
@@ -326,7 +365,24 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
     throw std::invalid_argument("train: --in-channels=" + std::to_string(o.model.in_channels) +
                                 " but " + same.first() + " has " + std::to_string(same.channels()) +
                                 " channel(s) (--in-channels 0 takes them from the data)");
-  if (!o.resume.empty()) check_resume_point(o);
+  if (!o.resume.empty()) check_resume_point(o, d);
+  if (!o.trace_samples.empty()) {
+    // The trace is started anew (emptied): never over a file the run reads or writes.
+    std::vector<NamedInput> inputs{{"--datalist", o.datalist},
+                                   {"--init-weights", o.init_weights},
+                                   {"--resume", o.resume.empty() ? "" : resume_checkpoint_path(o)}};
+    for (const char* own : {"checkpoint.pt", "model.pt", "best_model.pt", "best_model.json",
+                            "config.json", "metrics.jsonl", "fingerprints.jsonl", "train.log",
+                            "curves.png", "launch.json", "run.lock"})
+      inputs.push_back({"--out", (std::filesystem::path(o.out_dir) / own).string()});
+    const std::string data_flag = o.datalist.empty() ? "--data" : "--datalist";
+    for (const auto* list : {&d.train, &d.val})
+      for (const ImageLabelPair& p : *list) {
+        inputs.push_back({data_flag, p.image});
+        inputs.push_back({data_flag, p.label});
+      }
+    check_not_an_input(o.trace_samples, inputs, "train: --trace-samples=" + o.trace_samples);
+  }
   if (!o.init_weights.empty() && !std::filesystem::exists(o.init_weights))
     throw std::invalid_argument("train: --init-weights: " + o.init_weights + " does not exist");
 }

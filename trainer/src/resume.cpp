@@ -120,7 +120,8 @@ ResumeState start_state(const TrainOptions& o, Model& net, torch::optim::Optimiz
 }
 
 void write_checkpoint(const std::string& path, const ResumeState& s, const TrainOptions& o,
-                      int64_t world_size, const std::string& config_json, const Model& net,
+                      int64_t world_size, const std::string& config_json,
+                      const std::string& data_files, const Model& net,
                       torch::optim::Optimizer& opt) {
   json meta;
   meta["sampler"] = json::parse(s.sampler.value().to_json());
@@ -135,6 +136,7 @@ void write_checkpoint(const std::string& path, const ResumeState& s, const Train
   meta["seed"] = o.seed;
   meta["world_size"] = world_size;
   meta["config"] = json::parse(config_json);
+  if (!data_files.empty()) meta["data_files"] = json::parse(data_files);
   save_checkpoint(path, Checkpoint{meta.dump(), net.state_dict(), optimizer_bytes(opt)});
 }
 

@@ -52,12 +52,12 @@ ResumeState start_state(const TrainOptions& options, Model& net, torch::optim::O
                         int64_t train_size, Communicator& comm);
 
 /// Writes checkpoint `path` (atomically): `state` (sampler set), options.seed,
-/// `world_size` and `config_json` as its meta, then net's weights and the
-/// optimizer's state.
+/// `world_size`, `config_json` and `data_files` (data_files_stamp's JSON) as
+/// its meta, then net's weights and the optimizer's state.
 void write_checkpoint(const std::string& path, const ResumeState& state,
                       const TrainOptions& options, int64_t world_size,
-                      const std::string& config_json, const Model& net,
-                      torch::optim::Optimizer& optimizer);
+                      const std::string& config_json, const std::string& data_files,
+                      const Model& net, torch::optim::Optimizer& optimizer);
 
 /// "--flag A there, B here; ..." for each key of the config.json text `now`
 /// that `counted` takes and whose value differs from `saved`'s (keys `saved`

@@ -240,6 +240,7 @@ struct Engine {
   const int64_t rank, world;
   const bool lead, tty;
   const DataSplit data;
+  const std::string data_files;  // rank 0's stamp of them, for its checkpoints
   const int64_t n_train;
   const at::Device device;  // --device: the network, its batches and the loss
   Model net;
@@ -269,6 +270,7 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       lead(rank == 0),
       tty(lead && ::isatty(STDERR_FILENO)),
       data(std::move(split)),
+      data_files(lead ? data_files_stamp(data) : std::string()),
       n_train(static_cast<int64_t>(data.train.size())),
       device(resolve_device(o.device, o.local_rank)),
       net(make_model(o, c, device)),
@@ -640,7 +642,7 @@ void Engine::save(int64_t epoch, int64_t consumed, bool end_of_epoch) {
   s.sampler =
       SamplerState::at(sampler, end_of_epoch ? epoch + 1 : epoch, end_of_epoch ? 0 : consumed);
   if (scaler) s.grad_scaler = scaler->state();
-  write_checkpoint(run.checkpoint_path(), s, o, world, run.config_json(), net, *opt);
+  write_checkpoint(run.checkpoint_path(), s, o, world, run.config_json(), data_files, net, *opt);
 }
 
 // How the step runs, for the start line: the levers of docs/platform.md.

@@ -68,13 +68,17 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
           "normalize: z-score; in training per crop or per volume: normalize_on)")
             .kept_on_resume(),
         p.intensity);
-  visit(F("a_min", "range: input window low, e.g. -57 HU"), p.range.a_min);
-  visit(F("a_max", "range: input window high, e.g. 164 HU"), p.range.a_max);
-  visit(F("b_min", "range: output low"), p.range.b_min);
-  visit(F("b_max", "range: output high"), p.range.b_max);
-  visit(F("clip", "range: clamp the output to [b_min, b_max]"), p.range.clip);
-  visit(F("nonzero", "normalize: statistics over non-zero voxels only"), p.normalize.nonzero);
-  visit(F("channel_wise", "normalize: each channel on its own"), p.normalize.channel_wise);
+  visit(F("a_min", "range: input window low, e.g. -57 HU").kept_on_resume().finite(),
+        p.range.a_min);
+  visit(F("a_max", "range: input window high, e.g. 164 HU").kept_on_resume().finite(),
+        p.range.a_max);
+  visit(F("b_min", "range: output low").kept_on_resume().finite(), p.range.b_min);
+  visit(F("b_max", "range: output high").kept_on_resume().finite(), p.range.b_max);
+  visit(F("clip", "range: clamp the output to [b_min, b_max]").kept_on_resume(), p.range.clip);
+  visit(F("nonzero", "normalize: statistics over non-zero voxels only").kept_on_resume(),
+        p.normalize.nonzero);
+  visit(F("channel_wise", "normalize: each channel on its own").kept_on_resume(),
+        p.normalize.channel_wise);
   visit(F("normalize_on",
           "normalize: statistics of each training crop (MONAI's BraTS) or of the whole "
           "volume (nnU-Net); validation always takes the whole volume's")
@@ -82,9 +86,11 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
             .for_training_only(),
         p.normalize_on);
   visit(F("crop_foreground",
-          "CropForeground: cut the volume to image > 0 (where prefix_order puts it)"),
+          "CropForeground: cut the volume to image > 0 (where prefix_order puts it)")
+            .kept_on_resume(),
         p.crop_foreground);
-  visit(F("foreground_margin", "CropForeground margin, voxels").at_least(0), p.foreground_margin);
+  visit(F("foreground_margin", "CropForeground margin, voxels").kept_on_resume().at_least(0),
+        p.foreground_margin);
   visit(F("spatial_pad",
           "SpatialPad (symmetric, zeros) after CropForeground to at least this size, one value or "
           "x,y,z, so crops of any volume batch (training only; empty: none)")
@@ -125,14 +131,27 @@ void for_each_feed_field(Self& f, Visit&& visit) {
   visit(
       F("num_samples", "crops per volume").kept_on_resume().at_least(1).at_most(kMaxCropsPerVolume),
       f.num_samples);
-  visit(F("allow_smaller", "crops larger than a volume shrink to it"), f.allow_smaller);
-  visit(F("rot90_prob", "RandRotate90 probability (0: none)").at_least(0).at_most(1), f.rot90_prob);
+  // Every random step's options are kept on resume too: a resumed run that
+  // drew its crops, turns, flips or intensities otherwise would not be the run.
+  visit(F("allow_smaller", "crops larger than a volume shrink to it").kept_on_resume(),
+        f.allow_smaller);
   visit(
-      F("flip_prob", "RandFlip probability, each axis on its own (0: none)").at_least(0).at_most(1),
-      f.flip_prob);
-  visit(F("rand_scale", "RandScaleIntensity factor range +-v (0: none)").at_least(0).below(1),
+      F("rot90_prob", "RandRotate90 probability (0: none)").kept_on_resume().at_least(0).at_most(1),
+      f.rot90_prob);
+  visit(F("flip_prob", "RandFlip probability, each axis on its own (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.flip_prob);
+  visit(F("rand_scale", "RandScaleIntensity factor range +-v (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .below(1),
         f.rand_scale);
-  visit(F("rand_shift", "RandShiftIntensity offset range +-v (0: none)").at_least(0).finite(),
+  visit(F("rand_shift", "RandShiftIntensity offset range +-v (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .finite(),
         f.rand_shift);
 }
 

@@ -57,6 +57,12 @@ std::vector<int64_t> validation_costs(const TrainOptions& options,
 std::vector<std::vector<int64_t>> assign_validation(const std::vector<int64_t>& costs,
                                                     int64_t world_size, ValBalance balance);
 
+/// What identifies the data's files as a checkpoint records them: JSON, a
+/// list of [path, size in bytes, modification time in ns] for every training
+/// and validation image and label, in order. A resume compares it (the same
+/// paths with other contents are other data).
+std::string data_files_stamp(const DataSplit& split);
+
 /// Training volumes the options select (after the validation hold-out).
 int64_t training_set_size(const TrainOptions& options);
 
