@@ -563,6 +563,48 @@ class FrontDoorToolTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1, cut)
             self.assertIn("truncated gzip stream", p.stderr, cut)
 
+    def test_diff_says_bad_fingerprints_are_bad_input_naming_the_file_and_line(self):
+        # Issue 43 item 18: each was a crash (SIGSEGV), a hang, "the runs are the same" or exit 1.
+        step = {"type": "step", "step": 1, "epoch": 0, "world": 1, "indices": "0a", "augmentation": "0b",
+                "bytes": "0c", "loss": 0.5, "grads": ["aa"], "weights": ["bb"]}
+        layout = json.dumps({"type": "layout", "buckets": [["w"]]})
+        second = json.dumps(dict(step, step=2))
+
+        def folder(name, *lines):
+            d = os.path.join(self.dir, name)
+            os.makedirs(d)
+            Path(d, "config.json").write_text("{}\n")
+            Path(d, "fingerprints.jsonl").write_text("".join(line + "\n" for line in lines))
+            return d
+
+        good = folder("good", layout, json.dumps(step), second)
+
+        def diff(run_a):
+            return subprocess.run([BINARY, "diff", run_a, good], capture_output=True, text=True, timeout=60)
+
+        self.assertEqual(diff(folder("same", layout, json.dumps(step), second)).returncode, 0)
+        deep = json.dumps(step).replace('["aa"]', "[" * 100000 + "]" * 100000)
+        for name, line, needle in [
+                ("deep", deep, "fingerprints.jsonl:2: nested deeper than 64 levels"),
+                ("negative", json.dumps(dict(step, step=-5)),
+                 'fingerprints.jsonl:2: "step" must be a whole number from 1, not -5'),
+                ("huge", json.dumps(step).replace('"step": 1,', '"step": 1e300,'),
+                 'fingerprints.jsonl:2: "step" must be a whole number from 1, not 1e+300'),
+                ("typed", json.dumps(dict(step, world="two")),
+                 'fingerprints.jsonl:2: "world" must be a whole number from 1, not "two"')]:
+            p = diff(folder(name, layout, line, second))
+            self.assertEqual(p.returncode, 2, (name, p.stdout, p.stderr))
+            self.assertIn(needle, p.stderr, name)
+        # A FIFO, /dev/zero and a directory are refused at once, not read or waited on.
+        for name, make in [("fifo", os.mkfifo), ("zero", lambda path: os.symlink("/dev/zero", path)),
+                           ("directory", os.mkdir)]:
+            d = folder(name, layout)
+            os.remove(os.path.join(d, "fingerprints.jsonl"))
+            make(os.path.join(d, "fingerprints.jsonl"))
+            p = diff(d)
+            self.assertEqual(p.returncode, 2, (name, p.stderr))
+            self.assertIn("fingerprints.jsonl: not a regular file", p.stderr, name)
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

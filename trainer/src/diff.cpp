@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -51,25 +52,135 @@ struct Run {
   }
 };
 
+// diff's exit status 1 says that the runs part: a file it cannot read is bad
+// input (2) like a missing one, so a reader's std::runtime_error (a bad file,
+// named) becomes std::invalid_argument.
+template <typename Read>
+auto as_bad_input(const Read& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("diff: ") + e.what());
+  } catch (const json::exception& e) {  // a value of a type nothing checked
+    throw std::invalid_argument(std::string("diff: ") + e.what());
+  }
+}
+
+// Bounds on the files diff reads (config.json; fingerprints.jsonl and traces
+// take JsonLinesLimits').
+constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
+
+// A value from a file, in a message: at most 40 characters of its JSON.
+std::string shown(const json& v) {
+  const std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+}
+
+// The fields of a fingerprints.jsonl line that diff reads, checked before any is
+// compared: a wrong type or a step number that is not one is bad input, named
+// "path:line".
+class LineCheck {
+ public:
+  LineCheck(const std::string& path, const JsonLine& line) : line_(line) {
+    where_ = "diff: " + path + ":" + std::to_string(line.number) + ": ";
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw std::invalid_argument(printable(where_ + why));
+  }
+  const json& field(const char* key) const {
+    const auto it = line_.value.find(key);
+    if (it == line_.value.end())
+      fail("a " + line_.value.value("type", std::string()) + " line without \"" + key + "\"");
+    return *it;
+  }
+  // A whole number >= `from` (1e300, 1.5 and "1" are not).
+  int64_t whole(const char* key, int64_t from) const {
+    const json& v = field(key);
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
+        v.get<int64_t>() < from)
+      fail("\"" + std::string(key) + "\" must be a whole number from " + std::to_string(from) +
+           ", not " + shown(v));
+    return v.get<int64_t>();
+  }
+  void string(const char* key) const {
+    if (!field(key).is_string())
+      fail("\"" + std::string(key) + "\" must be a string, not " + shown(field(key)));
+  }
+  void strings(const json& v, const std::string& key, const char* what) const {
+    bool ok = v.is_array();
+    for (size_t i = 0; ok && i < v.size(); ++i) ok = v[i].is_string();
+    if (!ok) fail("\"" + key + "\" must be " + what + ", not " + shown(v));
+  }
+
+ private:
+  const JsonLine& line_;
+  std::string where_;
+};
+
 Run read_run(const std::string& dir) {
   Run r;
   r.dir = dir;
   const fs::path config = fs::path(dir) / "config.json";
-  if (!fs::exists(config))
+  std::error_code ec;
+  if (!fs::exists(config, ec))
     throw std::invalid_argument("diff: " + dir + " is not a run folder (no config.json)");
-  r.config = read_text_file(config.string());
+  r.config = read_regular_file(config.string(), kMaxConfigBytes);
+  if (detail::nested_deeper_than(r.config, JsonLinesLimits().max_depth))
+    throw std::invalid_argument("diff: " + config.string() + ": nested deeper than " +
+                                std::to_string(JsonLinesLimits().max_depth) + " levels");
   const json c = json::parse(r.config, nullptr, false);
-  if (!c.is_object()) throw std::invalid_argument("diff: " + config.string() + ": not valid JSON");
+  if (c.is_discarded())
+    throw std::invalid_argument("diff: " + config.string() + ": not valid JSON");
+  if (!c.is_object())
+    throw std::invalid_argument("diff: " + config.string() + ": not a JSON object but a JSON " +
+                                c.type_name());
+  const auto bad_option = [&](const char* key, const char* what) {
+    throw std::invalid_argument("diff: " + config.string() + ": \"" + key + "\" must be " + what +
+                                ", not " + shown(c[key]));
+  };
+  if (c.contains("invariant") && !c["invariant"].is_boolean())
+    bad_option("invariant", "true or false");
+  if (c.contains("trace_samples") && !c["trace_samples"].is_string())
+    bad_option("trace_samples", "a path");
   r.invariant = c.value("invariant", false);
   r.trace = c.value("trace_samples", std::string());
   const fs::path prints = fs::path(dir) / "fingerprints.jsonl";
-  if (!fs::exists(prints))
+  if (!fs::exists(prints, ec) && !fs::is_symlink(prints, ec))
     throw std::invalid_argument("diff: " + prints.string() +
                                 " is missing (a run with --no-fingerprints, or from before "
                                 "fingerprints): nothing to compare step by step");
-  for (const json& j : read_json_lines(prints.string())) {
-    if (j.value("type", "") == "layout") r.layout = j.value("buckets", json::array());
-    if (j.value("type", "") == "step") r.steps[j.value("step", int64_t{0})] = j;
+  const std::vector<JsonLine> lines = read_json_object_lines(prints.string());
+  int64_t previous = 0;
+  for (const JsonLine& line : lines) {
+    const LineCheck check(prints.string(), line);
+    const json type = line.value.value("type", json());
+    if (!type.is_string()) check.fail("\"type\" must be a string, not " + shown(type));
+    if (type == "layout") {
+      const json& buckets = check.field("buckets");
+      bool ok = buckets.is_array();
+      for (size_t b = 0; ok && b < buckets.size(); ++b) {
+        ok = buckets[b].is_array();
+        for (size_t i = 0; ok && i < buckets[b].size(); ++i) ok = buckets[b][i].is_string();
+      }
+      if (!ok) check.fail("\"buckets\" must be a list of lists of strings, not " + shown(buckets));
+      r.layout = buckets;
+    } else if (type == "step") {
+      // Steps count from 1 and increase: a step renumbered (to -5, or 1e300)
+      // would otherwise match no step of the other run and compare nothing.
+      const int64_t step = check.whole("step", 1);
+      if (step <= previous)
+        check.fail("step " + std::to_string(step) + " follows step " + std::to_string(previous) +
+                   ": steps must increase");
+      previous = step;
+      check.whole("epoch", 0);
+      check.whole("world", 1);
+      for (const char* key : {"indices", "augmentation", "bytes"}) check.string(key);
+      if (!check.field("loss").is_number() && !check.field("loss").is_null())
+        check.fail("\"loss\" must be a number or null, not " + shown(check.field("loss")));
+      for (const char* key : {"grads", "weights"})
+        check.strings(check.field(key), key, "a list of strings");
+      r.steps[step] = line.value;
+    }
   }
   if (!r.steps.empty()) r.world = r.steps.begin()->second.value("world", int64_t{0});
   int64_t last = r.world;
@@ -119,7 +230,8 @@ std::pair<std::string, std::string> first_part(const json& a, const json& b, con
 std::vector<std::string> trace_rows(const std::string& path, int64_t step) {
   std::vector<std::string> rows;
   for (json j : read_json_lines(path)) {
-    if (j.value("step", int64_t{-1}) != step) continue;
+    const auto at = j.find("step");
+    if (at == j.end() || !at->is_number_integer() || at->get<int64_t>() != step) continue;
     j.erase("rank");
     rows.push_back(j.dump());
   }
@@ -141,9 +253,24 @@ std::string first_trace_difference(const Run& a, const Run& b, int64_t step) {
          (only_b.empty() ? std::string("nothing A did not") : only_b.front()) + "\n";
 }
 
-}  // namespace
+// Whether two files hold the same bytes, read a block at a time: each must be
+// a regular file (a /dev/zero would never end).
+bool same_bytes(const std::string& a, const std::string& b) {
+  int64_t size_a = 0, size_b = 0;
+  const Fd fa = open_regular_file(a, &size_a), fb = open_regular_file(b, &size_b);
+  if (size_a != size_b) return false;
+  std::vector<uint8_t> block_a(size_t{1} << 20), block_b(block_a.size());
+  for (int64_t at = 0; at < size_a;) {
+    const auto n = static_cast<size_t>(std::min<int64_t>(size_a - at, 1 << 20));
+    read_exactly(fa.get(), block_a.data(), n, at, a);
+    read_exactly(fb.get(), block_b.data(), n, at, b);
+    if (std::memcmp(block_a.data(), block_b.data(), n) != 0) return false;
+    at += static_cast<int64_t>(n);
+  }
+  return true;
+}
 
-RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
+RunDiff compare_runs(const std::string& run_a, const std::string& run_b) {
   const Run a = read_run(run_a), b = read_run(run_b);
   RunDiff d;
   std::ostringstream out;
@@ -163,7 +290,7 @@ RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
   std::string part_text;
   for (const auto& [step, fa] : a.steps) {
     const auto it = b.steps.find(step);
-    if (it == b.steps.end()) break;
+    if (it == b.steps.end()) continue;
     const auto [part, text] = first_part(fa, it->second, a.layout);
     if (part.empty()) continue;
     d.first_step = step;
@@ -176,16 +303,33 @@ RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
   const fs::path ma = fs::path(run_a) / "model.pt", mb = fs::path(run_b) / "model.pt";
   // Runs fingerprinted from Python (volshard.Fingerprint) may have no model.pt.
   const bool no_models = !fs::exists(ma) && !fs::exists(mb);
-  const bool models_equal = no_models || (fs::exists(ma) && fs::exists(mb) &&
-                                          read_file(ma.string()) == read_file(mb.string()));
+  const bool models_equal =
+      no_models || (fs::exists(ma) && fs::exists(mb) && same_bytes(ma.string(), mb.string()));
   if (d.first_step < 0) {
     out << "every common step's fingerprints are equal; model.pt "
         << (no_models      ? "in neither run"
             : models_equal ? "equal"
                            : "DIFFERS")
         << "\n";
-    d.identical = options.empty() && models_equal && a.steps.size() == b.steps.size();
+    // The same steps, not only as many: every step of each compared.
+    const bool same_steps =
+        std::equal(a.steps.begin(), a.steps.end(), b.steps.begin(), b.steps.end(),
+                   [](const auto& x, const auto& y) { return x.first == y.first; });
+    d.identical = options.empty() && models_equal && same_steps;
+    const auto span = [](const Run& r) {
+      return r.steps.empty() ? std::string("none")
+                             : std::to_string(r.steps.begin()->first) + " to " +
+                                   std::to_string(r.steps.rbegin()->first);
+    };
+    const bool one_went_further =
+        std::includes(a.steps.begin(), a.steps.end(), b.steps.begin(), b.steps.end(),
+                      [](const auto& x, const auto& y) { return x.first < y.first; }) ||
+        std::includes(b.steps.begin(), b.steps.end(), a.steps.begin(), a.steps.end(),
+                      [](const auto& x, const auto& y) { return x.first < y.first; });
     d.cause = d.identical ? "none: the runs are the same"
+              : !same_steps && !one_went_further
+                  ? "the runs fingerprinted other steps (A " + span(a) + ", B " + span(b) +
+                        "): the steps both have agree"
               : !models_equal
                   ? "the steps agree but model.pt does not: a run stopped at another step, or "
                     "validation-only options (best weights) differ"
@@ -252,6 +396,12 @@ RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
   out << "likely cause: " << d.cause << "\n";
   d.report = out.str();
   return d;
+}
+
+}  // namespace
+
+RunDiff diff_runs(const std::string& run_a, const std::string& run_b) {
+  return as_bad_input([&] { return compare_runs(run_a, run_b); });
 }
 
 }  // namespace volshard

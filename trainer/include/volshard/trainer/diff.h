@@ -22,8 +22,14 @@ struct RunDiff {
 /// order, augmentation, batch bytes, loss, each gradient bucket after the
 /// all-reduce with the parameters it holds, the weights after the step),
 /// their --trace-samples files when both kept one (the first sample the step
-/// read differently) and model.pt. Throws std::invalid_argument naming a folder or file that is
-/// missing or not a run's.
+/// read differently) and model.pt. `identical` needs the same steps in both,
+/// not only as many. Throws std::invalid_argument (bad input: the CLI's exit
+/// status 2) naming a folder or file that is missing or not a run's, and the
+/// file and line ("fingerprints.jsonl:7: ...") of a line that is not a
+/// fingerprint: not JSON, nested deeper than JsonLinesLimits allows, a field of
+/// the wrong type, a step that is not a whole number from 1 or does not
+/// increase. Every file is checked to be a regular file of bounded size before
+/// it is read (a directory, a FIFO or /dev/zero is refused, not waited on).
 RunDiff diff_runs(const std::string& run_a, const std::string& run_b);
 
 }  // namespace volshard
