@@ -124,11 +124,17 @@ def _split(data, split, val_fraction, keys=_KEYS):
     return [(p["image"], p["label"]) for p in (train if split == "training" else val)]
 
 
+# Where batches may be made. Tests add "meta" (tensors without data) to run the GPU path's code on a CPU.
+_BATCH_DEVICE_TYPES = ("cpu", "cuda")
+
+
 def _device(device, name="device"):
     """torch.device or None; a CUDA device where there is none is refused here, not at the first batch."""
     if device is None:
         return None
     d = torch.device(device)
+    if d.type not in _BATCH_DEVICE_TYPES:  # meta, say: tensors without data
+        raise ValueError(f"Loader: {name}={device!r}: batches are made on the CPU or a CUDA device")
     if d.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"Loader: {name}={device!r}: no CUDA device here (torch {torch.__version__})")
     return d

@@ -36,3 +36,10 @@ def ct_data(tmp_path_factory, volshard_bin):
 @pytest.fixture(scope="session")
 def configs_dir():
     return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
+
+
+@pytest.fixture
+def meta_device(monkeypatch):
+    """Lets "meta" (tensors without data) stand in for a GPU: users are refused it, the GPU path's code runs on it."""
+    import volshard.loader
+    monkeypatch.setattr(volshard.loader, "_BATCH_DEVICE_TYPES", ("cpu", "cuda", "meta"))

@@ -177,6 +177,10 @@ def test_workers_of_a_torch_dataloader_get_their_own_reproducible_seeds():
     ({"pipeline": {"spatial_pad": [8, 8]}}, ValueError, "spatial_pad=8,8"),
     ({"cache_rate": 1.5}, ValueError, "cache_rate=1.5"),
     ({"workers": -1}, ValueError, "workers=-1"),
+    # Values that gave data-less or all-NaN batches, or an empty split (#43 item 23).
+    ({"pipeline": {"intensity": "range", "a_min": float("-inf")}}, ValueError, "a_min=-inf"),
+    ({"cache_device": "meta"}, ValueError, "cache_device='meta': batches are made on the CPU or a CUDA device"),
+    ({"split": "training", "val_fraction": float("nan")}, ValueError, "val_fraction=nan must be in"),
 ])
 def test_bad_options_raise_naming_the_value(synth_data, kwargs, error, message):
     with pytest.raises(error, match=message) as raised:
@@ -419,7 +423,7 @@ def test_the_hippocampus_config_feeds_the_crops_the_cli_trains_on(volshard_bin, 
     assert len(fed) == 8 * json.load(open(config))["num_samples"]
 
 
-def test_device_moves_each_batch_and_keeps_the_stream(synth_data):
+def test_device_moves_each_batch_and_keeps_the_stream(synth_data, meta_device):
     plain, _ = epoch_batches(synth_data, workers=1)
     on_cpu, _ = epoch_batches(synth_data, workers=1, device="cpu")
     same(plain, on_cpu)
@@ -440,7 +444,7 @@ def test_a_cuda_device_without_one_is_refused_when_the_loader_is_made(synth_data
         volshard.Loader(synth_data, sampler, device="cuda", **KW)
 
 
-def test_cache_device_runs_the_gpu_paths_code_and_gives_the_host_batches_on_the_cpu(ct_data):
+def test_cache_device_runs_the_gpu_paths_code_and_gives_the_host_batches_on_the_cpu(ct_data, meta_device):
     import os
     data = os.path.join(ct_data, "dataset.json")
     # BraTS's random steps: spatial crops, flips, per-crop normalisation, intensity scale and shift.

@@ -52,7 +52,7 @@ def test_keys_read_a_datalist_of_those_keys_and_its_split(synth_data, tmp_path):
         volshard.pairs_from_datalist(str(datalist))
 
 
-def test_keys_name_the_batch_moved_to_a_device(synth_data):
+def test_keys_name_the_batch_moved_to_a_device(synth_data, meta_device):
     moved = batches(monai_files(synth_data), keys=("img", "seg"), device="meta")
     assert moved and all(b["img"].device.type == "meta" and b["seg"].device.type == "meta" for b in moved)
 

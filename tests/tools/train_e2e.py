@@ -1263,6 +1263,50 @@ class RunFolderTest(Base):
         self.assertEqual(run("prepare", "--image", img, "--out", prepared).returncode, 0)
         self.assertEqual(sorted(os.listdir(prepared)), ["image.nii.gz"])
 
+    def test_best_model_json_names_the_weights_it_describes_and_predict_checks_them(self):
+        import zlib
+        out = self.out("best")
+        self.train(out, epochs=1)
+        pt, record = os.path.join(out, "best_model.pt"), os.path.join(out, "best_model.json")
+        with open(pt, "rb") as f, open(record) as r:
+            self.assertEqual(json.load(r)["weights_crc32"], "%08x" % zlib.crc32(f.read()))
+        image = os.path.join(self.data, "img6.nii.gz")
+        p = run("predict", "--model", pt, "--config", os.path.join(out, "config.json"), "--image", image,
+                "--out", self.out("pred.nii.gz"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("describes other weights", p.stderr)
+        # A kill between the two writes leaves new weights beside the old record: said on read.
+        state = torch.load(pt)
+        torch.save({k: v + 1 if v.is_floating_point() else v for k, v in state.items()}, pt)
+        p = run("predict", "--model", pt, "--config", os.path.join(out, "config.json"), "--image", image,
+                "--out", self.out("pred.nii.gz"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("best_model.json describes other weights than %s" % pt, p.stderr)
+
+    def test_init_weights_take_a_checkpoint_and_a_resumed_run_needs_them_no_more(self):
+        first = self.out("first")
+        self.train(first, "--val-every", 0, epochs=1)
+        init = self.out("init.pt")
+        shutil.copy(os.path.join(first, "checkpoint.pt"), init)
+        second = self.out("second")
+        p = self.train(second, "--val-every", 0, "--init-weights", init, "--max-steps", 1, check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)  # docs/training.md: a checkpoint.pt is taken
+        os.remove(init)
+        p = run("train", "--resume", second)
+        self.assertEqual(p.returncode, 0, p.stderr)  # the checkpoint holds the weights
+        self.assertIn("done after", p.stdout)
+
+    def test_numbers_past_what_can_work_are_refused_by_name(self):
+        for extra, said in ((["--timeout", "1e300"], "must be in (0, 604800]"),
+                            (["--weight-decay", "inf"], "--weight-decay=inf"),
+                            (["--smooth-nr", "inf"], "--smooth-nr=inf"),
+                            (["--lambda-dice", "inf"], "--lambda-dice=inf"),
+                            ({"nproc": 1000}, "--nproc-per-node=1000 on a machine with")):
+            kw = extra if isinstance(extra, dict) else {}
+            p = self.train(self.out("numbers"), *([] if kw else extra), check=False, **kw)
+            self.assertEqual(p.returncode, 2, (extra, p.stderr))
+            self.assertIn(said, p.stderr, extra)
+
     def test_a_fresh_run_refuses_a_folder_of_someone_elses_files_and_keeps_others(self):
         out = self.out("foreign")
         os.makedirs(out)

@@ -1,6 +1,7 @@
 // volshard train: launcher or worker, as torchrun users expect.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "commands.h"
 #include "verbs.h"
@@ -84,6 +86,20 @@ std::optional<FolderLock> hold_run_folder(const TrainOptions& o, bool launched,
   return held;
 }
 
+// Each local rank runs its own network, loader and threads: more than 4 a
+// core (or one a GPU) only slows a machine down, and a typo (1000) would
+// start a thousand processes.
+void check_local_ranks(int64_t nproc) {
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t gpus = visible_gpus();
+  const int64_t most = std::max<int64_t>({8, 4 * cores, gpus});
+  if (nproc > most)
+    throw std::invalid_argument("launcher: --nproc-per-node=" + std::to_string(nproc) +
+                                " on a machine with " + std::to_string(cores) + " cores and " +
+                                std::to_string(gpus) + " GPU(s): at most " + std::to_string(most) +
+                                " local ranks here (4 a core, one a GPU, or 8)");
+}
+
 int train_command(const TrainOptions& given, const TrainLaunch& launch,
                   const std::vector<std::string>& argv) {
   const bool launched = launched_by_launcher();
@@ -107,6 +123,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   // would otherwise pick the single-process path and run one rank silently);
   // a worker's were checked by its launcher (torchrun's by torchrun).
   if (!launched) lo.validate();
+  if (!launched) check_local_ranks(lo.nproc_per_node);
   // A live run in --out is named first; the folder is made and held after the
   // checks (a refused configuration makes nothing), before any worker starts.
   if (holds_run_folder(options, launched, launch)) FolderLock::check_free(options.out_dir);

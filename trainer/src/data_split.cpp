@@ -383,7 +383,7 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
       }
     check_not_an_input(o.trace_samples, inputs, "train: --trace-samples=" + o.trace_samples);
   }
-  if (!o.init_weights.empty() && !std::filesystem::exists(o.init_weights))
+  if (!o.init_weights.empty() && o.resume.empty() && !std::filesystem::exists(o.init_weights))
     throw std::invalid_argument("train: --init-weights: " + o.init_weights + " does not exist");
 }
 

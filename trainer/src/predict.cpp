@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "run_folder.h"
+#include "volshard/core/log.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/volume.h"
@@ -18,6 +20,8 @@ namespace volshard {
 
 void predict(const PredictOptions& o) {
   o.validate();
+  if (const std::string mismatch = best_model_mismatch(o.model_path); !mismatch.empty())
+    warn("predict: " + mismatch);
   Model net(o.model);
   net.load_state_dict(load_model_weights(o.model_path));
   net.to(resolve_device(o.device, 0));

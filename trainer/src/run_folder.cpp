@@ -1,9 +1,11 @@
 #include "run_folder.h"
 
+#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -44,6 +46,20 @@ void truncate_metrics(const std::string& path, int64_t keep_steps_upto, int64_t 
     return j.value("type", "") == "step" ? j.value("step", int64_t{0}) <= keep_steps_upto
                                          : j.value("epoch", int64_t{0}) < keep_epochs_below;
   });
+}
+
+// The CRC-32 of a file's bytes, as 8 hex digits.
+std::string file_crc32_hex(const std::string& file) {
+  const std::vector<char> bytes = read_file(file);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t at = 0; at < bytes.size();) {  // crc32 takes a uInt length
+    const auto chunk = static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), chunk);
+    at += chunk;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
 }
 
 json metrics_json(const char* type, const MetricsLine& line) {
@@ -164,8 +180,13 @@ void RunFolder::save_model(const NamedTensors& state) const {
 void RunFolder::save_best(const NamedTensors& state, double metric, int64_t epoch,
                           int64_t step) const {
   save_tensor_dict(path("best_model.pt"), state);
-  nlohmann::json j{
-      {"metric", "mean validation Dice"}, {"value", metric}, {"epoch", epoch + 1}, {"step", step}};
+  // Two files, two writes: the record names the weights it describes, so a
+  // kill between them is seen (best_model_record_matches).
+  nlohmann::json j{{"metric", "mean validation Dice"},
+                   {"value", metric},
+                   {"epoch", epoch + 1},
+                   {"step", step},
+                   {"weights_crc32", file_crc32_hex(path("best_model.pt"))}};
   write_string_atomic(path("best_model.json"), j.dump(2) + "\n");
 }
 
@@ -269,6 +290,23 @@ void RunFolder::draw_curves() const {
   std::ostringstream text;
   text << in.rdbuf();
   write_png(path("curves.png"), volshard::draw_curves(text.str()));
+}
+
+std::string best_model_mismatch(const std::string& weights) {
+  const std::filesystem::path pt(weights);
+  if (pt.filename() != "best_model.pt") return "";
+  const std::filesystem::path record = pt.parent_path() / "best_model.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(record, ec) || !std::filesystem::is_regular_file(pt, ec))
+    return "";
+  const json j = json::parse(read_text_file(record.string()), nullptr, false);
+  if (!j.is_object() || !j.contains("weights_crc32") || !j["weights_crc32"].is_string()) return "";
+  const std::string want = j["weights_crc32"].get<std::string>(), have = file_crc32_hex(weights);
+  if (want == have) return "";
+  return record.string() + " describes other weights than " + weights + " (CRC-32 " + want +
+         " there, " + have +
+         " here: a write was stopped between the two): its Dice is not this "
+         "model's; the run's next better validation writes both again";
 }
 
 }  // namespace volshard

@@ -39,6 +39,10 @@ struct MetricsLine {
   bool skipped = false;
 };
 
+/// Where `weights` is a run's best_model.pt whose best_model.json (beside
+/// it) names other weights (by CRC-32): what is wrong, in words; else "".
+std::string best_model_mismatch(const std::string& weights);
+
 class RunFolder {
  public:
   /// Every rank calls it. Rank 0 writes config.json and opens metrics.jsonl:

@@ -30,6 +30,7 @@
 #include "volshard/datasets/loader.h"
 #include "volshard/datasets/rank_pipeline.h"
 #include "volshard/sampler/distributed_sampler.h"
+#include "volshard/trainer/checkpoint.h"
 #include "volshard/trainer/ddp.h"
 #include "volshard/trainer/grad_scaler.h"
 #include "volshard/trainer/loss.h"
@@ -58,7 +59,10 @@ std::vector<std::string> class_names(const TrainOptions& o) {
 
 Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& device) {
   Model net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
-  if (!o.init_weights.empty()) net.load_state_dict(load_tensor_dict(o.init_weights));
+  // A state_dict or a checkpoint's model (docs/training.md); a resumed run's
+  // weights are its checkpoint's, so the file it started from may be gone.
+  if (!o.init_weights.empty() && o.resume.empty())
+    net.load_state_dict(load_model_weights(o.init_weights));
   net.to(device);  // before the optimizer takes the parameters
   if (o.channels_last) net.to_channels_last();
   net.set_sync_batchnorm(&comm);

@@ -141,6 +141,11 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
 PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
                         const std::string& source) {
   const auto n = static_cast<int64_t>(pairs.size());
+  if (!(val_fraction >= 0 && val_fraction < 1)) {  // NaN too
+    std::ostringstream fraction;
+    fraction << val_fraction;
+    throw std::invalid_argument(source + ": val_fraction=" + fraction.str() + " must be in [0, 1)");
+  }
   int64_t n_val = 0;
   if (val_fraction > 0)
     n_val = std::max<int64_t>(1, std::llround(static_cast<double>(n) * val_fraction));

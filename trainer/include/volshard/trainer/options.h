@@ -228,7 +228,7 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("optimizer", "optimizer"), o.optimizer);
   visit(F("lr", "learning rate").above(0).at_most(10), o.lr);
   visit(F("momentum", "sgd momentum").at_least(0).below(1), o.momentum);
-  visit(F("weight_decay", "L2 weight decay").at_least(0), o.weight_decay);
+  visit(F("weight_decay", "L2 weight decay").at_least(0).finite(), o.weight_decay);
   visit(F("lr_schedule", "learning-rate schedule, per step (poly: power 0.9)"), o.lr_schedule);
   visit(F("warmup_steps",
           "linear warm-up: optimizer step s < N takes lr * (s + 1) / N, then the schedule runs "
@@ -238,7 +238,8 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("clip_grad_norm",
           "clip the gradients' global L2 norm to this after the all-reduce, as "
           "torch.nn.utils.clip_grad_norm_ (0: none)")
-            .at_least(0),
+            .at_least(0)
+            .finite(),
         o.clip_grad_norm);
   visit(F("accumulate",
           "micro-batches of --batch-size per optimizer step: gradients summed over them and "
@@ -269,14 +270,17 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.activation);
   visit(F("loss", "dice: DiceLoss; dicece: DiceCELoss (Dice plus cross-entropy, BCE with sigmoid)"),
         o.loss.kind);
-  visit(F("lambda_dice", "dicece: weight of the Dice term").at_least(0), o.loss.lambda_dice);
-  visit(F("lambda_ce", "dicece: weight of the cross-entropy term").at_least(0), o.loss.lambda_ce);
+  visit(F("lambda_dice", "dicece: weight of the Dice term").at_least(0).finite(),
+        o.loss.lambda_dice);
+  visit(F("lambda_ce", "dicece: weight of the cross-entropy term").at_least(0).finite(),
+        o.loss.lambda_ce);
   visit(F("include_background", "Dice loss over channel 0 too (MONAI's default)"),
         o.loss.include_background);
   visit(F("squared_pred", "Dice loss: squares of predictions and labels in the denominator"),
         o.loss.squared_pred);
-  visit(F("smooth_nr", "Dice loss: added to the numerator").at_least(0), o.loss.smooth_nr);
-  visit(F("smooth_dr", "Dice loss: added to the denominator").at_least(0), o.loss.smooth_dr);
+  visit(F("smooth_nr", "Dice loss: added to the numerator").at_least(0).finite(), o.loss.smooth_nr);
+  visit(F("smooth_dr", "Dice loss: added to the denominator").at_least(0).finite(),
+        o.loss.smooth_dr);
   visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
   visit(F("roi", "validation sliding-window edge, voxels (0: --crop)").at_least(0), o.roi);
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
@@ -312,7 +316,10 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
           "step, for `volshard diff`")
             .run_local(),
         o.fingerprints);
-  visit(F("timeout", "seconds a collective waits for a lost peer").run_local().above(0),
+  visit(F("timeout", "seconds a collective waits for a lost peer (at most a week)")
+            .run_local()
+            .above(0)
+            .at_most(604800),
         o.timeout_s);
   visit(F("threads", "intra-op threads per rank (0: cores / local ranks)")
             .at_least(0)
