@@ -803,6 +803,259 @@ TEST(RandIntensityTest, NotAppliedLeavesTheImageBitIdentical) {
   }
 }
 
+// ---- RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast -------------
+
+TEST(RandGaussianNoiseTest, DrawsApplyThenTheSpreadThenTheFieldsKeyAlwaysAll) {
+  GaussianNoiseOptions o;
+  o.std = 0.4;
+  for (const bool sample_std : {true, false}) {
+    o.sample_std = sample_std;
+    for (const double prob : {0.0, 0.5, 1.0}) {
+      o.prob = prob;
+      for (uint64_t seed = 0; seed < 50; ++seed) {
+        StreamRng rng(seed), replay(seed);
+        const GaussianNoiseParams p = sample_gaussian_noise(o, rng);
+        const double u_apply = replay.uniform_double(), u_std = replay.uniform_double();
+        EXPECT_EQ(p.apply, u_apply < prob);
+        EXPECT_EQ(p.std, sample_std ? 0.4 * u_std : 0.4);  // MONAI's R.uniform(0, std)
+        EXPECT_EQ(p.noise_key, replay.next_u64());
+        EXPECT_EQ(rng.next_u64(), replay.next_u64()) << "three draws, applied or not";
+      }
+    }
+  }
+}
+
+TEST(RandGaussianSmoothTest, DrawsApplyThenSigmaXYZAlways) {
+  GaussianSmoothOptions o;
+  o.sigma = {{{0.25, 1.5}, {0.5, 0.5}, {1.0, 3.0}}};
+  for (const double prob : {0.0, 0.5, 1.0}) {
+    o.prob = prob;
+    for (uint64_t seed = 0; seed < 50; ++seed) {
+      StreamRng rng(seed), replay(seed);
+      const GaussianSmoothParams p = sample_gaussian_smooth(o, rng);
+      EXPECT_EQ(p.apply, replay.uniform_double() < prob);
+      EXPECT_EQ(p.sigma[0], 0.25 + (1.5 - 0.25) * replay.uniform_double());
+      EXPECT_EQ(p.sigma[1], 0.5 + (0.5 - 0.5) * replay.uniform_double());
+      EXPECT_EQ(p.sigma[2], 1.0 + (3.0 - 1.0) * replay.uniform_double());
+      EXPECT_EQ(rng.next_u64(), replay.next_u64()) << "four draws, applied or not";
+    }
+  }
+}
+
+TEST(RandAdjustContrastTest, DrawsApplyThenGammaAlwaysBoth) {
+  AdjustContrastOptions o;
+  o.gamma = {0.7, 1.5};
+  for (const double prob : {0.0, 0.5, 1.0}) {
+    o.prob = prob;
+    for (uint64_t seed = 0; seed < 50; ++seed) {
+      StreamRng rng(seed), replay(seed);
+      const AdjustContrastParams p = sample_adjust_contrast(o, rng);
+      EXPECT_EQ(p.apply, replay.uniform_double() < prob);
+      EXPECT_EQ(p.gamma, 0.7 + (1.5 - 0.7) * replay.uniform_double());
+      EXPECT_EQ(rng.next_u64(), replay.next_u64()) << "two draws, applied or not";
+    }
+  }
+}
+
+TEST(RandAugmentationOptionsTest, ValidateNamesTheBadValue) {
+  using ::testing::ThrowsMessage;
+  GaussianNoiseOptions noise;
+  noise.std = -0.1;
+  EXPECT_THAT([&] { make_rand_gaussian_noise(noise); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("std=-0.1")));
+  noise.std = 0.1;
+  noise.mean = NAN;
+  EXPECT_THAT([&] { noise.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("mean=nan")));
+  noise.mean = 0;
+  noise.prob = 2;
+  EXPECT_THAT([&] { noise.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("prob=2")));
+  GaussianSmoothOptions smooth;
+  smooth.sigma[1] = {1.0, 0.5};
+  EXPECT_THAT([&] { make_rand_gaussian_smooth(smooth); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("sigma_y=(1, 0.5)")));
+  smooth.sigma[1] = {0.5, 1e300};
+  EXPECT_THAT([&] { smooth.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("<= 100")));
+  AdjustContrastOptions contrast;
+  contrast.gamma = {0.0, 1.0};
+  EXPECT_THAT([&] { make_rand_adjust_contrast(contrast); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("gamma=(0, 1)")));
+  contrast.gamma = {0.5, INFINITY};
+  EXPECT_THAT([&] { contrast.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("inf")));
+}
+
+TEST(GaussianNoiseFieldTest, IsStandardNormalAndValueKDependsOnKeyAndKOnly) {
+  const int64_t n = 200001;  // odd: the last pair gives one value
+  const at::Tensor z = gaussian_noise_field({n}, 42, c10::Device(c10::kCPU));
+  ASSERT_EQ(z.scalar_type(), at::kDouble);
+  const double mean = z.mean().item<double>(), var = z.var().item<double>();
+  EXPECT_NEAR(mean, 0.0, 5.0 / std::sqrt(static_cast<double>(n)));
+  EXPECT_NEAR(var, 1.0, 5.0 * std::sqrt(2.0 / static_cast<double>(n)));
+  const double within_one = (z.abs() < 1.0).to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(within_one, 0.682689, 5.0 * std::sqrt(0.2166 / static_cast<double>(n)));
+  // Neighbours (one pair's sine and cosine, and one pair to the next) uncorrelated.
+  for (const int64_t lag : {1, 2}) {
+    const double r = (z.narrow(0, 0, n - lag) * z.narrow(0, lag, n - lag)).mean().item<double>();
+    EXPECT_NEAR(r, 0.0, 5.0 / std::sqrt(static_cast<double>(n))) << "lag " << lag;
+  }
+  const at::Tensor shaped = gaussian_noise_field({2, 3, 4, 5}, 42, c10::Device(c10::kCPU));
+  EXPECT_TRUE(at::equal(shaped.flatten(), z.narrow(0, 0, 120))) << "a prefix of the larger field";
+  const at::Tensor other = gaussian_noise_field({2, 3, 4, 5}, 43, c10::Device(c10::kCPU));
+  EXPECT_EQ((other != shaped).sum().item<int64_t>(), 120) << "another key, other values";
+}
+
+TEST(RandGaussianNoiseTest, AddsTheFieldOfItsKeyTimesTheDrawnSpreadInFloat32) {
+  GaussianNoiseOptions o;
+  o.prob = 1.0;
+  o.mean = 0.25;
+  o.std = 3.0;
+  const auto step = make_rand_gaussian_noise(o);
+  EXPECT_EQ(step->name(), "RandGaussianNoise");
+  const Sample s = intensity_sample();
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    StreamRng rng(seed), replay(seed);
+    const auto out = (*step)(s, rng);
+    const GaussianNoiseParams p = sample_gaussian_noise(o, replay);
+    const at::Tensor z = gaussian_noise_field(s.image.sizes(), p.noise_key, s.image.device());
+    const at::Tensor noise32 = (z * p.std + 0.25).to(at::kFloat);
+    EXPECT_TRUE(at::equal(out[0].image, s.image + noise32));
+    EXPECT_EQ(out[0].label.data_ptr(), s.label.data_ptr());
+    ASSERT_EQ(out[0].meta.intensity.size(), 1u);
+    EXPECT_EQ(out[0].meta.intensity[0].first, "RandGaussianNoise");
+    EXPECT_EQ(out[0].meta.intensity[0].second, std::vector<double>{p.std});
+  }
+}
+
+TEST(GaussianSmoothTest, KernelIsMonaisErfKernelAndADeltaSpreadsToItsOuterProduct) {
+  for (const double sigma : {0.0, 0.1, 0.5, 1.0, 2.6}) {
+    const at::Tensor k = gaussian_kernel_1d(sigma, c10::Device(c10::kCPU));
+    const auto tail = static_cast<int64_t>(std::max(4.0 * sigma, 0.5) + 0.5);
+    ASSERT_EQ(k.size(0), 2 * tail + 1) << sigma;
+    EXPECT_TRUE(at::equal(k, k.flip(0))) << "symmetric, sigma " << sigma;
+    EXPECT_NEAR(k.sum().item<double>(), 1.0, 1e-4) << "erf differences telescope to ~1";
+    EXPECT_EQ(k.argmax().item<int64_t>(), tail);
+  }
+  const std::array<double, 3> sigma{0.6, 1.2, 0.3};
+  at::Tensor delta = at::zeros({2, 15, 15, 15});
+  delta[1][7][7][7] = 1.0f;
+  const at::Tensor out = gaussian_smooth(delta, sigma);
+  ASSERT_EQ(out.sizes(), delta.sizes());
+  EXPECT_EQ(out[0].abs().max().item<float>(), 0.0f) << "channels are filtered on their own";
+  const at::Tensor kx = gaussian_kernel_1d(0.6, c10::Device(c10::kCPU));
+  const at::Tensor ky = gaussian_kernel_1d(1.2, c10::Device(c10::kCPU));
+  const at::Tensor kz = gaussian_kernel_1d(0.3, c10::Device(c10::kCPU));
+  const at::Tensor outer = kx.view({-1, 1, 1}) * ky.view({1, -1, 1}) * kz.view({1, 1, -1});
+  const int64_t tx = kx.size(0) / 2, ty = ky.size(0) / 2, tz = kz.size(0) / 2;
+  const at::Tensor middle = out[1]
+                                .narrow(0, 7 - tx, kx.size(0))
+                                .narrow(1, 7 - ty, ky.size(0))
+                                .narrow(2, 7 - tz, kz.size(0));
+  EXPECT_TRUE(at::allclose(middle, outer, 1e-6, 1e-9));
+  EXPECT_NEAR(out.sum().item<double>(), outer.sum().item<double>(), 1e-6) << "nothing outside";
+}
+
+TEST(AdjustContrastTest, GammaOneKeepsTheImageAndAnyGammaKeepsItsMinAndMax) {
+  const at::Tensor x = intensity_sample().image;
+  EXPECT_TRUE(at::allclose(adjust_contrast(x, 1.0), x, 1e-5, 1e-4));
+  const double lo = x.min().item<double>(), hi = x.max().item<double>();
+  for (const double gamma : {0.5, 2.0, 4.5}) {
+    const at::Tensor y = adjust_contrast(x, gamma);
+    EXPECT_NEAR(y.min().item<double>(), lo, 1e-4) << gamma;
+    EXPECT_NEAR(y.max().item<double>(), hi, 1e-3) << gamma;
+    // Monotone: in the input's order the output never decreases.
+    const at::Tensor in_order = y.flatten().index_select(0, at::argsort(x.flatten()));
+    EXPECT_GE(at::diff(in_order).min().item<float>(), 0.0f) << gamma;
+  }
+}
+
+// The three steps and the scale and shift: prob 0 gives the sample as it came
+// (the same tensor), prob 1 applies at every seed and records what it drew.
+std::vector<std::shared_ptr<const Transform>> intensity_steps(double prob) {
+  RandIntensityOptions scale, shift;
+  scale.lo = 0.2;  // a factor 1.2-1.5: never the identity
+  scale.hi = 0.5;
+  shift.lo = 1.0;
+  shift.hi = 2.0;
+  scale.prob = shift.prob = prob;
+  GaussianNoiseOptions noise;
+  noise.prob = prob;
+  noise.std = 1.0;
+  GaussianSmoothOptions smooth;
+  smooth.prob = prob;
+  AdjustContrastOptions contrast;
+  contrast.prob = prob;
+  contrast.gamma = {1.5, 3.0};
+  return {make_rand_gaussian_noise(noise), make_rand_gaussian_smooth(smooth),
+          make_rand_scale_intensity(scale), make_rand_shift_intensity(shift),
+          make_rand_adjust_contrast(contrast)};
+}
+
+TEST(RandAugmentationTest, ProbZeroIsTheIdentityAndProbOneAlwaysApplies) {
+  const Sample s = intensity_sample();
+  for (const auto& step : intensity_steps(0.0)) {
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      StreamRng rng(seed);
+      const auto out = (*step)(s, rng);
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_EQ(out[0].image.data_ptr(), s.image.data_ptr()) << step->name();
+      EXPECT_TRUE(out[0].meta.intensity.empty()) << step->name();
+    }
+  }
+  for (const auto& step : intensity_steps(1.0)) {
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      StreamRng rng(seed);
+      const auto out = (*step)(s, rng);
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_FALSE(at::equal(out[0].image, s.image)) << step->name() << " seed " << seed;
+      EXPECT_EQ(out[0].label.data_ptr(), s.label.data_ptr()) << step->name();
+      ASSERT_EQ(out[0].meta.intensity.size(), 1u) << step->name();
+      EXPECT_EQ(out[0].meta.intensity[0].first, step->name());
+    }
+  }
+}
+
+TEST(ComposeTest, EveryRandomIntensityStepGivesTheSameOutputForTheSameSeedOnAnyThread) {
+  const Compose pipeline(intensity_steps(0.6));
+  const Sample s = intensity_sample();
+  std::vector<Sample> here, there(20);
+  for (uint64_t seed = 0; seed < 20; ++seed) here.push_back(pipeline(s, seed)[0]);
+  std::vector<std::thread> workers;
+  for (uint64_t w = 0; w < 4; ++w) {
+    workers.emplace_back([&, w] {
+      for (uint64_t seed = w; seed < 20; seed += 4) there[seed] = pipeline(s, seed)[0];
+    });
+  }
+  for (auto& t : workers) t.join();
+  int changed = 0;
+  for (size_t k = 0; k < here.size(); ++k) {
+    EXPECT_TRUE(at::equal(here[k].image, there[k].image)) << "seed " << k;
+    EXPECT_EQ(here[k].meta.intensity, there[k].meta.intensity) << "seed " << k;
+    changed += at::equal(here[k].image, here[0].image) ? 0 : 1;
+  }
+  EXPECT_GT(changed, 10) << "different seeds draw different values";
+}
+
+// The same steps on a GPU (skipped without one): the noise field's integers
+// are the host's, so the values agree to float64 rounding of log/cos/sin.
+TEST(RandAugmentationTest, OnTheGpuTheStepsMatchTheHostsWithinRounding) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  const c10::Device gpu(c10::kCUDA, 0);
+  const at::Tensor host = gaussian_noise_field({3, 17, 9, 5}, 7, c10::Device(c10::kCPU));
+  const at::Tensor device = gaussian_noise_field({3, 17, 9, 5}, 7, gpu);
+  ASSERT_TRUE(device.is_cuda());
+  EXPECT_TRUE(at::allclose(device.cpu(), host, 1e-12, 1e-12));
+  Sample s = intensity_sample();
+  Sample on_gpu = s;
+  on_gpu.image = s.image.to(gpu);
+  on_gpu.label = s.label.to(gpu);
+  for (const auto& step : intensity_steps(1.0)) {
+    StreamRng a(5), b(5);
+    const at::Tensor want = (*step)(s, a)[0].image;
+    const at::Tensor got = (*step)(on_gpu, b)[0].image;
+    ASSERT_TRUE(got.is_cuda()) << step->name();
+    EXPECT_TRUE(at::allclose(got.cpu(), want, 1e-5, 1e-4)) << step->name();
+  }
+}
+
 TEST(NormalizeIntensityStepTest, NormalizesTheImageAndLeavesTheLabel) {
   NormalizeIntensityOptions o;
   o.nonzero = true;

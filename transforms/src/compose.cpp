@@ -47,6 +47,7 @@ class RandIntensity final : public Transform {
     if (p.apply) {
       const at::Tensor x = sample.image.to(at::kFloat);
       sample.image = scale_ ? x * (1.0 + p.value) : x + p.value;
+      sample.meta.intensity.push_back({name(), {p.value}});
     }
     return {std::move(sample)};
   }
@@ -55,6 +56,62 @@ class RandIntensity final : public Transform {
  private:
   RandIntensityOptions options_;
   bool scale_;
+};
+
+// MONAI's RandGaussianNoise: the field from the step's stream (the key it
+// drew), made on the image's device.
+class RandGaussianNoise final : public Transform {
+ public:
+  explicit RandGaussianNoise(GaussianNoiseOptions o) : options_(o) { options_.validate(); }
+  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
+    const GaussianNoiseParams p = sample_gaussian_noise(options_, rng);
+    if (p.apply) {
+      const at::Tensor z =
+          gaussian_noise_field(sample.image.sizes(), p.noise_key, sample.image.device());
+      sample.image = add_gaussian_noise(sample.image, options_.mean, p.std, z);
+      sample.meta.intensity.push_back({name(), {p.std}});
+    }
+    return {std::move(sample)};
+  }
+  std::string name() const override { return "RandGaussianNoise"; }
+
+ private:
+  GaussianNoiseOptions options_;
+};
+
+class RandGaussianSmooth final : public Transform {
+ public:
+  explicit RandGaussianSmooth(GaussianSmoothOptions o) : options_(o) { options_.validate(); }
+  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
+    const GaussianSmoothParams p = sample_gaussian_smooth(options_, rng);
+    if (p.apply) {
+      sample.image = gaussian_smooth(sample.image, p.sigma);
+      sample.meta.intensity.push_back({name(), {p.sigma[0], p.sigma[1], p.sigma[2]}});
+    }
+    return {std::move(sample)};
+  }
+  std::string name() const override { return "RandGaussianSmooth"; }
+
+ private:
+  GaussianSmoothOptions options_;
+};
+
+class RandAdjustContrast final : public Transform {
+ public:
+  explicit RandAdjustContrast(AdjustContrastOptions o) : options_(o) { options_.validate(); }
+  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
+    const AdjustContrastParams p = sample_adjust_contrast(options_, rng);
+    if (p.apply) {
+      sample.image =
+          adjust_contrast(sample.image, p.gamma, options_.invert_image, options_.retain_stats);
+      sample.meta.intensity.push_back({name(), {p.gamma}});
+    }
+    return {std::move(sample)};
+  }
+  std::string name() const override { return "RandAdjustContrast"; }
+
+ private:
+  AdjustContrastOptions options_;
 };
 
 class NormalizeIntensity final : public Transform {
@@ -189,6 +246,15 @@ std::shared_ptr<const Transform> make_rand_scale_intensity(RandIntensityOptions 
 }
 std::shared_ptr<const Transform> make_rand_shift_intensity(RandIntensityOptions o) {
   return std::make_shared<RandIntensity>(o, /*scale=*/false);
+}
+std::shared_ptr<const Transform> make_rand_gaussian_noise(GaussianNoiseOptions o) {
+  return std::make_shared<RandGaussianNoise>(o);
+}
+std::shared_ptr<const Transform> make_rand_gaussian_smooth(GaussianSmoothOptions o) {
+  return std::make_shared<RandGaussianSmooth>(o);
+}
+std::shared_ptr<const Transform> make_rand_adjust_contrast(AdjustContrastOptions o) {
+  return std::make_shared<RandAdjustContrast>(o);
 }
 std::shared_ptr<const Transform> make_normalize_intensity(NormalizeIntensityOptions o) {
   return std::make_shared<NormalizeIntensity>(std::move(o));

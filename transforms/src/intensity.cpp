@@ -1,5 +1,6 @@
-// Intensity transforms: ScaleIntensity, ScaleIntensityRange, NormalizeIntensity and the
-// random scale and shift's parameters.
+// Intensity transforms: ScaleIntensity, ScaleIntensityRange, NormalizeIntensity, the
+// random scale and shift's parameters, RandGaussianNoise, RandGaussianSmooth and
+// RandAdjustContrast.
 
 #include "volshard/transforms/transforms.h"
 
@@ -221,6 +222,197 @@ RandIntensityParams sample_rand_intensity(const RandIntensityOptions& options, S
   // same count every time.
   p.value = options.lo + (options.hi - options.lo) * rng.uniform_double();
   return p;
+}
+
+// ---- RandGaussianNoise ------------------------------------------------------
+
+void GaussianNoiseOptions::validate() const {
+  detail::check_probability("RandGaussianNoise: prob", prob);
+  if (!std::isfinite(mean))
+    throw std::invalid_argument("RandGaussianNoise: mean=" + value_text(mean) + " must be finite");
+  if (!(std >= 0.0 && std::isfinite(std)))
+    throw std::invalid_argument("RandGaussianNoise: std=" + value_text(std) +
+                                " must be finite and >= 0");
+}
+
+GaussianNoiseParams sample_gaussian_noise(const GaussianNoiseOptions& options, StreamRng& rng) {
+  options.validate();
+  GaussianNoiseParams p;
+  p.apply = rng.uniform_double() < options.prob;
+  // Every draw is made whether applied or not, so that a step draws the same
+  // count every time; MONAI's R.uniform(0, std) is 0 + (std - 0) * random().
+  const double u = rng.uniform_double();
+  p.std = options.sample_std ? 0.0 + (options.std - 0.0) * u : options.std;
+  p.noise_key = rng.next_u64();
+  return p;
+}
+
+namespace {
+
+// x * c mod 2^32 for x, c in [0, 2^32), in int64 tensors without overflow:
+// c's halves keep every product below 2^49.
+at::Tensor mul_mod32(const at::Tensor& x, uint32_t c) {
+  const auto lo = static_cast<int64_t>(c & 0xffffu), hi = static_cast<int64_t>(c >> 16);
+  return (x * lo + at::bitwise_left_shift(at::bitwise_and(x * hi, 0xffff), 16))
+      .bitwise_and_(int64_t{0xffffffff});
+}
+
+// Chris Wellons' lowbias32 integer hash, a bijection of [0, 2^32).
+at::Tensor hash32(at::Tensor x) {
+  x = at::bitwise_xor(x, at::bitwise_right_shift(x, 16));
+  x = mul_mod32(x, 0x7feb352du);
+  x = at::bitwise_xor(x, at::bitwise_right_shift(x, 15));
+  x = mul_mod32(x, 0x846ca68bu);
+  return at::bitwise_xor(x, at::bitwise_right_shift(x, 16));
+}
+
+// 32 uniform bits per index, two keyed rounds of the hash.
+at::Tensor keyed_bits(const at::Tensor& index, uint32_t k0, uint32_t k1) {
+  return hash32(at::bitwise_xor(hash32(at::bitwise_xor(index, int64_t{k0})), int64_t{k1}));
+}
+
+}  // namespace
+
+at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device device) {
+  constexpr double kTwoPi = 6.283185307179586;
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  // Box-Muller gives two values per pair of uniforms; pair i is hashed from i.
+  const int64_t pairs = (n + 1) / 2;
+  if (pairs > (int64_t{1} << 32)) {
+    throw std::invalid_argument("RandGaussianNoise: " + std::to_string(n) +
+                                " values are more than the noise field's 2^33");
+  }
+  const uint64_t second = mix64(key + kGoldenGamma);
+  const auto i = at::arange(pairs, at::TensorOptions().dtype(at::kLong).device(device));
+  const at::Tensor a = keyed_bits(i, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
+  const at::Tensor b =
+      keyed_bits(i, static_cast<uint32_t>(second), static_cast<uint32_t>(second >> 32));
+  // u1 in (0, 1) (never 0: log), u2 in [0, 1), in float64.
+  const at::Tensor u1 = (a.to(at::kDouble) + 0.5) * 0x1.0p-32;
+  const at::Tensor theta = b.to(at::kDouble) * (0x1.0p-32 * kTwoPi);
+  const at::Tensor r = at::sqrt(at::log(u1) * -2.0);
+  // Value 2i is pair i's cosine, 2i + 1 its sine: value k depends on k alone,
+  // not on how many values there are.
+  return at::stack({r * at::cos(theta), r * at::sin(theta)}, 1).view(-1).narrow(0, 0, n).view(shape);
+}
+
+at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std, const at::Tensor& z) {
+  const at::Tensor x = image.to(at::kFloat);
+  if (z.sizes() != x.sizes()) {
+    throw std::invalid_argument("RandGaussianNoise: the noise's shape " +
+                                shape_text(z.sizes().data(), z.sizes().size()) + " is not the image's " +
+                                shape_text(x.sizes().data(), x.sizes().size()));
+  }
+  // numpy's normal(loc, scale) is loc + scale * gauss in float64; MONAI then
+  // casts the field to float32 and adds it in float32.
+  return x + (z.to(at::kDouble) * std + mean).to(at::kFloat);
+}
+
+// ---- RandGaussianSmooth -----------------------------------------------------
+
+void GaussianSmoothOptions::validate() const {
+  static const char* const kAxis[] = {"sigma_x", "sigma_y", "sigma_z"};
+  for (size_t d = 0; d < 3; ++d) {
+    const auto [lo, hi] = sigma[d];
+    if (!(lo >= 0.0 && lo <= hi && hi <= kMaxSmoothSigma)) {
+      throw std::invalid_argument(std::string("RandGaussianSmooth: ") + kAxis[d] + "=(" +
+                                  value_text(lo) + ", " + value_text(hi) + ") must have 0 <= lo <= hi <= " +
+                                  value_text(kMaxSmoothSigma));
+    }
+  }
+  detail::check_probability("RandGaussianSmooth: prob", prob);
+}
+
+GaussianSmoothParams sample_gaussian_smooth(const GaussianSmoothOptions& options, StreamRng& rng) {
+  options.validate();
+  GaussianSmoothParams p;
+  p.apply = rng.uniform_double() < options.prob;
+  for (size_t d = 0; d < 3; ++d) {  // MONAI's R.uniform(lo, hi): lo + (hi - lo) * random()
+    const auto [lo, hi] = options.sigma[d];
+    p.sigma[d] = lo + (hi - lo) * rng.uniform_double();
+  }
+  return p;
+}
+
+at::Tensor gaussian_kernel_1d(double sigma, c10::Device device) {
+  const auto f = at::TensorOptions().dtype(at::kFloat).device(device);
+  // MONAI keeps sigma as a float32 tensor; the tail is from that value in double.
+  const at::Tensor s = at::scalar_tensor(sigma, f);
+  const auto s32 = static_cast<double>(static_cast<float>(sigma));
+  const auto tail = static_cast<int64_t>(std::max(s32 * 4.0, 0.5) + 0.5);
+  const at::Tensor x = at::arange(-tail, tail + 1, f);
+  // 0.70710678 / |sigma| is torch's __rtruediv__: reciprocal, then times.
+  const at::Tensor t = at::reciprocal(at::abs(s)) * 0.70710678;
+  const at::Tensor out = ((t * (x + 0.5)).erf() - (t * (x - 0.5)).erf()) * 0.5;
+  return at::clamp_min(out, 0);
+}
+
+at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma) {
+  const at::Tensor x = image.to(at::kFloat).unsqueeze(0);  // 1 x C x X x Y x Z
+  const int64_t channels = x.size(1);
+  std::array<at::Tensor, 3> kernels;
+  std::array<int64_t, 3> pad{};
+  for (size_t d = 0; d < 3; ++d) {
+    kernels[d] = gaussian_kernel_1d(sigma[d], x.device());
+    pad[d] = (kernels[d].size(0) - 1) / 2;
+  }
+  // MONAI's separable_filtering pads Z, Y, then X with zeros and convolves X,
+  // then Y, then Z (its recursion), each a grouped convolution of the whole
+  // padded volume; the same calls give the same sums.
+  at::Tensor y = at::constant_pad_nd(x, {pad[2], pad[2], 0, 0, 0, 0});
+  y = at::constant_pad_nd(y, {0, 0, pad[1], pad[1], 0, 0});
+  y = at::constant_pad_nd(y, {0, 0, 0, 0, pad[0], pad[0]});
+  for (size_t d = 0; d < 3; ++d) {
+    std::vector<int64_t> shape{1, 1, 1, 1, 1};
+    shape[d + 2] = -1;
+    const at::Tensor weight = kernels[d].reshape(shape).repeat({channels, 1, 1, 1, 1});
+    const std::array<int64_t, 3> one{1, 1, 1}, none{0, 0, 0};
+    y = at::conv3d(y, weight, std::nullopt, one, none, one, channels);
+  }
+  return y.squeeze(0);
+}
+
+// ---- RandAdjustContrast -----------------------------------------------------
+
+void AdjustContrastOptions::validate() const {
+  detail::check_probability("RandAdjustContrast: prob", prob);
+  if (!(gamma[0] > 0.0 && gamma[0] <= gamma[1] && std::isfinite(gamma[1]))) {
+    throw std::invalid_argument("RandAdjustContrast: gamma=(" + value_text(gamma[0]) + ", " +
+                                value_text(gamma[1]) + ") must be finite with 0 < lo <= hi");
+  }
+}
+
+AdjustContrastParams sample_adjust_contrast(const AdjustContrastOptions& options, StreamRng& rng) {
+  options.validate();
+  AdjustContrastParams p;
+  p.apply = rng.uniform_double() < options.prob;
+  p.gamma = options.gamma[0] + (options.gamma[1] - options.gamma[0]) * rng.uniform_double();
+  return p;
+}
+
+at::Tensor adjust_contrast(const at::Tensor& image, double gamma, bool invert_image,
+                           bool retain_stats) {
+  at::Tensor img = image.to(at::kFloat);
+  if (invert_image) img = -img;
+  at::Tensor mn, sd;
+  if (retain_stats) {
+    mn = img.mean();
+    sd = img.std();
+  }
+  // MONAI 1.4 line for line: the range plus epsilon is a float32 tensor made
+  // a Python float; the power and the rest are float32 tensor ops.
+  const at::Tensor img_min = img.min();
+  const at::Tensor img_range = img.max() - img_min;
+  const double denominator = (img_range + 1e-7).item<double>();
+  at::Tensor ret = at::pow((img - img_min) / denominator, gamma) * img_range + img_min;
+  if (retain_stats) {
+    ret = ret - ret.mean();
+    ret = ret / (ret.std() + 1e-8);
+    ret = sd * ret + mn;
+  }
+  if (invert_image) ret = -ret;
+  return ret;
 }
 
 }  // namespace volshard

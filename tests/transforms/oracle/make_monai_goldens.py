@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, for volshard's tests.
+"""Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, and of its random intensity
+augmentations given their draws (RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast), for
+volshard's tests.
 
 Runs MONAI's own transforms (the pinned environment's MONAI 1.4.0 from PyPI,
 scripts/requirements.txt) on small inputs with LPS, oblique and permuted affines, anisotropic spacing and
@@ -27,6 +29,9 @@ from monai.transforms import (  # noqa: E402
     SpatialPad,
     NormalizeIntensity,
     Orientation,
+    RandAdjustContrast,
+    RandGaussianNoise,
+    RandGaussianSmooth,
     ScaleIntensityRange,
     Spacing,
 )
@@ -94,6 +99,68 @@ def add(name, transform, params, x, aff, out):
     cases.append(entry)
 
 
+class Replay:
+    """The numpy RandomState calls MONAI's random intensity transforms make, answered from given
+    draws: rand() is the coin, uniform(low, high) numpy's low + (high - low) * u, normal(loc, scale,
+    size) numpy's loc + scale * z in float64. volshard draws its own u and z from the sample's stream;
+    these goldens check what MONAI computes from them."""
+
+    def __init__(self, uniforms, z=None):
+        self.uniforms, self.z, self.drawn = list(uniforms), z, []
+
+    def rand(self):
+        return 0.0  # below any prob > 0: applied
+
+    def uniform(self, low=0.0, high=1.0):
+        value = low + (high - low) * self.uniforms.pop(0)
+        self.drawn.append(value)
+        return value
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        assert tuple(size) == self.z.shape, (size, self.z.shape)
+        return loc + scale * self.z.astype(np.float64)
+
+
+def random_intensity_cases(rng):
+    """RandGaussianNoise, RandGaussianSmooth and RandAdjustContrast (MONAI 1.4 defaults unless
+    named) with their draws given: the drawn values and the uniforms behind them go in params."""
+    one = volume(rng, 1, (9, 7, 5), "ct")
+    four = volume(rng, 4, (8, 6, 5), "mri")
+    for name, x, mean, std, sample_std, u in (("std_0.1", one, 0.0, 0.1, True, 0.37),
+                                              ("mean_0.5_std_2_four_channels", four, 0.5, 2.0, True, 0.81),
+                                              ("fixed_std_0.3", one, 0.0, 0.3, False, None)):
+        z = rng.standard_normal(x.shape).astype(np.float32)  # float32 values, exact in float64
+        t = RandGaussianNoise(prob=1.0, mean=mean, std=std, sample_std=sample_std)
+        t.R = Replay([] if u is None else [u], z)
+        out = t(torch.from_numpy(x))
+        drawn = t.R.drawn[0] if t.R.drawn else std
+        add(f"rand_gaussian_noise_{name}", "RandGaussianNoise",
+            {"mean": mean, "std": std, "sample_std": sample_std, "u": u, "drawn_std": drawn}, x, np.eye(4), out)
+        cases[-1]["noise"] = save(f"rand_gaussian_noise_{name}.noise", z)
+    for name, x, ranges, u in (("default_ranges", one, [(0.25, 1.5)] * 3, [0.1, 0.5, 0.9]),
+                               # a kernel longer than its axis (17 to 25 taps over 6), sigma 0 (one tap of 1)
+                               ("small_large_zero_four_channels", four, [(0.1, 0.2), (2.0, 3.0), (0.0, 0.0)],
+                                [0.3, 0.6, 0.5])):
+        t = RandGaussianSmooth(sigma_x=ranges[0], sigma_y=ranges[1], sigma_z=ranges[2], prob=1.0)
+        t.R = Replay(u)
+        out = t(torch.from_numpy(x))
+        add(f"rand_gaussian_smooth_{name}", "RandGaussianSmooth",
+            {"sigma": [list(r) for r in ranges], "u": u, "drawn_sigma": [t.x, t.y, t.z]}, x, np.eye(4), out)
+    constant = np.full((1, 4, 3, 2), 7.5, np.float32)
+    for name, x, gamma, invert, retain, u in (("default_range", one, (0.5, 4.5), False, False, 0.3),
+                                              ("below_one_four_channels", four, (0.5, 1.0), False, False, 0.2),
+                                              ("invert_image", one, (0.5, 4.5), True, False, 0.6),
+                                              ("retain_stats", four, (0.5, 4.5), False, True, 0.45),
+                                              ("invert_and_retain", one, (0.5, 4.5), True, True, 0.1),
+                                              ("constant_image", constant, (0.5, 4.5), False, False, 0.5)):
+        t = RandAdjustContrast(prob=1.0, gamma=gamma, invert_image=invert, retain_stats=retain)
+        t.R = Replay([u])
+        out = t(torch.from_numpy(x))
+        add(f"rand_adjust_contrast_{name}", "RandAdjustContrast",
+            {"gamma": list(gamma), "invert_image": invert, "retain_stats": retain, "u": u,
+             "drawn_gamma": t.gamma_value}, x, np.eye(4), out)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(20261123)
@@ -147,6 +214,7 @@ def main():
         out = SpatialPad(spatial_size=size, method="symmetric")(MetaTensor(torch.from_numpy(small),
                                                                            affine=torch.tensor(aff)))
         add(f"spatial_pad_{'x'.join(map(str, size))}", "SpatialPad", {"spatial_size": list(size)}, small, aff, out)
+    random_intensity_cases(np.random.default_rng(20261126))
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"monai": monai.__version__, "torch": torch.__version__, "cases": cases}, f, indent=1)
     print(f"wrote {len(cases)} cases to {OUT}")

@@ -41,6 +41,13 @@ std::shared_ptr<const Transform> make_rand_flip(FlipOptions options);
 std::shared_ptr<const Transform> make_rand_scale_intensity(RandIntensityOptions options);
 /// MONAI's RandShiftIntensity(offsets): image + offset, in float32.
 std::shared_ptr<const Transform> make_rand_shift_intensity(RandIntensityOptions options);
+/// MONAI's RandGaussianNoise(prob, mean, std, sample_std): float32 image plus
+/// the float32 noise (add_gaussian_noise), its field from the step's stream.
+std::shared_ptr<const Transform> make_rand_gaussian_noise(GaussianNoiseOptions options);
+/// MONAI's RandGaussianSmooth(sigma_x, sigma_y, sigma_z, prob) (gaussian_smooth).
+std::shared_ptr<const Transform> make_rand_gaussian_smooth(GaussianSmoothOptions options);
+/// MONAI's RandAdjustContrast(prob, gamma, invert_image, retain_stats) (adjust_contrast).
+std::shared_ptr<const Transform> make_rand_adjust_contrast(AdjustContrastOptions options);
 /// NormalizeIntensity as a step (on the crop, as MONAI's BraTS pipeline).
 std::shared_ptr<const Transform> make_normalize_intensity(NormalizeIntensityOptions options);
 

@@ -1,7 +1,8 @@
 #pragma once
 // Intensity transforms: MONAI's ScaleIntensity, ScaleIntensityRange (CT
 // windows), NormalizeIntensity (MRI), RandScaleIntensity and
-// RandShiftIntensity's draws. (transforms/src/intensity.cpp)
+// RandShiftIntensity's draws, RandGaussianNoise, RandGaussianSmooth and
+// RandAdjustContrast. (transforms/src/intensity.cpp)
 
 #include <ATen/core/Tensor.h>
 
@@ -76,5 +77,86 @@ struct RandIntensityParams {
 };
 
 RandIntensityParams sample_rand_intensity(const RandIntensityOptions& options, StreamRng& rng);
+
+// ---- RandGaussianNoise ----------------------------------------------------
+
+struct GaussianNoiseOptions {
+  double prob = 0.1;       ///< in [0, 1] (MONAI's default)
+  double mean = 0.0;       ///< finite
+  double std = 0.1;        ///< >= 0, finite
+  bool sample_std = true;  ///< the spread is uniform in [0, std) (MONAI 1.4's default), else std
+  void validate() const;   ///< throws std::invalid_argument naming the value
+};
+
+struct GaussianNoiseParams {
+  bool apply = false;      ///< uniform_double() < prob, drawn first, as MONAI
+  double std = 0.0;        ///< then std * uniform_double() (or std), drawn even when not applied
+  uint64_t noise_key = 0;  ///< then next_u64(): the noise field's key (gaussian_noise_field)
+};
+
+GaussianNoiseParams sample_gaussian_noise(const GaussianNoiseOptions& options, StreamRng& rng);
+
+/// Standard normal float64 values of `shape` on `device`, a function of `key`
+/// and each value's flat C-order index only (an integer hash, then
+/// Box-Muller; value 2i and 2i + 1 from pair i), so the integers behind them
+/// are the same on every device and thread count, and a smaller field is a
+/// prefix of a larger one. Throws std::invalid_argument past 2^33 values.
+at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device device);
+
+/// MONAI's RandGaussianNoise once drawn: float32(image) + float32(mean + std * z),
+/// the noise made in float64 and rounded once, as MONAI's numpy noise. `z`:
+/// standard normal values of the image's shape, any floating dtype, on its device.
+at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std, const at::Tensor& z);
+
+// ---- RandGaussianSmooth ---------------------------------------------------
+
+/// The largest sigma RandGaussianSmooth takes (its kernel spans 8 sigma + 1 voxels).
+inline constexpr double kMaxSmoothSigma = 100.0;
+
+struct GaussianSmoothOptions {
+  /// Per spatial axis (X, Y, Z), sigma uniform in [lo, hi), voxels: 0 <= lo <= hi <= kMaxSmoothSigma.
+  std::array<std::array<double, 2>, 3> sigma{{{0.25, 1.5}, {0.25, 1.5}, {0.25, 1.5}}};
+  double prob = 0.1;      ///< in [0, 1] (MONAI's default)
+  void validate() const;  ///< throws std::invalid_argument naming the value
+};
+
+struct GaussianSmoothParams {
+  bool apply = false;             ///< uniform_double() < prob, drawn first, as MONAI
+  std::array<double, 3> sigma{};  ///< then X, Y, Z, one uniform_double() each, drawn even when not applied
+};
+
+GaussianSmoothParams sample_gaussian_smooth(const GaussianSmoothOptions& options, StreamRng& rng);
+
+/// MONAI's gaussian_1d(sigma, truncated 4, approx "erf"), unnormalised: 2 tail + 1
+/// float32 taps, tail = int(max(4 float32(sigma), 0.5) + 0.5), on `device`.
+at::Tensor gaussian_kernel_1d(double sigma, c10::Device device);
+
+/// MONAI's GaussianSmooth(sigma) (GaussianFilter, approx "erf", truncated 4):
+/// float32, each channel zero-padded and convolved along X, then Y, then Z
+/// with the same ATen convolutions; on the image's device.
+at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma);
+
+// ---- RandAdjustContrast ---------------------------------------------------
+
+struct AdjustContrastOptions {
+  double prob = 0.1;                      ///< in [0, 1] (MONAI's default)
+  std::array<double, 2> gamma{0.5, 4.5};  ///< uniform in [lo, hi), 0 < lo <= hi, finite
+  bool invert_image = false;              ///< MONAI 1.4's default
+  bool retain_stats = false;              ///< MONAI 1.4's default
+  void validate() const;                  ///< throws std::invalid_argument naming the value
+};
+
+struct AdjustContrastParams {
+  bool apply = false;  ///< uniform_double() < prob, drawn first, as MONAI
+  double gamma = 1.0;  ///< then lo + (hi - lo) * uniform_double(), drawn even when not applied
+};
+
+AdjustContrastParams sample_adjust_contrast(const AdjustContrastOptions& options, StreamRng& rng);
+
+/// MONAI 1.4's AdjustContrast, op for op in float32: ((x - min) / float(range +
+/// 1e-7)) ** gamma * range + min, global over channels; invert_image negates
+/// before and after; retain_stats restores the input's mean and (unbiased) std.
+at::Tensor adjust_contrast(const at::Tensor& image, double gamma, bool invert_image = false,
+                           bool retain_stats = false);
 
 }  // namespace volshard

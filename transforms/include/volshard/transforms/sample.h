@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "volshard/core/affine.h"
@@ -28,6 +29,11 @@ struct SampleMeta {
   int64_t rot90_k = 0;                      ///< quarter turns applied (0: none)
   std::array<int64_t, 2> rot90_axes{0, 1};  ///< spatial axes of the rotation
   std::array<bool, 3> flipped{};            ///< spatial axes flipped
+  /// The intensity steps applied, in order, each named as MONAI names it with
+  /// what it drew: RandScaleIntensity {factor}, RandShiftIntensity {offset},
+  /// RandGaussianNoise {std}, RandGaussianSmooth {sigma x, y, z},
+  /// RandAdjustContrast {gamma}. Steps not applied are not listed.
+  std::vector<std::pair<std::string, std::vector<double>>> intensity;
   Affine affine = identity_affine();        ///< voxel -> world of the volume before any crop
 };
 
