@@ -111,10 +111,10 @@ class Base(unittest.TestCase):
     def out(self, name):
         return os.path.join(self.root, self.id().split(".")[-1] + "_" + name)
 
-    def train(self, out, *extra, nproc=2, check=True, epochs=2):
+    def train(self, out, *extra, nproc=2, check=True, epochs=2, env=None):
         # 8 pairs: 6 train, 2 validate (one per rank at W = 2).
         p = run("train", "--data", self.data, "--out", out, "--epochs", epochs, "--val-fraction", "0.25",
-                "--nproc-per-node", nproc, *SMALL, *extra)
+                "--nproc-per-node", nproc, *SMALL, *extra, env=env)
         if check:
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         return p
@@ -660,7 +660,7 @@ class LauncherTest(Base):
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def launch(self, launcher, out, *extra):
+    def launch(self, launcher, out, *extra, env=None):
         port = str(free_port())
         if launcher == "torch.distributed.launch":
             # It runs Python scripts only (--no-python needs --use-env, which drops --local-rank): a
@@ -674,7 +674,16 @@ class LauncherTest(Base):
         cmd = [sys.executable, "-m", launcher, "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                "--master-port", port, *program, "train", "--data", self.data, "--out", out,
                "--epochs", "1", "--val-fraction", "0.25", *SMALL, *map(str, extra)]
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.clean_env(), timeout=600)
+        return subprocess.run(cmd, capture_output=True, text=True, env=self.clean_env(**(env or {})), timeout=600)
+
+    def test_torchrun_names_a_ranks_error_as_the_root_cause(self):
+        # TORCHELASTIC_ERROR_FILE: torchrun's summary shows the failing rank's own message.
+        p = self.launch("torch.distributed.run", self.out("failing"),
+                        env={"VOLSHARD_INJECT_WRITE_FAILURE": "checkpoint.pt:enospc"})
+        self.assertNotEqual(p.returncode, 0)
+        summary = p.stderr[p.stderr.index("Root Cause"):]
+        self.assertIn("rank 0: error: %s: write failed" % os.path.join(self.out("failing"), "checkpoint.pt"),
+                      summary)
 
     def test_torchrun_with_its_agent_store_and_torch_distributed_launch_with_local_rank(self):
         ref = self.out("ref")
@@ -872,6 +881,18 @@ class FaultTest(Base):
             with open(os.path.join(ref, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
         self.assertIn("best validation Dice", p.stdout)
+
+    def test_when_one_rank_fails_the_others_exit_quietly_and_the_last_line_is_the_cause(self):
+        out = self.out("full")
+        p = self.train(out, epochs=1, check=False, env={"VOLSHARD_INJECT_WRITE_FAILURE": "checkpoint.pt:enospc"})
+        self.assertEqual(p.returncode, 1, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        self.assertRegex(lines[-1], r"^volshard train: rank 0: error: .*checkpoint\.pt: write failed .* "
+                                    r"No space left on device$")
+        # Rank 1 lost rank 0's store: not a cause, no c10d stack traces.
+        self.assertNotIn("lost rank", p.stderr)
+        self.assertNotIn("frame #", p.stderr)
+        self.assertLessEqual(len(lines), 12, p.stderr)
 
     def test_killed_or_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(self):
         out = self.out("run")

@@ -19,6 +19,9 @@
 #include "volshard/trainer/rendezvous.h"
 #include "volshard/trainer/train.h"
 
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
 namespace volshard::cli {
 namespace {
 
@@ -163,6 +166,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
 
+  c10::initLogging();  // TORCH_CPP_LOG_LEVEL, as Python's torch reads it (the launcher sets ERROR)
   CommOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   g_announce_stop.store(r.rank == 0);
@@ -187,13 +191,17 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
       if (s.interrupted) print_run_line(std::cout, "resume with: --resume " + o.out_dir);
     }
     return s.interrupted && g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 0;
-  } catch (const std::invalid_argument& e) {
-    print_run_line(std::cerr, "volshard train: rank " + std::to_string(r.rank) + ": " + e.what());
-    return 2;
   } catch (const std::exception& e) {
-    print_run_line(std::cerr,
-                   "volshard train: rank " + std::to_string(r.rank) + ": error: " + e.what());
-    return 1;
+    // One line naming the cause: c10's errors without their C++ backtrace;
+    // under a launcher it prints the first rank's error last (the others'
+    // are the lost rank it left behind).
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const bool bad_input = dynamic_cast<const std::invalid_argument*>(&e) != nullptr;
+    const std::string line = "volshard train: rank " + std::to_string(r.rank) + ": " +
+                             (bad_input ? "" : "error: ") +
+                             (c10_error ? c10_error->what_without_backtrace() : e.what());
+    if (!report_worker_error(line)) print_run_line(std::cerr, line);
+    return bad_input ? 2 : 1;
   }
 }
 

@@ -10,12 +10,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
@@ -48,7 +51,92 @@ Fd bind_any_interface(int port) {
   return fd;
 }
 
+constexpr const char* kErrorFileVar = "VOLSHARD_ERROR_FILE";
+
+int64_t unix_nanoseconds() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A JSON string of `text` (torchrun's error file is JSON).
+std::string json_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\u%04x", static_cast<unsigned>(c));
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+bool write_whole(const char* path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+// The workers' error files: rank<N> in a private folder, removed with it.
+class ErrorFiles {
+ public:
+  ErrorFiles() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/volshard-launch-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) dir_ = pattern;
+  }
+  ~ErrorFiles() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  ErrorFiles(const ErrorFiles&) = delete;
+  ErrorFiles& operator=(const ErrorFiles&) = delete;
+  /// Empty when no folder could be made (the workers then print their own).
+  std::string path(int64_t rank) const {
+    return dir_.empty() ? std::string() : dir_ + "/rank" + std::to_string(rank);
+  }
+  /// The earliest report: "<unix ns>\n<message>" in each file.
+  std::optional<std::string> first(int64_t first_rank, int64_t ranks) const {
+    std::optional<std::pair<int64_t, std::string>> best;
+    for (int64_t r = first_rank; r < first_rank + ranks && !dir_.empty(); ++r) {
+      std::ifstream f(path(r), std::ios::binary);
+      int64_t when = 0;
+      std::string message;
+      if (!(f >> when) || !std::getline(f.ignore(1), message, '\0') || message.empty()) continue;
+      while (!message.empty() && message.back() == '\n') message.pop_back();
+      if (!best || when < best->first) best = std::make_pair(when, message);
+    }
+    if (!best) return std::nullopt;
+    return best->second;
+  }
+
+ private:
+  std::string dir_;
+};
+
 }  // namespace
+
+bool report_worker_error(const std::string& message) {
+  bool written = false;
+  if (const char* path = std::getenv(kErrorFileVar); path && *path)
+    written = write_whole(path, std::to_string(unix_nanoseconds()) + "\n" + message + "\n");
+  // torchrun's format (torch.distributed.elastic's ErrorHandler): it prints
+  // the message as the root cause (where no py_callstack is given), and the
+  // worker's own stderr as it is.
+  if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE"); path && *path) {
+    const std::string seconds = std::to_string(unix_nanoseconds() / 1000000000);
+    write_whole(path, "{\"message\": {\"message\": " + json_quoted(message) +
+                          ", \"extraInfo\": {\"timestamp\": \"" + seconds + "\"}}}\n");
+  }
+  return written;
+}
 
 void LaunchOptions::validate() const {
   if (nproc_per_node < 1 || nproc_per_node > 1024)
@@ -106,6 +194,7 @@ int run_workers(const LaunchOptions& o) {
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGUSR1, &sa, &old_usr1);  // SLURM's warning (--signal=USR1@120), forwarded
 
+  const ErrorFiles errors;
   std::vector<pid_t> pids;
   for (int64_t local = 0; local < o.nproc_per_node; ++local) {
     const int64_t rank = o.node_rank * o.nproc_per_node + local;
@@ -116,6 +205,10 @@ int run_workers(const LaunchOptions& o) {
                                          "MASTER_ADDR=" + o.master_addr,
                                          "MASTER_PORT=" + std::to_string(port),
                                          "GROUP_RANK=" + std::to_string(o.node_rank)};
+    if (const std::string file = errors.path(rank); !file.empty())
+      env_strings.push_back(std::string(kErrorFileVar) + "=" + file);
+    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr)
+      env_strings.push_back("TORCH_CPP_LOG_LEVEL=ERROR");
     const pid_t pid = ::fork();
     if (pid < 0) {
       for (pid_t p : pids) ::kill(p, SIGKILL);
@@ -190,6 +283,9 @@ int run_workers(const LaunchOptions& o) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGUSR1, &old_usr1, nullptr);
+  // The cause last, where a cluster log's tail shows it.
+  if (const auto cause = errors.first(o.node_rank * o.nproc_per_node, o.nproc_per_node))
+    std::cerr << *cause << "\n";
   return status_out;
 }
 

@@ -33,8 +33,18 @@ void check_port_free(int port);
 /// signal kills them), and waits. Returns 0 when every worker exited 0; the
 /// failing worker's status (or 128 + its signal) when one failed, after the
 /// others were given grace_seconds and then killed; 128 + the signal when
-/// interrupted. Writes one line to stderr per failed worker, naming its rank.
+/// interrupted. Writes one line to stderr per failed worker, naming its rank,
+/// and, last, the first error a worker reported (report_worker_error): the
+/// cause, not the lost ranks it left behind. The workers' C++ warnings are at
+/// ERROR level (TORCH_CPP_LOG_LEVEL, unless set): c10d's stack traces of a
+/// store that went away with its rank say nothing the cause does not.
 int run_workers(const LaunchOptions& options);
+
+/// A worker's fatal error, for its launcher: written to VOLSHARD_ERROR_FILE
+/// (set by run_workers; the launcher prints the earliest one last) and to
+/// TORCHELASTIC_ERROR_FILE (set by torchrun, which shows it as the root
+/// cause). Returns false when neither is set or writable: then print it.
+bool report_worker_error(const std::string& message);
 
 /// How a run was started, in RUN/launch.json, so that `--resume RUN` alone
 /// starts it again the same way (the world size is also in checkpoint.pt).
