@@ -74,9 +74,11 @@ TEST(ScaleIntensityRangeTest, OnePassEqualsTorchsStepByStepArithmeticBitForBit) 
   flat[3] = -57.0f;
   flat[4] = 164.0f;
   for (const ScaleIntensityRangeOptions o :
-       {ScaleIntensityRangeOptions{-57, 164, 0, 1, true}, ScaleIntensityRangeOptions{-57, 164, 0, 1, false},
+       {ScaleIntensityRangeOptions{-57, 164, 0, 1, true},
+        ScaleIntensityRangeOptions{-57, 164, 0, 1, false},
         ScaleIntensityRangeOptions{-1000, 1000, -1, 1, true},
-        ScaleIntensityRangeOptions{0.1, 0.7, 0.3, 0.2, true},  // b_min > b_max: at::clamp gives b_max
+        ScaleIntensityRangeOptions{0.1, 0.7, 0.3, 0.2,
+                                   true},  // b_min > b_max: at::clamp gives b_max
         ScaleIntensityRangeOptions{-125.5, 275.25, 0.0, 255.0, true}}) {
     const at::Tensor got = scale_intensity_range(x, o), want = torch_steps(x, o);
     EXPECT_TRUE(at::equal(got.isnan(), want.isnan()));
@@ -865,7 +867,8 @@ TEST(RandAugmentationOptionsTest, ValidateNamesTheBadValue) {
               ThrowsMessage<std::invalid_argument>(HasSubstr("std=-0.1")));
   noise.std = 0.1;
   noise.mean = NAN;
-  EXPECT_THAT([&] { noise.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("mean=nan")));
+  EXPECT_THAT([&] { noise.validate(); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("mean=nan")));
   noise.mean = 0;
   noise.prob = 2;
   EXPECT_THAT([&] { noise.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("prob=2")));
@@ -874,7 +877,8 @@ TEST(RandAugmentationOptionsTest, ValidateNamesTheBadValue) {
   EXPECT_THAT([&] { make_rand_gaussian_smooth(smooth); },
               ThrowsMessage<std::invalid_argument>(HasSubstr("sigma_y=(1, 0.5)")));
   smooth.sigma[1] = {0.5, 1e300};
-  EXPECT_THAT([&] { smooth.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("<= 100")));
+  EXPECT_THAT([&] { smooth.validate(); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("<= 100")));
   AdjustContrastOptions contrast;
   contrast.gamma = {0.0, 1.0};
   EXPECT_THAT([&] { make_rand_adjust_contrast(contrast); },

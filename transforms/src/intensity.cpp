@@ -294,15 +294,19 @@ at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device
   const at::Tensor r = at::sqrt(at::log(u1) * -2.0);
   // Value 2i is pair i's cosine, 2i + 1 its sine: value k depends on k alone,
   // not on how many values there are.
-  return at::stack({r * at::cos(theta), r * at::sin(theta)}, 1).view(-1).narrow(0, 0, n).view(shape);
+  return at::stack({r * at::cos(theta), r * at::sin(theta)}, 1)
+      .view(-1)
+      .narrow(0, 0, n)
+      .view(shape);
 }
 
-at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std, const at::Tensor& z) {
+at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std,
+                              const at::Tensor& z) {
   const at::Tensor x = image.to(at::kFloat);
   if (z.sizes() != x.sizes()) {
-    throw std::invalid_argument("RandGaussianNoise: the noise's shape " +
-                                shape_text(z.sizes().data(), z.sizes().size()) + " is not the image's " +
-                                shape_text(x.sizes().data(), x.sizes().size()));
+    throw std::invalid_argument(
+        "RandGaussianNoise: the noise's shape " + shape_text(z.sizes().data(), z.sizes().size()) +
+        " is not the image's " + shape_text(x.sizes().data(), x.sizes().size()));
   }
   // numpy's normal(loc, scale) is loc + scale * gauss in float64; MONAI then
   // casts the field to float32 and adds it in float32.
@@ -317,8 +321,8 @@ void GaussianSmoothOptions::validate() const {
     const auto [lo, hi] = sigma[d];
     if (!(lo >= 0.0 && lo <= hi && hi <= kMaxSmoothSigma)) {
       throw std::invalid_argument(std::string("RandGaussianSmooth: ") + kAxis[d] + "=(" +
-                                  value_text(lo) + ", " + value_text(hi) + ") must have 0 <= lo <= hi <= " +
-                                  value_text(kMaxSmoothSigma));
+                                  value_text(lo) + ", " + value_text(hi) +
+                                  ") must have 0 <= lo <= hi <= " + value_text(kMaxSmoothSigma));
     }
   }
   detail::check_probability("RandGaussianSmooth: prob", prob);

@@ -106,7 +106,8 @@ at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device
 /// MONAI's RandGaussianNoise once drawn: float32(image) + float32(mean + std * z),
 /// the noise made in float64 and rounded once, as MONAI's numpy noise. `z`:
 /// standard normal values of the image's shape, any floating dtype, on its device.
-at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std, const at::Tensor& z);
+at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std,
+                              const at::Tensor& z);
 
 // ---- RandGaussianSmooth ---------------------------------------------------
 
@@ -114,15 +115,17 @@ at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std, 
 inline constexpr double kMaxSmoothSigma = 100.0;
 
 struct GaussianSmoothOptions {
-  /// Per spatial axis (X, Y, Z), sigma uniform in [lo, hi), voxels: 0 <= lo <= hi <= kMaxSmoothSigma.
+  /// Per spatial axis (X, Y, Z), sigma uniform in [lo, hi), voxels;
+  /// 0 <= lo <= hi <= kMaxSmoothSigma.
   std::array<std::array<double, 2>, 3> sigma{{{0.25, 1.5}, {0.25, 1.5}, {0.25, 1.5}}};
   double prob = 0.1;      ///< in [0, 1] (MONAI's default)
   void validate() const;  ///< throws std::invalid_argument naming the value
 };
 
 struct GaussianSmoothParams {
-  bool apply = false;             ///< uniform_double() < prob, drawn first, as MONAI
-  std::array<double, 3> sigma{};  ///< then X, Y, Z, one uniform_double() each, drawn even when not applied
+  bool apply = false;  ///< uniform_double() < prob, drawn first, as MONAI
+  /// Then X, Y, Z, one uniform_double() each, drawn even when not applied.
+  std::array<double, 3> sigma{};
 };
 
 GaussianSmoothParams sample_gaussian_smooth(const GaussianSmoothOptions& options, StreamRng& rng);

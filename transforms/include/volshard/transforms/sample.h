@@ -34,7 +34,7 @@ struct SampleMeta {
   /// RandGaussianNoise {std}, RandGaussianSmooth {sigma x, y, z},
   /// RandAdjustContrast {gamma}. Steps not applied are not listed.
   std::vector<std::pair<std::string, std::vector<double>>> intensity;
-  Affine affine = identity_affine();        ///< voxel -> world of the volume before any crop
+  Affine affine = identity_affine();  ///< voxel -> world of the volume before any crop
 };
 
 /// Flat C-order indices (last spatial axis fastest, as MONAI's
