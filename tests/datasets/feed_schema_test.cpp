@@ -5,10 +5,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ATen/ATen.h>
+
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "volshard/datasets/feed.h"
+#include "volshard/datasets/loader.h"
 
 namespace volshard {
 namespace {
@@ -37,6 +42,10 @@ TEST(FeedSchemaTest, EveryFieldGoesToJsonAndBackUnderItsKey) {
   f.crop_kind = CropKind::kSpatial;
   f.crop = 16;
   f.rand_shift = 0.2;
+  f.rand_shift_prob = 0.5;
+  f.noise_prob = 0.15;
+  f.smooth_sigma_y = {0.5, 1.15};
+  f.contrast_gamma = {0.7, 1.5};
   const std::string text = feed_to_json(f);
   const nlohmann::json j = nlohmann::json::parse(text);
   ASSERT_EQ(j.size(), feed_keys().size());
@@ -44,6 +53,9 @@ TEST(FeedSchemaTest, EveryFieldGoesToJsonAndBackUnderItsKey) {
   EXPECT_EQ(j["intensity"], "range");
   EXPECT_EQ(j["labels"], "decathlon_brats");
   EXPECT_EQ(j["pixdim"], nlohmann::json({1.5, 1.25, 2.0}));
+  EXPECT_EQ(j["smooth_sigma_y"], nlohmann::json({0.5, 1.15}));
+  EXPECT_EQ(j["contrast_gamma"], nlohmann::json({0.7, 1.5}));
+  EXPECT_EQ(j["rand_shift_prob"], 0.5);
   EXPECT_EQ(feed_to_json(feed_from_json(text, "")), text);
 }
 
@@ -79,9 +91,134 @@ TEST(FeedSchemaTest, TheSchemasBoundsValidateWithTheFlagsNames) {
   EXPECT_THAT(error_of(R"({"rot90_prob": 1.5})"), HasSubstr("--rot90-prob=1.5 must be in [0, 1]"));
   EXPECT_THAT(error_of(R"({"rand_scale": 1})"), HasSubstr("--rand-scale=1 must be in [0, 1)"));
   EXPECT_THAT(error_of(R"({"rand_shift": "inf"})"), HasSubstr("--rand-shift=inf must be >= 0"));
+  EXPECT_THAT(error_of(R"({"rand_scale_prob": 1.5})"),
+              HasSubstr("--rand-scale-prob=1.5 must be in [0, 1]"));
+  EXPECT_THAT(error_of(R"({"noise_prob": -0.1})"),
+              HasSubstr("--noise-prob=-0.1 must be in [0, 1]"));
+  EXPECT_THAT(error_of(R"({"noise_std": "inf"})"), HasSubstr("--noise-std=inf must be >= 0"));
+  EXPECT_THAT(error_of(R"({"smooth_prob": 2})"), HasSubstr("--smooth-prob=2 must be in [0, 1]"));
+  EXPECT_THAT(
+      error_of(R"({"smooth_sigma_x": [1.5, 0.25]})"),
+      HasSubstr("--smooth-sigma-x=1.5,0.25 must be two values lo,hi with 0 <= lo <= hi <= 100"));
+  EXPECT_THAT(error_of(R"({"smooth_sigma_z": 0.5})"),
+              HasSubstr("--smooth-sigma-z=0.5 must be two"));
+  EXPECT_THAT(error_of(R"({"smooth_sigma_y": [0.5, 200]})"), HasSubstr("--smooth-sigma-y=0.5,200"));
+  EXPECT_THAT(error_of(R"({"contrast_prob": 1.01})"),
+              HasSubstr("--contrast-prob=1.01 must be in [0, 1]"));
+  EXPECT_THAT(error_of(R"({"contrast_gamma": [0, 1]})"),
+              HasSubstr("--contrast-gamma=0,1 must be two values lo,hi with 0 < lo"));
+  EXPECT_THAT(error_of(R"({"contrast_gamma": 0.4})"),
+              HasSubstr("--contrast-gamma=0.4: one value must be > 0.5"));
+  EXPECT_THAT(error_of(R"({"contrast_gamma": [0.5, 1, 2]})"),
+              HasSubstr("--contrast-gamma=0.5,1,2"));
   EXPECT_THAT(error_of(R"({"foreground_margin": -1})"),
               HasSubstr("--foreground-margin=-1 must be >= 0"));
   EXPECT_THAT(error_of(R"({"num_classes": -2})"), HasSubstr("--num-classes=-2 must be >= 0"));
+}
+
+// A step that is off is not in the pipeline, so today's pipelines (and the
+// streams their steps draw from) are unchanged.
+TEST(FeedAugmentationTest, AnIntensityStepIsInThePipelineOnlyWhenItsProbabilityIsAboveZero) {
+  FeedOptions f;
+  f.crop = 4;
+  f.num_samples = 1;
+  f.rot90_prob = 0;
+  EXPECT_EQ(feed_augmentation(f).size(), 1u) << "the crop alone";
+  f.rand_scale = 0.1;
+  f.rand_shift = 0.1;
+  EXPECT_EQ(feed_augmentation(f).size(), 3u) << "the probabilities alone add no step";
+  f.noise_prob = 0.5;
+  f.smooth_prob = 0.5;
+  f.contrast_prob = 0.5;
+  EXPECT_EQ(feed_augmentation(f).size(), 6u);
+  f.contrast_gamma = {2.0};  // MONAI's one number: (0.5, 2)
+  EXPECT_EQ(feed_augmentation(f).size(), 6u);
+}
+
+// Volume i: a 1 x 12 x 10 x 8 image of noise seeded by i, label = image > 0.7.
+Sample noise_volume(int64_t index) {
+  at::Tensor image = at::empty({1, 12, 10, 8});
+  StreamRng rng(static_cast<uint64_t>(index) * 7919 + 1);
+  float* p = image.data_ptr<float>();
+  for (int64_t k = 0; k < image.numel(); ++k) p[k] = static_cast<float>(rng.uniform_double());
+  Sample s;
+  s.image = image;
+  s.label = (image > 0.7).to(at::kByte);
+  return s;
+}
+
+std::vector<Batch> epoch_of(DataLoader& loader, const std::vector<int64_t>& indices) {
+  loader.start_epoch(indices, 3);
+  std::vector<Batch> out;
+  while (auto b = loader.next()) out.push_back(std::move(*b));
+  return out;
+}
+
+// Every random step of the feed, the new intensity steps with probabilities
+// below 1 among them: the same seed gives the same batches (and the same
+// recorded draws) with 0, 1, 2 and 4 workers, on the host path and on the
+// device path run on the CPU (the GPU cache's code).
+TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
+  FeedOptions feed;
+  feed.crop = 4;
+  feed.num_samples = 3;
+  feed.rot90_prob = 0.5;
+  feed.flip_prob = 0.5;
+  feed.rand_scale = 0.1;
+  feed.rand_shift = 0.1;
+  feed.rand_scale_prob = 0.5;
+  feed.rand_shift_prob = 0.7;
+  feed.noise_prob = 0.5;
+  feed.smooth_prob = 0.5;
+  feed.contrast_prob = 0.5;
+  feed.prefix.intensity = IntensityKind::kNormalize;
+  const Compose pipeline = feed_augmentation(feed);
+  const std::vector<int64_t> indices{7, 3, 9, 1, 4, 2};
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.seed = 11;
+  o.pin_memory = PinMemory::kOff;
+  o.workers = 0;
+  DataLoader reference_loader(noise_volume, pipeline, o);
+  const auto reference = epoch_of(reference_loader, indices);
+  ASSERT_EQ(reference.size(), 3u);
+  // The documented order (docs/reproducibility.md): each crop lists the
+  // steps it took in it.
+  const std::vector<std::string> order{"RandGaussianNoise", "RandGaussianSmooth",
+                                       "RandScaleIntensity", "RandShiftIntensity",
+                                       "RandAdjustContrast"};
+  std::map<std::string, int> applied;
+  for (const Batch& b : reference) {
+    for (const SampleMeta& m : b.meta) {
+      size_t next = 0;
+      for (const auto& [step, drawn] : m.intensity) {
+        ++applied[step];
+        while (next < order.size() && order[next] != step) ++next;
+        EXPECT_LT(next, order.size()) << step << " out of order";
+        EXPECT_EQ(drawn.size(), step == "RandGaussianSmooth" ? 3u : 1u) << step;
+      }
+    }
+  }
+  for (const std::string& step : order) {
+    EXPECT_GT(applied[step], 0) << step << " never applied in 18 crops";
+    EXPECT_LT(applied[step], 18) << step << " applied to every crop at prob < 1";
+  }
+  for (const bool on_device : {false, true}) {
+    if (on_device) o.device = c10::Device(c10::kCPU);
+    for (const int64_t workers : {0, 1, 2, 4}) {
+      o.workers = workers;
+      DataLoader loader(noise_volume, pipeline, o);
+      const auto batches = epoch_of(loader, indices);
+      ASSERT_EQ(batches.size(), reference.size());
+      for (size_t b = 0; b < batches.size(); ++b) {
+        EXPECT_TRUE(at::equal(batches[b].image, reference[b].image))
+            << workers << " workers, device path " << on_device << ", batch " << b;
+        ASSERT_EQ(batches[b].meta.size(), reference[b].meta.size());
+        for (size_t m = 0; m < batches[b].meta.size(); ++m)
+          EXPECT_EQ(batches[b].meta[m].intensity, reference[b].meta[m].intensity);
+      }
+    }
+  }
 }
 
 TEST(FeedSchemaTest, AConfigFilesNetworkKeysAreSkippedAndItsPipelineKeysRead) {

@@ -39,6 +39,16 @@ NON_DEFAULT = {
     "flip_prob": 0.5,
     "rand_scale": 0.1,
     "rand_shift": 0.2,
+    "rand_scale_prob": 0.5,
+    "rand_shift_prob": 0.25,
+    "noise_prob": 0.15,
+    "noise_std": 0.05,
+    "smooth_prob": 0.2,
+    "smooth_sigma_x": [0.5, 1.15],
+    "smooth_sigma_y": [0.5, 1.0],
+    "smooth_sigma_z": [0.25, 0.75],
+    "contrast_prob": 0.3,
+    "contrast_gamma": [0.7, 1.5],
 }
 # What `volshard train` sets from the network, not from a flag: decathlon_brats' four labels.
 SET_BY_NETWORK = {"num_classes"}

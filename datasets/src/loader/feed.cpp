@@ -1,6 +1,8 @@
 #include "volshard/datasets/feed.h"
 
 #include <algorithm>
+#include <array>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -51,6 +53,28 @@ void FeedOptions::validate() const {
   prefix.validate();
   // The schema's bounds, named as the flags ("--crop=0 must be >= 1").
   for_each_feed_field(*this, CheckFieldBounds{});
+  // The ranges (lists): two values lo <= hi, named as the flags.
+  const auto range = [](const char* flag, const std::vector<double>& v, double lo, bool lo_open,
+                        double hi) {
+    std::string text;
+    for (const double x : v) text += (text.empty() ? "" : ",") + value_text(x);
+    const bool ok =
+        v.size() == 2 && (lo_open ? v[0] > lo : v[0] >= lo) && v[0] <= v[1] && v[1] <= hi;
+    if (!ok) {
+      throw std::invalid_argument(std::string(flag) + "=" + text +
+                                  " must be two values lo,hi with " + value_text(lo) +
+                                  (lo_open ? " < " : " <= ") + "lo <= hi <= " + value_text(hi));
+    }
+  };
+  range("--smooth-sigma-x", smooth_sigma_x, 0.0, false, kMaxSmoothSigma);
+  range("--smooth-sigma-y", smooth_sigma_y, 0.0, false, kMaxSmoothSigma);
+  range("--smooth-sigma-z", smooth_sigma_z, 0.0, false, kMaxSmoothSigma);
+  if (contrast_gamma.size() == 1 && !(contrast_gamma[0] > 0.5)) {  // MONAI's message too
+    throw std::invalid_argument("--contrast-gamma=" + value_text(contrast_gamma[0]) +
+                                ": one value must be > 0.5 (the range is 0.5 to it)");
+  }
+  if (contrast_gamma.size() != 1)
+    range("--contrast-gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
   // One channel of this volume's crops, before a batch is even assembled.
   const double crop_voxels = static_cast<double>(crop) * static_cast<double>(crop) * crop;
   check_fits_in_memory(
@@ -148,10 +172,35 @@ Compose feed_augmentation(const FeedOptions& o) {
   if (o.prefix.intensity == IntensityKind::kNormalize &&
       o.prefix.normalize_on == NormalizeOn::kCrop)
     steps.push_back(make_normalize_intensity(o.prefix.normalize));
+  // The intensity augmentations in nnU-Net's order, which MONAI's DynUNet
+  // (nnU-Net) tutorial keeps: noise, blur, brightness (scale, then MONAI
+  // BraTS's shift), then contrast (gamma). A step that is off takes no
+  // stream, so the steps before and after it draw as they did without it.
+  if (o.noise_prob > 0) {
+    GaussianNoiseOptions noise;
+    noise.prob = o.noise_prob;
+    noise.std = o.noise_std;
+    steps.push_back(make_rand_gaussian_noise(noise));
+  }
+  if (o.smooth_prob > 0) {
+    GaussianSmoothOptions smooth;
+    smooth.prob = o.smooth_prob;
+    const std::vector<double>* sigma[] = {&o.smooth_sigma_x, &o.smooth_sigma_y, &o.smooth_sigma_z};
+    for (size_t d = 0; d < 3; ++d) smooth.sigma[d] = {(*sigma[d])[0], (*sigma[d])[1]};
+    steps.push_back(make_rand_gaussian_smooth(smooth));
+  }
   if (o.rand_scale > 0)
-    steps.push_back(make_rand_scale_intensity({-o.rand_scale, o.rand_scale, 1}));
+    steps.push_back(make_rand_scale_intensity({-o.rand_scale, o.rand_scale, o.rand_scale_prob}));
   if (o.rand_shift > 0)
-    steps.push_back(make_rand_shift_intensity({-o.rand_shift, o.rand_shift, 1}));
+    steps.push_back(make_rand_shift_intensity({-o.rand_shift, o.rand_shift, o.rand_shift_prob}));
+  if (o.contrast_prob > 0) {
+    AdjustContrastOptions contrast;
+    contrast.prob = o.contrast_prob;
+    contrast.gamma = o.contrast_gamma.size() == 1
+                         ? std::array<double, 2>{0.5, o.contrast_gamma[0]}
+                         : std::array<double, 2>{o.contrast_gamma[0], o.contrast_gamma[1]};
+    steps.push_back(make_rand_adjust_contrast(contrast));
+  }
   return Compose(std::move(steps));
 }
 

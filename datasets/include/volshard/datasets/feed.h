@@ -47,8 +47,19 @@ struct FeedOptions {
   bool allow_smaller = false;  ///< a crop larger than a volume shrinks to it instead of failing
   double rot90_prob = 0.5;     ///< RandRotate90(max_k 3, axes (0, 2)) probability; 0: none
   double flip_prob = 0.0;      ///< RandFlip on each spatial axis on its own; 0: none
-  double rand_scale = 0.0;     ///< RandScaleIntensity(factors +-v, prob 1); 0: none
-  double rand_shift = 0.0;     ///< RandShiftIntensity(offsets +-v, prob 1); 0: none
+  double rand_scale = 0.0;     ///< RandScaleIntensity(factors +-v, prob rand_scale_prob); 0: none
+  double rand_shift = 0.0;     ///< RandShiftIntensity(offsets +-v, prob rand_shift_prob); 0: none
+  double rand_scale_prob = 1.0;  ///< RandScaleIntensity's prob, in [0, 1]
+  double rand_shift_prob = 1.0;  ///< RandShiftIntensity's prob, in [0, 1]
+  double noise_prob = 0.0;       ///< RandGaussianNoise(prob, mean 0, std noise_std); 0: none
+  double noise_std = 0.1;        ///< its std: the spread is drawn uniform in [0, noise_std)
+  double smooth_prob = 0.0;      ///< RandGaussianSmooth(sigma_x/y/z, prob); 0: none
+  std::vector<double> smooth_sigma_x{0.25, 1.5};  ///< its sigma range lo, hi, voxels
+  std::vector<double> smooth_sigma_y{0.25, 1.5};
+  std::vector<double> smooth_sigma_z{0.25, 1.5};
+  double contrast_prob = 0.0;  ///< RandAdjustContrast(prob, gamma); 0: none
+  /// Its gamma range lo, hi; one value g > 0.5 is (0.5, g), as MONAI reads it.
+  std::vector<double> contrast_gamma{0.5, 4.5};
   /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1"):
   /// the prefix's checks, the schema's bounds (for_each_feed_field), then
   /// what spans fields.
@@ -153,6 +164,50 @@ void for_each_feed_field(Self& f, Visit&& visit) {
             .at_least(0)
             .finite(),
         f.rand_shift);
+  visit(F("rand_scale_prob", "RandScaleIntensity probability (MONAI's prob; 1: every crop)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.rand_scale_prob);
+  visit(F("rand_shift_prob", "RandShiftIntensity probability (MONAI's prob; 1: every crop)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.rand_shift_prob);
+  visit(F("noise_prob", "RandGaussianNoise probability (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.noise_prob);
+  visit(F("noise_std", "RandGaussianNoise std: each crop's spread uniform in [0, v), mean 0")
+            .kept_on_resume()
+            .at_least(0)
+            .finite(),
+        f.noise_std);
+  visit(F("smooth_prob", "RandGaussianSmooth probability (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.smooth_prob);
+  visit(F("smooth_sigma_x",
+          "RandGaussianSmooth sigma range along x, lo,hi voxels (0 <= lo <= hi <= 100)")
+            .kept_on_resume(),
+        f.smooth_sigma_x);
+  visit(
+      F("smooth_sigma_y", "RandGaussianSmooth sigma range along y, lo,hi voxels").kept_on_resume(),
+      f.smooth_sigma_y);
+  visit(
+      F("smooth_sigma_z", "RandGaussianSmooth sigma range along z, lo,hi voxels").kept_on_resume(),
+      f.smooth_sigma_z);
+  visit(F("contrast_prob", "RandAdjustContrast probability (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.contrast_prob);
+  visit(F("contrast_gamma",
+          "RandAdjustContrast gamma range lo,hi (0 < lo <= hi; one value g > 0.5: 0.5,g as MONAI)")
+            .kept_on_resume(),
+        f.contrast_gamma);
 }
 
 /// The keys of for_each_feed_field, in its order.
@@ -178,7 +233,11 @@ std::string feed_to_json(const FeedOptions& feed);
 /// The random steps after the cached prefix: the crop (num_samples of them),
 /// RandRotate90, RandFlip per axis, NormalizeIntensity when the prefix's
 /// intensity is kNormalize on kCrop (on each crop, as MONAI's BraTS pipeline),
-/// RandScaleIntensity, RandShiftIntensity; each step only when configured.
+/// RandGaussianNoise, RandGaussianSmooth, RandScaleIntensity,
+/// RandShiftIntensity, RandAdjustContrast (nnU-Net's and MONAI's DynUNet
+/// order: noise, blur, brightness, contrast/gamma); each step only when
+/// configured. Step t draws from its own stream (Compose), in the order
+/// docs/reproducibility.md lists.
 Compose feed_augmentation(const FeedOptions& options);
 
 /// The deterministic prefix as training caches it: the prefix options, label

@@ -33,7 +33,7 @@ struct SampleMeta {
   /// what it drew: RandScaleIntensity {factor}, RandShiftIntensity {offset},
   /// RandGaussianNoise {std}, RandGaussianSmooth {sigma x, y, z},
   /// RandAdjustContrast {gamma}. Steps not applied are not listed.
-  std::vector<std::pair<std::string, std::vector<double>>> intensity;
+  std::vector<std::pair<std::string, std::vector<double>>> intensity{};
   Affine affine = identity_affine();  ///< voxel -> world of the volume before any crop
 };
 
