@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "volshard/datasets/feed.h"
+#include "volshard/datasets/field_json.h"
 #include "volshard/datasets/loader.h"
 
 namespace volshard {
@@ -27,6 +28,64 @@ std::string error_of(const std::string& json) {
     return e.what();
   }
   return "no error";
+}
+
+// Changes one value of any row's type: the cache key must see it.
+struct Mutate {
+  template <class T>
+  void operator()(T& v) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      v = !v;
+    } else if constexpr (std::is_enum_v<T>) {
+      for (const auto& [name, value] : enum_names(T{}))
+        if (value != v) return void(v = value);
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      v = static_cast<T>(v + 1);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      v += "x";
+    } else {
+      v.push_back(typename T::value_type{});
+    }
+  }
+};
+
+// The persistent cache's key is the schema's: every prefix row changes it
+// (but the one that says it changes no value), and a row added to the table
+// is in the key without being listed anywhere else.
+TEST(CacheKeyTest, EveryPrefixRowIsInTheKeyBecauseTheSchemaSaysSo) {
+  const PrefixOptions base;
+  size_t rows = 0;
+  for_each_prefix_field(base, [&rows](const Field&, const auto&) { ++rows; });
+  for (size_t k = 0; k < rows; ++k) {
+    PrefixOptions changed = base;
+    const char* key = nullptr;
+    bool keyed = false;
+    size_t i = 0;
+    for_each_prefix_field(changed, [&](const Field& f, auto& value) {
+      if (i++ != k) return;
+      Mutate{}(value);
+      key = f.key;
+      keyed = f.in_cache_key;
+    });
+    EXPECT_EQ(changed.key() != base.key(), keyed) << key;
+    PairOptions a, b;
+    b.prefix = changed;
+    EXPECT_EQ(a.config_key() != b.config_key(), keyed) << key;
+  }
+  // A copy of the table with one more row: the key follows its value.
+  struct Extended {
+    PrefixOptions prefix;
+    int64_t new_field = 0;
+  };
+  const auto table = [](const Extended& e, auto&& visit) {
+    for_each_prefix_field(e.prefix, visit);
+    visit(Field("new_field", "a step's new option"), e.new_field);
+  };
+  Extended e;
+  const std::string before = cache_key_text(e, table);
+  e.new_field = 7;
+  EXPECT_NE(cache_key_text(e, table), before);
+  EXPECT_THAT(cache_key_text(e, table), HasSubstr("\"new_field\":7"));
 }
 
 TEST(FeedSchemaTest, EveryFieldGoesToJsonAndBackUnderItsKey) {

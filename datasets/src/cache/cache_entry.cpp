@@ -34,7 +34,9 @@ namespace {
 // single changed byte, and any truncation, is refused before use. Bump
 // kFormatVersion when this layout or SampleMeta changes: it is part of the key.
 constexpr char kMagic[8] = {'V', 'S', 'H', 'C', 'A', 'C', 'H', 'E'};
-constexpr uint32_t kFormatVersion = 2;  // 2: the background may be the foreground's complement
+// 2: the background may be the foreground's complement; 3: the config key is
+// the schema's rows (an entry keyed by the hand-made list is rebuilt).
+constexpr uint32_t kFormatVersion = 3;
 constexpr uint32_t kByteOrderTag = 0x01020304;
 constexpr size_t kHeaderBytes = 64;
 

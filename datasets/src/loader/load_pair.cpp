@@ -12,6 +12,7 @@
 #include "volshard/core/error.h"
 #include "volshard/core/limits.h"
 #include "volshard/datasets/feed.h"
+#include "volshard/datasets/field_json.h"
 
 namespace volshard {
 namespace {
@@ -87,25 +88,6 @@ void apply_intensity(at::Tensor& image, const PairOptions& o) {
 
 bool reorients(const PrefixOptions& o) { return !o.orientation.empty() || !o.pixdim.empty(); }
 
-// The intensity step, as PrefixOptions::key says it.
-std::string intensity_key(const PrefixOptions& p) {
-  switch (p.intensity) {
-    case IntensityKind::kNone:
-      return "";
-    case IntensityKind::kScale:
-      return "; scale_intensity [0, 1]";
-    case IntensityKind::kRange:
-      return "; range [" + value_text(p.range.a_min) + ", " + value_text(p.range.a_max) + "] -> [" +
-             value_text(p.range.b_min) + ", " + value_text(p.range.b_max) + "]" +
-             (p.range.clip ? " clip" : "");
-    case IntensityKind::kNormalize:
-      return std::string("; normalize") + (p.normalize.nonzero ? " nonzero" : "") +
-             (p.normalize.channel_wise ? " channel_wise" : "") +
-             (p.normalize_on == NormalizeOn::kVolume ? " volume" : "");
-  }
-  return "";
-}
-
 const std::vector<std::pair<std::string, PrefixStep>>& step_names() {
   static const std::vector<std::pair<std::string, PrefixStep>> kNames{
       {"orientation", PrefixStep::kOrientation},
@@ -178,35 +160,15 @@ std::array<int64_t, 3> PrefixOptions::pad_size() const {
 }
 
 std::string PrefixOptions::key() const {
-  std::string k;
-  for (const PrefixStep step : steps()) {  // in the order they run
-    switch (step) {
-      case PrefixStep::kOrientation:
-        if (!orientation.empty()) k += "; orientation " + orientation;
-        break;
-      case PrefixStep::kSpacing:
-        if (!pixdim.empty())
-          k += "; spacing " + value_text(pixdim[0]) + "," + value_text(pixdim[1]) + "," +
-               value_text(pixdim[2]);
-        break;
-      case PrefixStep::kIntensity:
-        k += intensity_key(*this);
-        break;
-      case PrefixStep::kCropForeground:
-        if (crop_foreground) k += "; crop_foreground margin " + std::to_string(foreground_margin);
-        break;
-    }
-  }
-  if (const auto pad = pad_size(); pad != std::array<int64_t, 3>{})
-    k += "; spatial_pad " + shape_text(pad);
-  if (labels == LabelMap::kBrats) k += "; labels brats 1/2/4";
-  if (labels == LabelMap::kDecathlonBrats) k += "; labels decathlon brats 1/2/3";
-  return k;
+  // From the schema, not a list of fields: a new row is in the key unless it
+  // says it changes no value (Field::not_in_cache_key).
+  return cache_key_text(
+      *this, [](const PrefixOptions& p, auto&& visit) { for_each_prefix_field(p, visit); });
 }
 
 std::string PairOptions::config_key() const {
   // The layout is not part of the key: it changes strides, not values.
-  std::string k = prefix.key();
+  std::string k = "; prefix " + prefix.key();
   if (prefix.intensity == IntensityKind::kNormalize && defer_normalize) k += " (deferred)";
   return std::string("load float32") + k +
          (compact_label ? "; label uint8 if it fits" : "; label float32") +

@@ -48,6 +48,11 @@ struct Field {
   /// out_channels): no flag there, not in RUN/config.json; a Loader's or the
   /// bench's pipeline sets it.
   bool set_by_network = false;
+  /// In the persistent cache's key (a table of what a cached step computes,
+  /// as for_each_prefix_field): every row is, unless it only checks the input
+  /// and changes no value. A new row is in the key without a word: a
+  /// forgotten one could only cost a rebuild, never serve a stale entry.
+  bool in_cache_key = true;
   /// A command's own spelling of the flag (nullptr: "--" + key, '-' for '_').
   const char* flag_name = nullptr;
   /// What the field is to a run's identity.
@@ -69,6 +74,7 @@ struct Field {
   Field& from_network() { return set_by_network = true, *this; }
   Field& kept_on_resume() { return role = Role::kKept, *this; }
   Field& run_local() { return role = Role::kLocal, *this; }
+  Field& not_in_cache_key() { return in_cache_key = false, *this; }
   /// "--batch-size"
   std::string flag() const;
   /// Throws std::invalid_argument "<who>: --flag=value must be in [lo, hi]"

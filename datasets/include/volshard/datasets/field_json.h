@@ -59,6 +59,24 @@ void field_from_json(const Field& f, const nlohmann::json& v, const std::string&
   }
 }
 
+/// Every row of an options table that is in the persistent cache's key
+/// (Field::in_cache_key), as one JSON object's text (keys sorted, enums by
+/// name): the key of what the table's options compute. `table(options,
+/// visit)` walks the rows, as for_each_prefix_field does.
+template <class Options, class Table>
+std::string cache_key_text(const Options& options, Table&& table) {
+  nlohmann::json j = nlohmann::json::object();
+  table(options, [&j](const Field& f, const auto& value) {
+    if (!f.in_cache_key) return;
+    if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) {
+      j[f.key] = enum_name(value);
+    } else {
+      j[f.key] = value;
+    }
+  });
+  return j.dump();
+}
+
 /// Visits a table, writing every field saved in JSON (Field::in_json) into
 /// `*out`; enums by name.
 struct FieldToJson {

@@ -77,8 +77,8 @@ struct PrefixOptions {
   std::vector<PrefixStep> steps() const;
   /// spatial_pad as three sizes ({0, 0, 0}: none).
   std::array<int64_t, 3> pad_size() const;
-  /// What the options compute, in words, steps in their order (part of the
-  /// cache key).
+  /// What the options compute: every row of for_each_prefix_field in the
+  /// cache's key (Field::in_cache_key), as JSON (part of the cache key).
   std::string key() const;
 };
 
