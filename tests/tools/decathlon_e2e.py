@@ -72,6 +72,22 @@ class DecathlonTest(unittest.TestCase):
     def ct_file(self, i, key):
         return os.path.normpath(os.path.join(self.ct, self.ct_list[i][key]))
 
+    def test_a_crop_larger_than_the_foreground_names_every_such_volume_before_the_loader_starts(self):
+        # CropForeground's box needs the voxels: checked once the cache holds them, all volumes named at once.
+        tiny = list(TINY)
+        tiny[tiny.index("--crop") + 1] = 96
+        p = run("train", "--config", os.path.join(CONFIGS, "spleen.json"),
+                "--datalist", os.path.join(self.ct, "dataset.json"), "--out", self.out("too_big"), "--epochs", 1,
+                "--val-fraction", 0.4, "--roi", 32, "--nproc-per-node", 2, *tiny)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        last = p.stderr.strip().splitlines()[-1]
+        self.assertIn("--crop=96 is larger than 3 of 3 training volume(s) after the prefix (CropForeground cut them): ",
+                      last)
+        for i in range(3):
+            self.assertIn(self.ct_file(i, "image"), last)
+        self.assertIn("--spatial-pad 96 or --allow-smaller", last)
+        self.assertNotIn("DataLoader", p.stderr)  # not from a loader's worker
+
     def test_spleen_config_trains_on_the_decathlon_folder_and_predicts_onto_the_input_grid(self):
         run_dir = self.out("spleen_run")
         p = run("train", "--config", os.path.join(CONFIGS, "spleen.json"),

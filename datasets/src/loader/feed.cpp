@@ -115,6 +115,34 @@ FeedOptions apply_feed_json(const nlohmann::json& j, const std::string& who,
 
 }  // namespace
 
+void check_crop_fits(const FeedOptions& o, const std::vector<VolumeShape>& volumes,
+                     const std::string& after) {
+  if (o.allow_smaller) return;
+  constexpr size_t kNamed = 8;
+  const auto side = [](const VolumeShape& v) {
+    return *std::min_element(v.shape.begin(), v.shape.end());
+  };
+  std::vector<const VolumeShape*> small;
+  const VolumeShape* smallest = nullptr;
+  for (const VolumeShape& v : volumes) {
+    if (side(v) < o.crop) small.push_back(&v);
+    if (!smallest || side(v) < side(*smallest)) smallest = &v;
+  }
+  if (small.empty()) return;
+  std::string named;
+  for (size_t i = 0; i < std::min(small.size(), kNamed); ++i)
+    named +=
+        (i ? ", " : "") + small[i]->source + " (" + shape_text(small[i]->shape.data(), 3) + ")";
+  if (small.size() > kNamed) named += " and " + std::to_string(small.size() - kNamed) + " more";
+  throw std::invalid_argument("train: --crop=" + std::to_string(o.crop) + " is larger than " +
+                              std::to_string(small.size()) + " of " +
+                              std::to_string(volumes.size()) + " training volume(s) " + after +
+                              ": " + named + "; the smallest shape in the set is " +
+                              shape_text(smallest->shape.data(), 3) + " (" + smallest->source +
+                              "): use --crop <= " + std::to_string(side(*smallest)) +
+                              ", --spatial-pad " + std::to_string(o.crop) + " or --allow-smaller");
+}
+
 FeedOptions feed_from_json(const std::string& json_object, const std::string& who,
                            const FeedOptions& base) {
   nlohmann::json j;

@@ -1,6 +1,7 @@
 #include "volshard/datasets/rank_pipeline.h"
 
 #include <utility>
+#include <vector>
 
 #include "volshard/datasets/load_pair.h"
 
@@ -19,9 +20,22 @@ SampleCache make_cache(const std::vector<ImageLabelPair>& pairs, const FeedOptio
     c.config_key = prefix.config_key();
     c.item_files = files_of(pairs);
   }
-  return SampleCache(
+  SampleCache cache(
       [&pairs, prefix](int64_t i) { return load_pair(pairs[static_cast<size_t>(i)], i, prefix); },
       static_cast<int64_t>(pairs.size()), std::move(c));
+  // CropForeground's box is known once the voxels are: every cached volume
+  // is checked against the crop here, all of them named, before the loader's
+  // workers start (volumes past the cache are checked as they are cropped).
+  if (feed.prefix.crop_foreground && !feed.allow_smaller) {
+    std::vector<VolumeShape> shapes;
+    for (int64_t i = 0; i < cache.cached_items(); ++i) {
+      const at::Tensor image = cache.get(i).image;
+      shapes.push_back(
+          {pairs[static_cast<size_t>(i)].image, {image.size(1), image.size(2), image.size(3)}});
+    }
+    check_crop_fits(feed, shapes, "after the prefix (CropForeground cut them)");
+  }
+  return cache;
 }
 
 }  // namespace

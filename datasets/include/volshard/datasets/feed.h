@@ -13,6 +13,7 @@
 // CropForeground, and (BraTS) RandSpatialCrop, RandFlip per axis,
 // RandScaleIntensity, RandShiftIntensity.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -123,7 +124,8 @@ void for_each_prefix_field(Self& p, Visit&& visit) {
           "labels must be integers in [0, num_classes) (0: any); volshard train sets it from "
           "the network")
             .from_network()
-            .at_least(0),
+            .at_least(0)
+            .not_in_cache_key(),  // a check of the stored labels: no value changes
         p.num_classes);
 }
 
@@ -239,6 +241,20 @@ std::string feed_to_json(const FeedOptions& feed);
 /// configured. Step t draws from its own stream (Compose), in the order
 /// docs/reproducibility.md lists.
 Compose feed_augmentation(const FeedOptions& options);
+
+/// A training volume's spatial shape after the prefix, named by its file.
+struct VolumeShape {
+  std::string source;
+  std::array<int64_t, 3> shape{};
+};
+/// Unless options.allow_smaller: throws std::invalid_argument when a volume
+/// is smaller than the crop on some side, naming how many, the first eight
+/// with their shapes, and the smallest of the set with what fixes it
+/// ("train: --crop=96 is larger than 2 training volume(s) <after>: a.nii.gz
+/// (64x64x40), ...; the smallest ... use --crop <= 40, --spatial-pad 96 or
+/// --allow-smaller"). `after` says which steps made the shapes.
+void check_crop_fits(const FeedOptions& options, const std::vector<VolumeShape>& volumes,
+                     const std::string& after);
 
 /// The deterministic prefix as training caches it: the prefix options, label
 /// indices (for RandCropByPosNegLabel), file-order image when nothing
