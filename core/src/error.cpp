@@ -18,7 +18,7 @@ void fail_errno(const std::string& path, const std::string& what, int err) {
   // A system_error (a runtime_error) keeps the errno, so that the Python
   // module can raise FileNotFoundError/PermissionError; its what() is still
   // "path: what: strerror(err)".
-  throw std::system_error(err, std::generic_category(), path + ": " + what);
+  throw std::system_error(err, std::generic_category(), printable(path + ": " + what));
 }
 
 std::string value_text(double v) {
@@ -54,6 +54,14 @@ size_t utf8_sequence(const std::string& s, size_t i) {
 }
 
 }  // namespace
+
+std::string printable_lines(const std::string& text) {
+  std::string out;
+  size_t begin = 0;
+  for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1)
+    out += printable(text.substr(begin, end - begin)) + "\n";
+  return out + printable(text.substr(begin));
+}
 
 std::string printable(const std::string& text) {
   static const char kHex[] = "0123456789abcdef";

@@ -34,12 +34,24 @@ void Fd::reset(int fd) {
   fd_ = fd;
 }
 
+void check_path(const std::string& path) {
+  // c_str() would end the path at the NUL: another file than the one named.
+  if (path.find('\0') != std::string::npos)
+    throw std::invalid_argument(printable(path) + ": a path cannot hold a NUL byte");
+}
+
 Fd open_for_reading(const std::string& path, int64_t* file_size) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  check_path(path);
+  // O_NONBLOCK: opening a FIFO waits for a writer; it is refused below instead.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.is_open()) fail_errno(path, "cannot open", errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail_errno(path, "cannot stat", errno);
-  if (!S_ISREG(st.st_mode)) fail_file(path, "not a regular file");
+  if (!S_ISREG(st.st_mode))
+    fail_file(path, S_ISDIR(st.st_mode)    ? "not a regular file (a directory)"
+                    : S_ISFIFO(st.st_mode) ? "not a regular file (a FIFO)"
+                                           : "not a regular file");
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   if (file_size != nullptr) *file_size = static_cast<int64_t>(st.st_size);
   return fd;
 }
@@ -104,6 +116,7 @@ InjectedFault injected_fault(const std::string& path) {
 
 void write_file_atomic(const std::string& path, const std::vector<const void*>& parts,
                        const std::vector<size_t>& sizes, bool sync) {
+  check_path(path);
   const InjectedFault fault = injected_fault(path);
   if (parts.size() != sizes.size())
     throw std::invalid_argument("write_file_atomic: parts and sizes differ in length");
@@ -179,7 +192,7 @@ void write_string_atomic(const std::string& path, const std::string& text, bool 
 }
 
 LineFile::LineFile(const std::string& path, bool truncate)
-    : path_(path),
+    : path_((check_path(path), path)),
       fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0),
                  0644)) {
   if (!fd_.is_open()) fail_errno(path, "cannot open for writing", errno);

@@ -86,6 +86,39 @@ class Zip {
   int64_t size() const { return static_cast<int64_t>(size_); }
 
  private:
+  // kRecordManifest's lines against the records (their CRCs were checked).
+  void check_manifest(const Record& manifest) const {
+    const std::string text(reinterpret_cast<const char*>(bytes(manifest)), manifest.size);
+    size_t begin = 0, lines = 0;
+    for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+      const std::string line = text.substr(begin, end - begin);
+      const size_t a = line.find(' '), b = line.rfind(' ');
+      if (a == std::string::npos || b == a)
+        fail(what_, "corrupt record " + std::string(kRecordManifest));
+      const std::string name = line.substr(0, a);
+      const Record* r = find(name);
+      char crc[16];
+      std::snprintf(crc, sizeof crc, "%08x", r ? r->crc : 0u);
+      if (r == nullptr || line.substr(a + 1, b - a - 1) != crc ||
+          line.substr(b + 1) != std::to_string(r->size))
+        fail(what_, "record " + shown(name) + " is not the one written under that name (" +
+                        std::string(kRecordManifest) + " lists " + shown(line.substr(a + 1)) +
+                        "; the file holds " +
+                        (r ? std::string(crc) + " " + std::to_string(r->size)
+                           : std::string("no such record")) +
+                        "): the file was altered");
+      ++lines;
+    }
+    if (begin != text.size()) fail(what_, "corrupt record " + std::string(kRecordManifest));
+    // Every data record is listed: one added or renamed beside them is found too.
+    size_t data_records = 0;
+    for (const auto& record : records_)
+      if (record.first.rfind(prefix_ + "data/", 0) == 0) ++data_records;
+    if (data_records != lines)
+      fail(what_, std::to_string(data_records) + " data records, " + std::to_string(lines) +
+                      " listed in " + kRecordManifest + ": the file was altered");
+  }
+
   uint16_t u16(size_t at) const {
     need(at, 2);
     return static_cast<uint16_t>(data_[at] | (data_[at + 1] << 8));
@@ -233,6 +266,7 @@ class Zip {
       }
     }
     if (prefix_.empty()) fail(what_, "not a PyTorch archive (no data.pkl record)");
+    if (const Record* manifest = find(kRecordManifest)) check_manifest(*manifest);
     if (const Record* order = find("byteorder")) {
       const std::string value(reinterpret_cast<const char*>(bytes(*order)), order->size);
       if (value != "little") fail(what_, "byte order '" + shown(value) + "' is not supported");
@@ -818,6 +852,17 @@ class Unpickler {
 };
 
 }  // namespace
+
+uint32_t archive_crc32(const void* data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  for (size_t done = 0; done < size;) {
+    const size_t chunk = std::min<size_t>(size - done, size_t{1} << 30);
+    crc = crc32(crc, p + done, static_cast<uInt>(chunk));
+    done += chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
 
 TorchValue read_torch_archive(const uint8_t* data, size_t size, const std::string& what,
                               const TorchArchiveLimits& limits) {

@@ -236,7 +236,7 @@ void bind_volumes(py::module_& m) {
         write_volume(path, data, affine, o);
       },
       py::arg("path"), py::arg("data"), py::arg("affine"), py::arg("gzip_level") = -1,
-      py::arg("nifti_version") = 1, py::arg("spacing_mm") = std::vector<double>{},
+      py::arg("nifti_version") = 0, py::arg("spacing_mm") = std::vector<double>{},
       py::arg("descrip") = "", "Writes X x Y x Z or C x X x Y x Z data atomically.");
 
   m.def(

@@ -19,7 +19,6 @@ try:
         Volume,
         large_block_stats,
         pairs_from_folder,
-        read_volume,
         tune_allocator_for_volumes,
     )
 except ModuleNotFoundError as e:
@@ -35,7 +34,7 @@ else:
     from .sampler import DistributedSampler  # noqa: F401
     from .seeds import WorkerInit, worker_init_fn  # noqa: F401
     from .fingerprint import Fingerprint  # noqa: F401
-    from .validation import ValidationLoader, sliding_window_inference, write_volume  # noqa: F401
+    from .validation import ValidationLoader, read_volume, sliding_window_inference, write_volume  # noqa: F401
 
 __version__ = "0.1.0"
 __all__ = [

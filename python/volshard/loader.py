@@ -9,7 +9,8 @@ import os
 import torch
 
 from . import _volshard
-from .sampler import DistributedSampler, _volshard_options
+from ._checks import fspath as _fspath, options as _checked_options
+from .sampler import DistributedSampler
 
 
 def _is_datalist(data):
@@ -70,7 +71,7 @@ def pairs_from_datalist(path, section="training", keys=None):
     MONAI's DDP tutorial's dicts, and gives them back so). Every file is
     checked: missing ones raise FileNotFoundError, listed."""
     image_key, label_key = _keys(keys, "pairs_from_datalist")
-    return _volshard._pairs_from_datalist(os.fspath(path), section, image_key, label_key)
+    return _volshard._pairs_from_datalist(_fspath(path, "pairs_from_datalist"), section, image_key, label_key)
 
 
 def _pairs(data, keys=_KEYS):
@@ -95,10 +96,10 @@ def _pairs(data, keys=_KEYS):
                 elif keys != _KEYS:
                     hint = f" (keys={keys!r})"
                 raise ValueError(f"Loader: data[{k}] has no '{keys[0]}' or '{keys[1]}' key: {item!r}{hint}")
-            pairs.append((os.fspath(item[keys[0]]), os.fspath(item[keys[1]])))
+            pairs.append((_fspath(item[keys[0]], "Loader", keys[0]), _fspath(item[keys[1]], "Loader", keys[1])))
         elif isinstance(item, (list, tuple)) and len(item) == 2:
             image, label = item
-            pairs.append((os.fspath(image), os.fspath(label)))
+            pairs.append((_fspath(image, "Loader", "image"), _fspath(label, "Loader", "label")))
         else:
             raise TypeError(f"Loader: data[{k}] must be an {{'image', 'label'}} dict or an (image, label) pair, "
                             f"not {item!r}")
@@ -268,7 +269,9 @@ class Loader:
     normalize) with a_min/a_max/b_min/b_max/clip or nonzero/channel_wise/
     normalize_on (crop, volume), crop_foreground, spatial_pad, prefix_order (the steps' order), labels (classes,
     brats, decathlon_brats), num_classes,
-    crop_kind (pos_neg, spatial), flip_prob, rand_scale, rand_shift, and
+    crop_kind (pos_neg, spatial), flip_prob, rand_scale, rand_shift (with
+    rand_scale_prob, rand_shift_prob), noise_prob/noise_std,
+    smooth_prob/smooth_sigma_x/y/z, contrast_prob/contrast_gamma, and
     crop, num_samples, rot90_prob, allow_smaller, which the arguments of the
     same names override when given (defaults: 96, 4, 0.5, False).
     The GIL is released while C++ works; tensors come without a copy.
@@ -353,11 +356,11 @@ class Loader:
             self._core = _volshard._LoaderCore(
                 pairs,
                 feed,
-                _volshard_options(_volshard._LoaderOptions, batch_size=batch_size, drop_last_batch=drop_last_batch,
+                _checked_options(_volshard._LoaderOptions, "Loader", batch_size=batch_size, drop_last_batch=drop_last_batch,
                                   workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
                                   pin_memory=pin_memory, device=cache_device),
-                _volshard_options(_volshard._CacheOptions, cache_rate=cache_rate, threads=cache_threads,
-                                  max_bytes=max_cache_bytes, cache_dir=os.fspath(cache_dir),
+                _checked_options(_volshard._CacheOptions, "Loader", cache_rate=cache_rate, threads=cache_threads,
+                                  max_bytes=max_cache_bytes, cache_dir=_fspath(cache_dir, "Loader", "cache_dir"),
                                   device=cache_device))
         except ValueError as e:
             raise ValueError(_python_names(str(e))) from None

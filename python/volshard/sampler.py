@@ -7,16 +7,14 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from . import _volshard
+from ._checks import options as _checked_options
 
 _UINT64 = (1 << 64) - 1
 
 
 def _volshard_options(cls, **fields):
     """A C++ options struct with these fields set (the rest keep their defaults)."""
-    options = cls()
-    for name, value in fields.items():
-        setattr(options, name, value)
-    return options
+    return _checked_options(cls, "DistributedSampler", **fields)
 
 
 def _world():

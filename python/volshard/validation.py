@@ -2,11 +2,10 @@
 rank's share, and MONAI's sliding-window inference over the trainer's own
 window logic."""
 
-import os
-
 import torch
 
 from . import _volshard
+from ._checks import fspath as _fspath
 from .loader import _NO_TRANSFORM, _feed_options, _keys, _named, _python_names, _split
 from .sampler import _world
 
@@ -89,7 +88,15 @@ def sliding_window_inference(inputs, roi_size, sw_batch_size, predictor, overlap
     return torch.cat(outputs, 0)
 
 
-def write_volume(path, data, affine, gzip_level=-1, nifti_version=1, spacing_mm=(), descrip=""):
+def read_volume(path, as_float=False, apply_scaling=True, max_voxels=None):
+    """Reads a .nii or .nii.gz as nibabel does, channel-first: ``.data`` C x X x Y x Z,
+    ``.affine``, ``.spacing_mm``, ``.header``. ``max_voxels`` (None: the library's
+    limit) refuses larger volumes before allocating."""
+    args = (_fspath(path, "read_volume"), bool(as_float), bool(apply_scaling))
+    return _volshard.read_volume(*args) if max_voxels is None else _volshard.read_volume(*args, int(max_voxels))
+
+
+def write_volume(path, data, affine, gzip_level=-1, nifti_version=0, spacing_mm=(), descrip=""):
     """Writes X x Y x Z or C x X x Y x Z data (a tensor or a numpy array) as
     NIfTI with a 4 x 4 affine (a tensor, array or nested list), atomically:
     nibabel reads data[c, i, j, k] as [i, j, k, c]."""
@@ -97,5 +104,5 @@ def write_volume(path, data, affine, gzip_level=-1, nifti_version=1, spacing_mm=
     affine = torch.as_tensor(affine, dtype=torch.float64)
     if tuple(affine.shape) != (4, 4):
         raise ValueError(f"write_volume: affine must be 4 x 4, got {tuple(affine.shape)}")
-    _volshard.write_volume(os.fspath(path), data, affine.tolist(), gzip_level, nifti_version,
+    _volshard.write_volume(_fspath(path, "write_volume"), data, affine.tolist(), gzip_level, nifti_version,
                            [float(s) for s in spacing_mm], descrip)

@@ -114,3 +114,32 @@ def test_write_refuses_an_unsupported_dtype_naming_it(tmp_path):
 def test_write_into_a_missing_folder_names_it(tmp_path):
     with pytest.raises(OSError, match="no_such_dir"):
         volshard.write_volume(str(tmp_path / "no_such_dir" / "x.nii"), torch.zeros(2, 2, 2), np.eye(4).tolist())
+
+
+def test_a_path_with_a_nul_byte_is_refused_as_open_refuses_it(tmp_path):
+    # C++ would end the path at the NUL and open another file.
+    good = tmp_path / "a.nii"
+    nib.save(nib.Nifti1Image(np.zeros((2, 2, 2), np.float32), np.eye(4)), good)
+    for call in (lambda p: volshard.read_volume(p), lambda p: volshard.write_volume(p, torch.zeros(2, 2, 2), np.eye(4)),
+                 lambda p: volshard.Loader([(p, p)], None)):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call(str(good) + "\0.gz")
+
+
+def test_arguments_of_the_wrong_type_are_named(tmp_path):
+    with pytest.raises(TypeError, match=r"DistributedSampler: num_replicas=1.5 must be of type int, not float"):
+        volshard.DistributedSampler(6, num_replicas=1.5, rank=0)
+    with pytest.raises(TypeError, match=r"read_volume: path must be a str or os.PathLike, not int"):
+        volshard.read_volume(5)
+
+
+def test_the_nifti_version_follows_the_shape_unless_one_is_asked_for(tmp_path):
+    # NIfTI-1 stores int16 dims: a longer axis is written as NIfTI-2 unless nifti_version=1 is asked for.
+    data = torch.arange(40000, dtype=torch.float32).reshape(40000, 1, 1)
+    volshard.write_volume(tmp_path / "long.nii", data, np.eye(4))
+    img = nib.load(tmp_path / "long.nii")
+    assert isinstance(img, nib.Nifti2Image) and img.shape == (40000, 1, 1)
+    volshard.write_volume(tmp_path / "short.nii", data[:100], np.eye(4))
+    assert type(nib.load(tmp_path / "short.nii")) is nib.Nifti1Image
+    with pytest.raises(ValueError, match=r"NIfTI-1 stores dims up to 32767; nifti_version=2"):
+        volshard.write_volume(tmp_path / "v1.nii", data, np.eye(4), nifti_version=1)

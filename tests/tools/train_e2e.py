@@ -96,6 +96,30 @@ def children(pid):
     return [int(p) for p in out]
 
 
+def swap_zip_names(raw, a, b):
+    """The zip `raw` with the names of records a and b (of one length) swapped where a zip keeps
+    them, the local headers and the central directory; the records' bytes and CRCs stay put."""
+    import io
+    import struct
+    import zipfile
+    assert len(a) == len(b)
+    buf = bytearray(raw)
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        offsets = {i.filename: i.header_offset for i in z.infolist()}
+        pos = z.start_dir
+    for name, other in ((a, b), (b, a)):
+        at = offsets[name] + 30
+        assert buf[at:at + len(name)] == name.encode()
+        buf[at:at + len(name)] = other.encode()
+    while buf[pos:pos + 4] == b"PK\x01\x02":
+        n, m, k = struct.unpack("<HHH", bytes(buf[pos + 28:pos + 34]))
+        name = bytes(buf[pos + 46:pos + 46 + n]).decode()
+        if name in (a, b):
+            buf[pos + 46:pos + 46 + n] = (b if name == a else a).encode()
+        pos += 46 + n + m + k
+    return bytes(buf)
+
+
 class Base(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -313,7 +337,8 @@ class TrainJobTest(Base):
                      os.path.join(mismatched, "seg2.nii.gz"))
         cases = [
             (["--crop", "96"], "--crop=96 is larger than"),
-            (["--crop", "96"], "and 5 other training volume(s); the smallest shape in the set is 64x64x64"),
+            (["--crop", "96"], "is larger than 6 of 6 training volume(s) as stored: "),
+            (["--crop", "96"], "img5.nii.gz (64x64x64); the smallest shape in the set is 64x64x64"),
             (["--crop", "96"], "use --crop <= 64, --spatial-pad 96 or --allow-smaller"),
             (["--crop", "36"], "multiple of 8"),
             (["--batch-size", "0"], "--batch-size=0"),
@@ -578,11 +603,18 @@ class ReproTest(Base):
             path = os.path.join(self.root, "trace_w%d.jsonl" % world)
             if os.path.exists(path):
                 os.remove(path)
-            self.train(self.out("w%d" % world), "--trace-samples", path, "--val-every", 0, nproc=world, epochs=1)
+            # Every random step on, each drawn from the sample's own stream.
+            self.train(self.out("w%d" % world), "--trace-samples", path, "--val-every", 0, "--flip-prob", 0.5,
+                       "--rand-scale", 0.1, "--noise-prob", 0.5, "--smooth-prob", 0.5, "--contrast-prob", 0.5,
+                       nproc=world, epochs=1)
             rows = trace(path)
             self.assertEqual({r["rank"] for r in rows}, set(range(world)))
             seen[world] = rows
-        key = lambda r: (r["epoch"], r["index"], r["patch"], tuple(r["crop_start"]), r["rot90_k"])
+        key = lambda r: (r["epoch"], r["index"], r["patch"], tuple(r["crop_start"]), r["rot90_k"],
+                         tuple(r["flipped"]), json.dumps(r["intensity"]))
+        names = {s["step"] for r in seen[1] for s in r["intensity"]}
+        self.assertEqual(names, {"RandScaleIntensity", "RandGaussianNoise", "RandGaussianSmooth",
+                                 "RandAdjustContrast"})
         # --val-every 0 holds nothing out: 8 volumes x 2 crops, split evenly at W = 1, 2 and 4.
         self.assertEqual(len(seen[1]), 16)
         self.assertEqual(len(set(map(key, seen[1]))), 16)
@@ -1163,6 +1195,47 @@ class GpuTest(Base):
 
 class RunFolderTest(Base):
     """Run folders and resume as a cluster user meets them (issue #43, items 1-5)."""
+
+    def test_a_model_whose_record_names_were_swapped_is_refused(self):
+        import zipfile
+        out = self.out("swapped")
+        self.train(out, "--val-every", 0, "--max-steps", 1, epochs=1)
+        model = os.path.join(out, "model.pt")
+        with zipfile.ZipFile(model) as z:
+            infos = [i for i in z.infolist() if "/data/" in i.filename]
+            names = [n for n in z.namelist()]
+        self.assertTrue(any(n.endswith("/volshard_records") for n in names), names)
+        by_size = collections.defaultdict(list)
+        for i in infos:
+            by_size[i.file_size].append(i.filename)
+        a, b = next(v for v in by_size.values() if len(v) >= 2 and len(v[0]) == len(v[1]))[:2]
+        # The names swapped where the zip keeps them (local headers, central directory); each
+        # record's own CRC still holds, so only the list of names and CRCs can tell.
+        with open(model, "rb") as f:
+            swapped = swap_zip_names(f.read(), a, b)
+        bad = self.out("swapped.pt")
+        with open(bad, "wb") as f:
+            f.write(swapped)
+        image = os.path.join(self.data, "img7.nii.gz")
+        p = run("predict", "--model", bad, "--config", os.path.join(out, "config.json"), "--image", image,
+                "--out", self.out("swapped_pred.nii.gz"))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertRegex(p.stderr, r"record (%s|%s) is not the one written under that name"
+                         % (re.escape(a.split("/", 1)[1]), re.escape(b.split("/", 1)[1])))
+        p = run("predict", "--model", model, "--config", os.path.join(out, "config.json"), "--image", image,
+                "--out", self.out("pred.nii.gz"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_a_datalist_naming_a_volume_twice_is_refused(self):
+        listing = self.out("dup.json")
+        pairs = [{"image": os.path.join(self.data, "img%d.nii.gz" % i),
+                  "label": os.path.join(self.data, "seg%d.nii.gz" % i)} for i in (0, 1, 2, 1)]
+        with open(listing, "w") as f:
+            json.dump({"training": pairs}, f)
+        p = run("train", "--datalist", listing, "--out", self.out("dup"), *SMALL)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("training[1] and training[3] name the same image %s: list each volume once"
+                      % pairs[1]["image"], p.stderr)
 
     def test_a_second_run_into_a_held_folder_is_refused_naming_it_and_a_dead_holders_lock_is_taken_over(self):
         out = self.out("twin")

@@ -459,6 +459,39 @@ def png_size(path):
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
+class HostileInputTest(unittest.TestCase):
+    """What a file system or a command line can hand in: FIFOs, bytes that are not UTF-8, a list flag twice."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="volshard_hostile_")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def test_fifos_as_inputs_are_refused_not_waited_on(self):
+        fifo = os.path.join(self.dir, "image.nii.gz")
+        os.mkfifo(fifo)
+        listing = os.path.join(self.dir, "dataset.json")
+        os.mkfifo(listing)
+        for args in (("info", fifo), ("train", "--datalist", listing, "--out", os.path.join(self.dir, "run"))):
+            # Opening a FIFO waits for a writer: without the check this times out.
+            p = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0, args)
+            self.assertIn("not a regular file (a FIFO)", p.stderr, args)
+
+    def test_bytes_that_are_not_utf8_reach_stderr_escaped(self):
+        path = os.fsencode(self.dir) + b"/caf\xe9\xff.nii.gz"  # Latin-1, as an old file system names it
+        p = subprocess.run([os.fsencode(BINARY), b"info", path], capture_output=True)
+        self.assertNotEqual(p.returncode, 0)
+        err = p.stderr.decode("utf-8")  # strict: raw bytes would fail here
+        self.assertIn("caf\\xe9\\xff.nii.gz", err)
+
+    def test_a_list_flag_given_twice_is_refused_not_joined(self):
+        p = run("train", "--data", self.dir, "--out", os.path.join(self.dir, "run"), "--channels", "4,8",
+                "--channels", "16")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("train: --channels is given 2 times (4,8 and 16): give it once, its values comma-separated",
+                      p.stderr)
+
+
 class FrontDoorToolTest(unittest.TestCase):
     """Rough edges a new user met: small synthetic volumes, info's facts, preview, bad bytes."""
 

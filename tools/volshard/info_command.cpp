@@ -6,6 +6,7 @@
 
 #include "std_commands.h"
 #include "verbs.h"
+#include "volshard/core/error.h"
 #include "volshard/volume_io/volume_info.h"
 
 namespace volshard::cli {
@@ -29,7 +30,7 @@ Run add_info_command(CLI::App& app) {
         const VolumeInfo info = describe_volume(f);
         std::cout << (s->json ? to_json(info) + "\n" : to_text(info));
       } catch (const std::exception& e) {  // report and go on with the other files
-        std::cerr << "volshard info: " << e.what() << "\n";
+        std::cerr << "volshard info: " << printable_lines(e.what()) << "\n";
         status = 1;
       }
     }

@@ -7,9 +7,39 @@
 
 #include "std_commands.h"
 #include "verbs.h"
+#include "volshard/core/error.h"
 #include "volshard/core/nearest_name.h"
 
 namespace volshard::cli {
+namespace {
+
+// CLI11 joins the values of a list flag given twice ("--channels 16,32
+// --channels 64" is 16,32,64): refused instead, naming both.
+void check_list_flags_given_once(const CLI::App& app, int argc, char** argv) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* option : sub->get_options()) {
+      if (option->get_delimiter() == '\0') continue;
+      std::vector<std::string> given;
+      for (int i = 1; i < argc; ++i) {
+        const std::string token = argv[i];
+        for (const std::string& name : option->get_lnames()) {
+          const std::string flag = "--" + name;
+          if (token == flag && i + 1 < argc)
+            given.push_back(argv[i + 1]);
+          else if (token.rfind(flag + "=", 0) == 0)
+            given.push_back(token.substr(flag.size() + 1));
+        }
+      }
+      if (given.size() > 1)
+        throw std::invalid_argument(sub->get_name() + ": --" + option->get_lnames().front() +
+                                    " is given " + std::to_string(given.size()) + " times (" +
+                                    given[0] + " and " + given[1] +
+                                    "): give it once, its values comma-separated");
+    }
+  }
+}
+
+}  // namespace
 
 int parse_and_run(CLI::App& app, const std::vector<std::pair<std::string, Run>>& commands, int argc,
                   char** argv) {
@@ -21,6 +51,7 @@ int parse_and_run(CLI::App& app, const std::vector<std::pair<std::string, Run>>&
   app.set_version_flag("--version", std::string("volshard ") + VOLSHARD_VERSION);
   try {
     app.parse(argc, argv);
+    check_list_flags_given_once(app, argc, argv);
     for (const auto& [name, run] : commands)
       if (app.got_subcommand(name)) return run();
     return 2;
@@ -38,13 +69,13 @@ int parse_and_run(CLI::App& app, const std::vector<std::pair<std::string, Run>>&
         return 2;
       }
     }
-    std::cerr << "volshard: " << e.what() << "\nRun with --help for usage.\n";
+    std::cerr << "volshard: " << printable_lines(e.what()) << "\nRun with --help for usage.\n";
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "volshard: " << e.what() << "\n";
+    std::cerr << "volshard: " << printable_lines(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "volshard: error: " << e.what() << "\n";
+    std::cerr << "volshard: error: " << printable_lines(e.what()) << "\n";
     return 1;
   }
 }

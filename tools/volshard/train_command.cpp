@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "verbs.h"
+#include "volshard/core/error.h"
 #include "volshard/core/folder_lock.h"
 #include "volshard/trainer/launch.h"
 #include "volshard/trainer/rendezvous.h"
@@ -197,9 +198,9 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
     // are the lost rank it left behind).
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     const bool bad_input = dynamic_cast<const std::invalid_argument*>(&e) != nullptr;
-    const std::string line = "volshard train: rank " + std::to_string(r.rank) + ": " +
-                             (bad_input ? "" : "error: ") +
-                             (c10_error ? c10_error->what_without_backtrace() : e.what());
+    const std::string line =
+        "volshard train: rank " + std::to_string(r.rank) + ": " + (bad_input ? "" : "error: ") +
+        printable_lines(c10_error ? c10_error->what_without_backtrace() : e.what());
     if (!report_worker_error(line)) print_run_line(std::cerr, line);
     return bad_input ? 2 : 1;
   }

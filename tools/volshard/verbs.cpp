@@ -6,6 +6,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "volshard/core/error.h"
 #include "volshard/core/nearest_name.h"
 
 namespace volshard::cli {
@@ -95,7 +96,7 @@ bool strip_local_rank_flag(int& argc, char**& argv, std::vector<char*>& storage)
   try {
     storage = take_local_rank_flag(argc, argv);
   } catch (const std::invalid_argument& e) {
-    std::cerr << "volshard: " << e.what() << "\n";
+    std::cerr << "volshard: " << printable_lines(e.what()) << "\n";
     return false;
   }
   argc = static_cast<int>(storage.size()) - 1;

@@ -8,7 +8,6 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -105,35 +104,20 @@ std::array<int64_t, 3> check_pair(const TrainOptions& o, const ImageLabelPair& p
 }
 
 // Every training image holds the crop, as the prefix resamples and pads it
-// (CropForeground's box needs the voxels: the workers check that). The first
-// that does not is named with its shape, and the smallest shape of the set.
+// (CropForeground's box needs the voxels: RankPipeline checks those once
+// the cache holds them, before the loader starts).
 void check_crop_fits(const TrainOptions& o, const std::vector<ImageLabelPair>& train,
                      const std::vector<std::array<int64_t, 3>>& shapes) {
-  if (o.feed.allow_smaller || o.feed.prefix.crop_foreground) return;
-  size_t first = shapes.size(), smallest = 0;
-  int64_t too_small = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const int64_t side = std::min({shapes[i][0], shapes[i][1], shapes[i][2]});
-    if (side < o.feed.crop) {
-      ++too_small;
-      if (first == shapes.size()) first = i;
-    }
-    const auto& s = shapes[smallest];
-    if (side < std::min({s[0], s[1], s[2]})) smallest = i;
-  }
-  if (too_small == 0) return;
+  if (o.feed.prefix.crop_foreground) return;
+  std::vector<VolumeShape> volumes;
+  for (size_t i = 0; i < shapes.size(); ++i) volumes.push_back({train[i].image, shapes[i]});
   const PrefixOptions& prefix = o.feed.prefix;
-  const std::string after =
-      std::string(prefix.pixdim.empty() ? "" : " after --pixdim") +
-      (prefix.pad_size() == std::array<int64_t, 3>{} ? "" : " and --spatial-pad");
-  throw std::invalid_argument(
-      "train: --crop=" + std::to_string(o.feed.crop) + " is larger than " + train[first].image +
-      " (" + shape_text(shapes[first]) + after + ")" +
-      (too_small > 1 ? " and " + std::to_string(too_small - 1) + " other training volume(s)" : "") +
-      "; the smallest shape in the set is " + shape_text(shapes[smallest]) + " (" +
-      train[smallest].image + "): use --crop <= " +
-      std::to_string(std::min({shapes[smallest][0], shapes[smallest][1], shapes[smallest][2]})) +
-      ", --spatial-pad " + std::to_string(o.feed.crop) + " or --allow-smaller");
+  const bool padded = prefix.pad_size() != std::array<int64_t, 3>{};
+  volshard::check_crop_fits(o.feed, volumes,
+                            prefix.pixdim.empty() && !padded ? "as stored"
+                            : prefix.pixdim.empty()          ? "after --spatial-pad"
+                            : padded                         ? "after --pixdim and --spatial-pad"
+                                                             : "after --pixdim");
 }
 
 // A fresh run would replace checkpoint.pt and model.pt: only when asked to. A
@@ -210,8 +194,7 @@ void check_resume_point(const TrainOptions& o, const DataSplit& d) {
 }
 
 bool datalist_has_validation(const std::string& path) {
-  std::ifstream in(path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(path), nullptr, false);
   return j.is_object() && j.contains("validation");
 }
 

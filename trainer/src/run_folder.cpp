@@ -137,7 +137,13 @@ void RunFolder::trace(int64_t epoch, int64_t step, int64_t rank,
                     {"foreground", m.foreground_centre},
                     {"rot90_k", m.rot90_k},
                     {"flipped", m.flipped}};
-    lines += t.dump() + "\n";
+    // The intensity steps applied, in order, with what each drew.
+    json intensity = json::array();
+    for (const auto& [name, drawn] : m.intensity)
+      intensity.push_back({{"step", name}, {"drawn", drawn}});
+    json row = t;
+    row["intensity"] = std::move(intensity);
+    lines += row.dump() + "\n";
   }
   trace_.write(lines);
 }

@@ -4,6 +4,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -40,10 +41,22 @@ std::vector<char> pickle_archive(const c10::IValue& value) {
   });
   writer.writeRecord("data.pkl", pickled.data(), pickled.size());
   const std::vector<at::Tensor>& tensors = pickler.tensorData();
+  // Each record's CRC-32 is the zip's, kept beside the record's name: two
+  // records of one size whose names were swapped would pass their own
+  // checks and load into each other's tensors. This list, one line per
+  // record ("<name> <crc32 hex> <bytes>"), ties each name to its bytes;
+  // torch.load ignores records it does not use, and the reader checks it.
+  std::string manifest;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const torch::jit::WriteableTensorData data = torch::jit::getWriteableTensorData(tensors[i]);
-    writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+    const std::string name = "data/" + std::to_string(i);
+    writer.writeRecord(name, data.data(), data.sizeInBytes());
+    char line[64];
+    std::snprintf(line, sizeof line, " %08x %zu\n", archive_crc32(data.data(), data.sizeInBytes()),
+                  data.sizeInBytes());
+    manifest += name + line;
   }
+  writer.writeRecord(kRecordManifest, manifest.data(), manifest.size());
   writer.writeEndOfFile();
   return archive;
 }

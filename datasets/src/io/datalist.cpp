@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -110,6 +110,7 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
   };
   std::vector<ImageLabelPair> pairs;
   std::vector<std::string> missing;
+  std::map<std::string, size_t> entry_of_image;
   const auto& entries = doc[section];
   for (size_t k = 0; k < entries.size(); ++k) {
     const auto& e = entries[k];
@@ -128,6 +129,13 @@ std::vector<ImageLabelPair> pairs_from_datalist(const std::string& datalist_path
     for (const auto* p : {&pair.image, &pair.label}) {
       if (!fs::exists(*p)) missing.push_back(*p);
     }
+    // A volume listed twice is drawn twice an epoch, and the tail held out
+    // for validation may hold a copy of one the model trains on.
+    if (const auto [at, fresh] = entry_of_image.emplace(pair.image, k); !fresh)
+      throw std::runtime_error(datalist_path + ": " + section + "[" + std::to_string(at->second) +
+                               "] and " + section + "[" + std::to_string(k) +
+                               "] name the same image " + printable(pair.image) +
+                               ": list each volume once");
     pairs.push_back(std::move(pair));
   }
   if (!missing.empty()) {
@@ -165,8 +173,7 @@ PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
 PairSplit split_datalist(const std::string& datalist_path, double val_fraction,
                          const PairKeys& keys) {
   std::vector<ImageLabelPair> train = pairs_from_datalist(datalist_path, "training", keys);
-  std::ifstream in(datalist_path);
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  const nlohmann::json doc = nlohmann::json::parse(read_text_file(datalist_path), nullptr, false);
   if (!doc.is_object() || !doc.contains("validation"))
     return hold_out_tail(std::move(train), val_fraction, datalist_path + " (\"training\")");
   PairSplit split;

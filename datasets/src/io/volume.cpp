@@ -5,12 +5,14 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 
+#include "volshard/core/error.h"
 #include "volshard/volume_io/voxel_copy.h"
 
 namespace volshard {
@@ -218,7 +220,12 @@ void write_volume(const std::string& path, const at::Tensor& data, const Affine&
   if (cxyz[0] > 1) spec.shape.push_back(cxyz[0]);
   spec.datatype = type;
   spec.affine = affine;
-  spec.version = options.nifti_version;
+  const bool fits_nifti1 =
+      std::all_of(spec.shape.begin(), spec.shape.end(), [](int64_t d) { return d <= 32767; });
+  if (options.nifti_version == 1 && !fits_nifti1)
+    fail("shape " + shape_text(spec.shape) +
+         ": NIfTI-1 stores dims up to 32767; nifti_version=2 (or 0, the default, to choose)");
+  spec.version = options.nifti_version != 0 ? options.nifti_version : fits_nifti1 ? 1 : 2;
   spec.spacing_mm = options.spacing_mm;
   spec.descrip = options.descrip;
   const auto nbytes = static_cast<size_t>(t.numel() * element_size(type));

@@ -20,6 +20,10 @@ namespace volshard {
 /// multi-byte UTF-8 stay. For every message that quotes file content or a
 /// path, so that the message is valid UTF-8 on one line.
 std::string printable(const std::string& text);
+/// printable() of each line, the line breaks kept: for a whole message on
+/// its way to a terminal or a log (a path or a config value from a file may
+/// hold any byte).
+std::string printable_lines(const std::string& text);
 
 /// The shortest text that reads back as `v` ("1.5", "0.1", "200", "-57",
 /// "1e-05", "nan"), without an exponent where Python's repr has none: for

@@ -52,6 +52,10 @@ class Fd {
   int fd_;
 };
 
+/// Throws std::invalid_argument when `path` holds a NUL byte (the system
+/// would open the path cut at it); every function here checks it.
+void check_path(const std::string& path);
+
 /// Opens a regular file for reading and reports its size in bytes; throws
 /// std::runtime_error "path: cannot open: <reason>" (or "not a regular file").
 Fd open_for_reading(const std::string& path, int64_t* file_size);

@@ -88,6 +88,17 @@ struct TorchValue {
 TorchValue read_torch_archive(const uint8_t* data, size_t size, const std::string& what,
                               const TorchArchiveLimits& limits = {});
 
+/// The record volshard's writer adds beside data.pkl: one line per data
+/// record, "<name> <crc32 hex> <bytes>". The zip keeps each record's CRC with
+/// its name, so two records of one size whose names were swapped pass their
+/// own checks; this list ties each name to its bytes, and
+/// read_torch_archive refuses a file that disagrees with it. torch.load
+/// ignores it; files without it (torch.save's) are read as before.
+inline constexpr const char* kRecordManifest = "volshard_records";
+
+/// zlib's CRC-32 of `size` bytes (any size).
+uint32_t archive_crc32(const void* data, size_t size);
+
 /// read_torch_archive of a file's bytes; errors name the path.
 TorchValue read_torch_archive_file(const std::string& path, const TorchArchiveLimits& limits = {});
 

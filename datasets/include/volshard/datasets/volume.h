@@ -86,7 +86,9 @@ at::ScalarType volume_dtype(const NiftiHeader& header, const ReadOptions& option
 
 struct WriteOptions {
   int gzip_level = -1;    ///< -1: gzip level 1 if the path ends in ".gz", else none; 0: none; 1..12
-  int nifti_version = 1;  ///< 1: NIfTI-1 (affine stored as float32); 2: NIfTI-2 (float64, exact)
+  /// 1: NIfTI-1 (affine stored as float32, dims up to 32767); 2: NIfTI-2
+  /// (float64, exact); 0: NIfTI-1 where the dims fit it, else NIfTI-2.
+  int nifti_version = 0;
   std::vector<double> spacing_mm;  ///< pixdim[1..3]; empty: the affine's column norms
   std::string descrip;
   bool parallel = false;  ///< as ReadOptions::parallel, for the transposing copy
