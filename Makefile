@@ -31,8 +31,11 @@ test: build
 # MONAI-style synthetic volumes and a picture of the augmented crops, then the
 # tutorial UNet trained for 2 epochs on 2 ranks over Gloo (32^3 crops),
 # validated, and a prediction written back as NIfTI.
+# It builds only the two tools it runs (volshard pulls volshard-torch), not the tests,
+# benchmarks and fuzzers that `make build` adds.
 DEMO := $(BUILD)/demo
-demo: build
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target volshard sampler-inspect
 	@$(BUILD)/bin/sampler-inspect --size 12 --world-size 2 --epochs 0:1 --batch-size 2 --verify
 	@echo
 	@$(BUILD)/bin/volshard synth --out $(DEMO)/data --count 16 --size 64 --seed 0

@@ -282,7 +282,11 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("smooth_dr", "Dice loss: added to the denominator").at_least(0).finite(),
         o.loss.smooth_dr);
   visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
-  visit(F("roi", "validation sliding-window edge, voxels (0: --crop)").at_least(0), o.roi);
+  visit(F("roi",
+          "validation sliding-window edge, voxels (0: --crop); a volume's windows per axis are "
+          "ceil((edge - roi) / (roi x (1 - overlap))) + 1: 125 a 128^3 volume at --roi 32, 8 at 96")
+            .at_least(0),
+        o.roi);
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
   visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
         o.sw_batch_size);
