@@ -248,13 +248,7 @@ class Zip {
                         "): a zip's records never share bytes");
     // Every record's CRC, used or not: a flipped bit anywhere is found.
     for (const auto& [name, r] : records_) {
-      uLong actual = crc32(0L, Z_NULL, 0);
-      for (size_t done = 0; done < r.size;) {
-        const size_t chunk = std::min<size_t>(r.size - done, size_t{1} << 30);
-        actual = crc32(actual, data_ + r.offset + done, static_cast<uInt>(chunk));
-        done += chunk;
-      }
-      if (static_cast<uint32_t>(actual) != r.crc)
+      if (archive_crc32(data_ + r.offset, r.size) != r.crc)
         fail(what_, "record " + shown(name) + " fails its CRC-32 check: the file is corrupt");
     }
     // The pickle is <folder>/data.pkl; the folder is whatever the writer named it.
@@ -853,15 +847,15 @@ class Unpickler {
 
 }  // namespace
 
-uint32_t archive_crc32(const void* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint32_t archive_crc32(const void* data, size_t size, uint32_t crc) {
+  uLong c = crc;
   const auto* p = static_cast<const Bytef*>(data);
   for (size_t done = 0; done < size;) {
     const size_t chunk = std::min<size_t>(size - done, size_t{1} << 30);
-    crc = crc32(crc, p + done, static_cast<uInt>(chunk));
+    c = crc32(c, p + done, static_cast<uInt>(chunk));
     done += chunk;
   }
-  return static_cast<uint32_t>(crc);
+  return static_cast<uint32_t>(c);
 }
 
 TorchValue read_torch_archive(const uint8_t* data, size_t size, const std::string& what,

@@ -2,7 +2,6 @@
 
 #include <ATen/ops/empty.h>
 #include <torch/csrc/jit/serialization/pickle.h>
-#include <zlib.h>
 
 #include <cstdio>
 #include <cstring>
@@ -19,28 +18,16 @@ namespace {
 constexpr const char* kFormat = "volshard-checkpoint";
 constexpr int64_t kVersion = 1;
 
-uLong crc_bytes(uLong crc, const void* data, size_t size) {
-  const auto* p = static_cast<const Bytef*>(data);
-  while (size > 0) {  // crc32 takes a uInt length
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
-    crc = crc32(crc, p, chunk);
-    p += chunk;
-    size -= chunk;
-  }
-  return crc;
-}
-
 std::string checksum(const Checkpoint& c) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc_bytes(crc, c.meta_json.data(), c.meta_json.size());
+  uint32_t crc = archive_crc32(c.meta_json.data(), c.meta_json.size());
   for (const auto& kv : c.model) {
-    crc = crc_bytes(crc, kv.first.data(), kv.first.size());
+    crc = archive_crc32(kv.first.data(), kv.first.size(), crc);
     const at::Tensor t = kv.second.detach().to(at::kCPU).contiguous();
-    crc = crc_bytes(crc, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+    crc = archive_crc32(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(), crc);
   }
-  crc = crc_bytes(crc, c.optimizer.data(), c.optimizer.size());
+  crc = archive_crc32(c.optimizer.data(), c.optimizer.size(), crc);
   char hex[16];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  std::snprintf(hex, sizeof hex, "%08x", crc);
   return hex;
 }
 

@@ -1,6 +1,5 @@
 #include "run_folder.h"
 
-#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "progress.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/png.h"
+#include "volshard/core/torch_archive.h"
 #include "volshard/trainer/serialize.h"
 
 namespace volshard {
@@ -51,14 +51,8 @@ void truncate_metrics(const std::string& path, int64_t keep_steps_upto, int64_t 
 // The CRC-32 of a file's bytes, as 8 hex digits.
 std::string file_crc32_hex(const std::string& file) {
   const std::vector<char> bytes = read_file(file);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t at = 0; at < bytes.size();) {  // crc32 takes a uInt length
-    const auto chunk = static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), chunk);
-    at += chunk;
-  }
   char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  std::snprintf(hex, sizeof hex, "%08x", archive_crc32(bytes.data(), bytes.size()));
   return hex;
 }
 

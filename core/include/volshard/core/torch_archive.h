@@ -96,8 +96,9 @@ TorchValue read_torch_archive(const uint8_t* data, size_t size, const std::strin
 /// ignores it; files without it (torch.save's) are read as before.
 inline constexpr const char* kRecordManifest = "volshard_records";
 
-/// zlib's CRC-32 of `size` bytes (any size).
-uint32_t archive_crc32(const void* data, size_t size);
+/// zlib's CRC-32 of `size` bytes (any size; zlib takes at most 4 GiB a
+/// call), continuing `crc` (0: a fresh one): crc32(crc32(a), b) = crc32(ab).
+uint32_t archive_crc32(const void* data, size_t size, uint32_t crc = 0);
 
 /// read_torch_archive of a file's bytes; errors name the path.
 TorchValue read_torch_archive_file(const std::string& path, const TorchArchiveLimits& limits = {});
