@@ -142,8 +142,9 @@ def run_once(script, args, world, epochs, directory, timeout, gpus, fingerprints
             time.sleep(0.05)
     finally:
         for p in procs:
-            if p.poll() is None:
-                _kill(p)
+            running = p.poll() is None
+            _kill(p)  # also what a rank left behind in its session (a DataLoader worker)
+            if running:
                 p.wait()
         for log in logs:
             log.close()
