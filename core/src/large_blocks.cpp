@@ -15,6 +15,8 @@
 #include <mutex>
 #include <new>
 
+#include "volshard/core/limits.h"
+
 namespace volshard {
 namespace {
 
@@ -54,11 +56,14 @@ class BlockCache {
     }
     unmap_all(evicted);
     void* p = map_populated(want);
-    std::lock_guard<std::mutex> lock(mutex_);
     if (p == nullptr) {
-      in_use_ -= want;
-      throw std::bad_alloc();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_use_ -= want;
+      }
+      throw OutOfMemoryError(bytes);  // the size asked; reads /proc: outside the lock
     }
+    std::lock_guard<std::mutex> lock(mutex_);
     ++mapped_;
     sizes_[p] = want;
     return p;
@@ -185,8 +190,9 @@ void unmap(void* p, size_t bytes) noexcept { ::munmap(p, std::max<size_t>(bytes,
 void* allocate_bytes(size_t bytes) {
   if (bytes >= kLargeBlockBytes && cache_on.load(std::memory_order_relaxed))
     return cache().take(bytes);
-  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
-  if (p == nullptr) throw std::bad_alloc();
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) throw OutOfMemoryError(bytes);
   return p;
 }
 

@@ -1,5 +1,8 @@
 #include "volshard/core/limits.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,8 +46,73 @@ std::string bytes_text(double bytes) {
 void check_fits_in_memory(double bytes, const std::string& what) {
   const int64_t memory = physical_memory_bytes();
   if (memory <= 0 || !(bytes > static_cast<double>(memory))) return;
-  throw std::invalid_argument(what + " needs " + bytes_text(bytes) + " of memory; this machine has " +
+  throw std::invalid_argument(what + " needs " + bytes_text(bytes) +
+                              " of memory; this machine has " +
                               bytes_text(static_cast<double>(memory)));
+}
+
+int64_t available_memory_bytes() {
+  int64_t available = 0;
+  {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    int64_t kb = 0;
+    while (meminfo >> key >> kb >> unit) {
+      if (key == "MemAvailable:") {
+        available = kb * 1024;
+        break;
+      }
+    }
+  }
+  // A container's or a job's limit (SLURM, Kubernetes): cgroup v2's
+  // memory.max of the process's own group, less what the group uses.
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cgroup, line)) {
+    if (line.rfind("0::", 0) != 0) continue;
+    const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+    std::ifstream max_file(dir + "/memory.max"), current_file(dir + "/memory.current");
+    std::string max_text;
+    int64_t current = 0;
+    if (max_file >> max_text && max_text != "max" && current_file >> current) {
+      const int64_t room =
+          std::max<int64_t>(std::strtoll(max_text.c_str(), nullptr, 10) - current, 0);
+      available = available > 0 ? std::min(available, room) : room;
+    }
+  }
+  return available;
+}
+
+namespace {
+
+// bytes 0: a plain std::bad_alloc (new, a std::vector), whose size is not known.
+std::string out_of_memory_text(size_t bytes) {
+  std::string text = bytes == 0 ? std::string("could not allocate memory")
+                                : "could not allocate " + bytes_text(static_cast<double>(bytes)) +
+                                      " (" + std::to_string(bytes) + " bytes)";
+  const int64_t total = physical_memory_bytes(), available = available_memory_bytes();
+  if (total > 0) {
+    text += ": " + (available > 0 ? bytes_text(static_cast<double>(available)) : std::string("?")) +
+            " of this machine's " + bytes_text(static_cast<double>(total)) + " available";
+  }
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    text += std::string(total > 0 ? ", " : ": ") + "the process limited to " +
+            bytes_text(static_cast<double>(limit.rlim_cur)) + " of address space (ulimit -v)";
+  }
+  return text;
+}
+
+}  // namespace
+
+OutOfMemoryError::OutOfMemoryError(size_t bytes)
+    : bytes_(bytes), text_(std::make_shared<const std::string>(out_of_memory_text(bytes))) {}
+
+OutOfMemoryError::OutOfMemoryError(const std::string& context, const std::bad_alloc& inner) {
+  const auto* known = dynamic_cast<const OutOfMemoryError*>(&inner);
+  bytes_ = known != nullptr ? known->bytes() : 0;
+  text_ = std::make_shared<const std::string>(
+      context + ": " + (known != nullptr ? std::string(inner.what()) : out_of_memory_text(0)));
 }
 
 }  // namespace volshard

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "volshard/core/file_io.h"
+#include "volshard/core/limits.h"
 #include "volshard/core/mt19937.h"
 
 namespace volshard {
@@ -38,6 +39,26 @@ TEST_F(LargeBlocksTest, OffLargeRequestsAreMallocdAndCountNothing) {
   const LargeBlockStats after = large_block_stats();
   EXPECT_EQ(after.mapped, before.mapped);
   EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
+}
+
+// A request no memory can serve (here 2^50 bytes, past any address space)
+// ends in an OutOfMemoryError that says its size, with the cache on or off,
+// and leaves the counters as they were.
+TEST_F(LargeBlocksTest, ARequestThatFailsSaysItsSize) {
+  for (const bool on : {false, true}) {
+    enable_large_block_cache(on);
+    const LargeBlockStats before = large_block_stats();
+    try {
+      (void)allocate_bytes(size_t{1} << 50);
+      ADD_FAILURE() << "1 PB was allocated, cache " << on;
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_EQ(e.bytes(), size_t{1} << 50);
+      EXPECT_NE(std::string(e.what()).find("could not allocate 1.1 PB (1125899906842624 bytes)"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(large_block_stats().in_use_bytes, before.in_use_bytes);
+  }
 }
 
 // A released block serves the next request of its size class, or one up to

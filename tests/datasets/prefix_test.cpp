@@ -2,14 +2,17 @@
 // as the transform alone computes it, the label taking the image's grid, the
 // checks on label values, and the way back (invert_prefix) for predictions.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
 
+#include "volshard/core/limits.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
+#include "volshard/datasets/loader.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/transforms/transforms.h"
 #include "volume_io/nifti_test_util.h"
@@ -18,6 +21,7 @@ namespace volshard {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::in_child_with_address_limit;
 using testing::test_dir;
 
 // An LPS CT-like volume at 0.8 x 0.8 x 5 mm: air around a body, a bright organ labelled 1.
@@ -173,6 +177,33 @@ TEST(PrefixTest, InvertPrefixBringsAPredictionBackOntoTheFilesGrid) {
   const SpatialImage p2 = prepare_image(v, identity, &same);
   const at::Tensor x = at::rand(p2.data.sizes());
   EXPECT_TRUE(at::equal(invert_prefix(x, same, Interpolation::kBilinear), x));
+}
+
+// Spacing to a grid that passes the up-front check (the machine's memory)
+// but not what the process can have: the error names the file, the step and
+// its grid, and the size asked (it was "DataLoader: dataset index 1:
+// std::bad_alloc").
+TEST(PrefixTest, AnAllocationThatFailsNamesTheFileTheStepAndTheSize) {
+  const std::string dir = test_dir();
+  const CtPair ct = write_ct(dir);
+  PairOptions o;
+  o.prefix = spleen_prefix();
+  o.prefix.pixdim = {0.01, 0.01,
+                     0.05};  // 1761 x 1441 x 501 (after CropForeground): 5.1 GB of float32
+  const std::string text = in_child_with_address_limit(dir, size_t{1} << 30, [&]() -> std::string {
+    at::set_num_threads(1);        // no OpenMP pool in a forked child
+    tune_allocator_for_volumes();  // as the command-line tools run
+    try {
+      (void)load_pair(ct.pair, 0, o);
+      return "loaded";
+    } catch (const OutOfMemoryError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not an OutOfMemoryError: ") + e.what();
+    }
+  });
+  EXPECT_THAT(text, HasSubstr(ct.pair.image +
+                              ": Spacing to a 1761x1441x501 grid: could not allocate 5.1 GB "));
 }
 
 TEST(PrefixTest, LabelValuesOutsideTheClassesAreRefusedNamingFileAndValue) {

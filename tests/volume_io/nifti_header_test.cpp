@@ -6,8 +6,11 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <new>
+#include <string>
 
 #include "nifti_test_util.h"
+#include "volshard/core/limits.h"
 #include "volshard/volume_io/voxel_copy.h"
 
 namespace volshard {
@@ -469,6 +472,36 @@ TEST(VoxelCopyTest, RefusesNarrowingOrScaledIntegerOutputs) {
 }
 
 // ---- writing ----
+
+// A .nii.gz whose header asks for more than the process can allocate (a
+// 4 MB file of a 2000 x 1000 x 1000 int16 volume, under an address-space
+// limit 1 GB above what the process maps) is refused naming the file, the
+// header's volume and the size asked; it was a bare "std::bad_alloc".
+TEST(NiftiReadTest, AVolumeTooLargeToAllocateIsNamedWithItsFileAndSize) {
+  NiftiWriteSpec spec;
+  spec.shape = {2000, 1000, 1000};
+  spec.datatype = NiftiDatatype::kInt16;
+  const std::vector<uint8_t> header = encode_nifti_header(spec);
+  std::vector<uint8_t> bytes = gzip_compress(header.data(), header.size(), 1);
+  bytes.resize(bytes.size() + (size_t{4} << 20), 0x5a);  // a file the volume's size can come from
+  const std::string dir = test_dir();
+  const std::string path = dir + "/big.nii.gz";
+  write_bytes(path, bytes);
+  const std::string text = in_child_with_address_limit(dir, size_t{1} << 30, [&]() -> std::string {
+    try {
+      (void)read_nifti(path);
+      return "read";
+    } catch (const OutOfMemoryError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not an OutOfMemoryError: ") + e.what();
+    }
+  });
+  EXPECT_THAT(text,
+              AllOf(HasSubstr(path + ": its header gives 2000 x 1000 x 1000 int16 voxels (4.0 GB): "
+                                     "could not allocate 4.0 GB (4000000352 bytes)"),
+                    HasSubstr("(ulimit -v)")));
+}
 
 TEST(NiftiWriteTest, WritesAtomicallyAndReadsBack) {
   const std::string dir = test_dir();

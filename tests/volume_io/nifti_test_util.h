@@ -2,9 +2,12 @@
 // Tiny NIfTI fixtures for the tests: voxels hold their own file-order index.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -110,6 +113,38 @@ inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& bytes, int level = 
 template <class T>
 void put_le(std::vector<uint8_t>& bytes, size_t offset, T value) {
   std::memcpy(bytes.data() + offset, &value, sizeof(T));
+}
+
+/// Runs `fn` (returning a text, catching what it expects) in a forked child
+/// whose address space is limited to what it maps now plus `extra_bytes`, so
+/// that a large allocation fails there as on a machine without the memory.
+/// Returns the child's text, or why it gave none. `dir`: where it is passed.
+template <class Fn>
+std::string in_child_with_address_limit(const std::string& dir, size_t extra_bytes, const Fn& fn) {
+  const std::string said = dir + "/child_said.txt";
+  const pid_t child = fork();
+  if (child < 0) return "fork failed";
+  if (child == 0) {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    long long kb = 0;
+    while (status >> key && key != "VmSize:") status.ignore(1 << 12, '\n');
+    status >> kb;
+    const rlimit limit{static_cast<rlim_t>(kb) * 1024 + extra_bytes, RLIM_INFINITY};
+    if (kb == 0 || setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+    const std::string text = fn();
+    std::FILE* f = std::fopen(said.c_str(), "w");
+    if (f == nullptr) _exit(4);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return "waitpid failed";
+  if (!WIFEXITED(status)) return "the child died of signal " + std::to_string(WTERMSIG(status));
+  if (WEXITSTATUS(status) != 0) return "the child exited " + std::to_string(WEXITSTATUS(status));
+  const std::vector<uint8_t> text = read_bytes(said);
+  return std::string(text.begin(), text.end());
 }
 
 }  // namespace volshard::testing

@@ -2,10 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <new>
 #include <stdexcept>
 #include <string>
 
 #include "run_folder.h"
+#include "volshard/core/limits.h"
 #include "volshard/core/log.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
@@ -35,19 +37,37 @@ void predict(const PredictOptions& o) {
   // (MONAI's Invertd: logits resampled trilinearly, then argmax or threshold).
   const PairOptions prepare = whole_volume_prefix(o.prefix);
   PrefixTrace trace;
-  const at::Tensor image = prepare_image(volume, prepare, &trace).data.unsqueeze(0);
+  at::Tensor image;
+  try {
+    image = prepare_image(volume, prepare, &trace).data.unsqueeze(0);
+  } catch (const std::bad_alloc& e) {
+    throw OutOfMemoryError(o.image_path, e);
+  }
   torch::NoGradGuard no_grad;
   const Predictor forward = [&](const at::Tensor& x) { return net.forward_from_cpu(x); };
   at::Tensor logits;
   const int64_t edge = o.window();
-  if (edge > 0) {
-    SlidingWindowOptions sw;
-    sw.roi = {edge, edge, edge};
-    sw.overlap = o.overlap;
-    sw.sw_batch_size = o.sw_batch_size;
-    logits = sliding_window_inference(image, sw, forward);
-  } else {
-    logits = whole_volume_inference(image, o.model.size_multiple(), forward);
+  try {
+    if (edge > 0) {
+      SlidingWindowOptions sw;
+      sw.roi = {edge, edge, edge};
+      sw.overlap = o.overlap;
+      sw.sw_batch_size = o.sw_batch_size;
+      logits = sliding_window_inference(image, sw, forward);
+    } else {
+      logits = whole_volume_inference(image, o.model.size_multiple(), forward);
+    }
+  } catch (const std::bad_alloc& e) {
+    // The network's activations, beyond what the up-front check counts:
+    // say which window, and what needs less.
+    throw OutOfMemoryError(
+        o.image_path + ": " +
+            (edge > 0 ? "the network on windows of " + std::to_string(edge) + "^3, " +
+                            std::to_string(o.sw_batch_size) +
+                            " at a time (a smaller --roi or --sw-batch-size needs less)"
+                      : "the network on the whole volume at once (--roi E slides a window of "
+                        "E^3 instead)"),
+        e);
   }
   logits = logits.squeeze(0);  // C x X x Y x Z
   const bool softmax = o.activation == Activation::kSoftmax;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <stdexcept>
 
 #include "volshard/core/error.h"
@@ -95,7 +96,9 @@ at::ScalarType volume_dtype(const NiftiHeader& header, const ReadOptions& option
   return scalar_type(output_type(header, options));
 }
 
-Volume read_volume(const std::string& path, const ReadOptions& options) {
+namespace {
+
+Volume read_volume_unguarded(const std::string& path, const ReadOptions& options) {
   NiftiReadOptions nifti_options;
   nifti_options.max_voxels = options.max_voxels;
   NiftiFile file = read_nifti(path, nifti_options);
@@ -163,6 +166,16 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
   v.path = path;
   v.header = h;
   return v;
+}
+
+}  // namespace
+
+Volume read_volume(const std::string& path, const ReadOptions& options) {
+  try {
+    return read_volume_unguarded(path, options);
+  } catch (const std::bad_alloc& e) {  // the float copy's
+    throw_read_out_of_memory(path, e);
+  }
 }
 
 Volume read_volume_as_float(const std::string& path, ReadOptions options) {

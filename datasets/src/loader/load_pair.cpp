@@ -186,28 +186,38 @@ SpatialImage prepare_image(const Volume& image, const PairOptions& o, PrefixTrac
   for (const PrefixStep step : p.steps()) {
     const Grid before = grid_of(v);
     VoxelBox box;
-    switch (step) {
-      case PrefixStep::kOrientation:
-        if (!p.orientation.empty() && axcodes(v.affine) != p.orientation)
-          v = orient(v, p.orientation);
-        break;
-      case PrefixStep::kSpacing:
-        if (!p.pixdim.empty()) {
-          const Grid grid =
-              spacing_grid(before.shape, v.affine, {p.pixdim[0], p.pixdim[1], p.pixdim[2]});
-          if (grid.shape != before.shape || grid.affine != v.affine)
-            v = resample(v, grid, Interpolation::kBilinear);
-        }
-        break;
-      case PrefixStep::kIntensity:
-        apply_intensity(v.data, o);
-        break;
-      case PrefixStep::kCropForeground:
-        if (p.crop_foreground) {
-          box = foreground_box(v.data, p.foreground_margin);
-          v = crop_box(v, box);
-        }
-        break;
+    std::string doing;  // for an allocation that fails: the step, and the grid it makes
+    try {
+      switch (step) {
+        case PrefixStep::kOrientation:
+          if (!p.orientation.empty() && axcodes(v.affine) != p.orientation)
+            v = orient(v, p.orientation);
+          break;
+        case PrefixStep::kSpacing:
+          if (!p.pixdim.empty()) {
+            const Grid grid =
+                spacing_grid(before.shape, v.affine, {p.pixdim[0], p.pixdim[1], p.pixdim[2]});
+            doing = "Spacing to a " + shape_text(grid.shape) + " grid";
+            if (grid.shape != before.shape || grid.affine != v.affine)
+              v = resample(v, grid, Interpolation::kBilinear);
+          }
+          break;
+        case PrefixStep::kIntensity:
+          apply_intensity(v.data, o);
+          break;
+        case PrefixStep::kCropForeground:
+          if (p.crop_foreground) {
+            box = foreground_box(v.data, p.foreground_margin);
+            v = crop_box(v, box);
+          }
+          break;
+      }
+    } catch (const std::bad_alloc& e) {
+      if (doing.empty()) {
+        for (const auto& [name, named] : step_names())
+          if (named == step) doing = name;
+      }
+      throw OutOfMemoryError(doing, e);
     }
     const Grid after = grid_of(v);
     if (after.shape != before.shape || after.affine != before.affine)
@@ -250,6 +260,41 @@ at::Tensor invert_prefix(const at::Tensor& prediction, const PrefixTrace& t, Int
                                                           : v.data.to(prediction.scalar_type());
 }
 
+namespace {
+
+Sample prepare_pair(Volume image, Volume label, const ImageLabelPair& pair, int64_t index,
+                    const PairOptions& options) {
+  const PrefixOptions& p = options.prefix;
+  Sample s;
+  PrefixTrace trace;
+  SpatialImage img = prepare_image(image, options, &trace);
+  SpatialImage lab;
+  try {
+    lab = follow_trace({label.data, image.affine}, p.orientation, trace);
+  } catch (const std::bad_alloc& e) {
+    throw OutOfMemoryError(
+        "its label " + pair.label + " moved onto the " + spatial_text(img.data) + " grid", e);
+  }
+  const std::array<int64_t, 3> pad = p.pad_size();
+  if (pad != std::array<int64_t, 3>{}) {  // training's batching step: not in the trace
+    img = spatial_pad(img, pad);
+    lab = spatial_pad(lab, pad);
+  }
+  s.image = img.data;
+  s.meta.affine = img.affine;
+  s.label = std::move(lab.data);
+  if (p.labels != LabelMap::kClasses)
+    s.label = brats_channels(
+        s.label, p.labels == LabelMap::kBrats ? BratsLabels::kBrats : BratsLabels::kDecathlon);
+  if (options.label_indices)
+    s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
+  s.meta.index = index;
+  s.meta.source = pair.image;
+  return s;
+}
+
+}  // namespace
+
 Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& options) {
   const PrefixOptions& p = options.prefix;
   ReadOptions image_read, label_read;
@@ -271,26 +316,11 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
     fail_file(pair.label, "has " + std::to_string(label.data.size(0)) +
                               " channels; the BraTS label mapping needs one map of labels");
   check_label_values(label.data, p.num_classes, pair.label);
-  Sample s;
-  PrefixTrace trace;
-  SpatialImage img = prepare_image(image, options, &trace);
-  SpatialImage lab = follow_trace({label.data, image.affine}, p.orientation, trace);
-  const std::array<int64_t, 3> pad = p.pad_size();
-  if (pad != std::array<int64_t, 3>{}) {  // training's batching step: not in the trace
-    img = spatial_pad(img, pad);
-    lab = spatial_pad(lab, pad);
+  try {
+    return prepare_pair(std::move(image), std::move(label), pair, index, options);
+  } catch (const std::bad_alloc& e) {
+    throw OutOfMemoryError(pair.image, e);
   }
-  s.image = img.data;
-  s.meta.affine = img.affine;
-  s.label = std::move(lab.data);
-  if (p.labels != LabelMap::kClasses)
-    s.label = brats_channels(
-        s.label, p.labels == LabelMap::kBrats ? BratsLabels::kBrats : BratsLabels::kDecathlon);
-  if (options.label_indices)
-    s.indices = std::make_shared<const LabelIndices>(label_indices(s.label));
-  s.meta.index = index;
-  s.meta.source = pair.image;
-  return s;
 }
 
 }  // namespace volshard

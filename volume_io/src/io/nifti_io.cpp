@@ -21,6 +21,7 @@
 #include "nifti_layout.h"
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
+#include "volshard/core/limits.h"
 #include "volshard/volume_io/nifti_header.h"
 
 namespace volshard {
@@ -307,7 +308,22 @@ void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void
   write_file_atomic(path, {gz.data()}, {gz.size()});
 }
 
-NiftiFile read_nifti(const std::string& path, const NiftiReadOptions& options) {
+void throw_read_out_of_memory(const std::string& path, const std::bad_alloc& e) {
+  std::string context = path;
+  try {
+    const NiftiHeader h = read_nifti_header(path);
+    std::string dims;
+    for (const int64_t d : h.shape) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
+    context += ": its header gives " + dims + " " + to_string(h.datatype) + " voxels (" +
+               bytes_text(static_cast<double>(h.data_bytes())) + ")";
+  } catch (const std::exception&) {  // the header was read once; if not now, the file alone
+  }
+  throw OutOfMemoryError(context, e);
+}
+
+namespace {
+
+NiftiFile read_nifti_unguarded(const std::string& path, const NiftiReadOptions& options) {
   int64_t file_size = 0;
   Fd fd = open_for_reading(path, &file_size);
   uint8_t head[540];
@@ -325,6 +341,16 @@ NiftiFile read_nifti(const std::string& path, const NiftiReadOptions& options) {
   file.bytes = ByteBuffer::allocate(needed);
   read_exactly(fd.get(), file.bytes.data.get(), needed, 0, path);
   return file;
+}
+
+}  // namespace
+
+NiftiFile read_nifti(const std::string& path, const NiftiReadOptions& options) {
+  try {
+    return read_nifti_unguarded(path, options);
+  } catch (const std::bad_alloc& e) {
+    throw_read_out_of_memory(path, e);
+  }
 }
 
 NiftiHeader read_nifti_header(const std::string& path, const NiftiReadOptions& options) {

@@ -5,7 +5,10 @@
 // 3.7 TB of memory; this machine has 24 GB") instead of ending in
 // std::bad_alloc. Std only.
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <string>
 
 namespace volshard {
@@ -25,5 +28,29 @@ std::string bytes_text(double bytes);
 /// when memory is unknown). `bytes` is a double so that products of large
 /// values cannot overflow before they are compared.
 void check_fits_in_memory(double bytes, const std::string& what);
+
+/// Memory a new allocation can have now, in bytes: /proc/meminfo's
+/// MemAvailable, lowered to the room left under a cgroup (v2) memory.max.
+/// 0 when unknown.
+int64_t available_memory_bytes();
+
+/// The std::bad_alloc of a request that passed the up-front checks but found
+/// no memory: what() says the size asked and what there was ("could not
+/// allocate 2.0 GB (2048000000 bytes): 1.1 GB of this machine's 24 GB
+/// available, the process limited to 8.0 GB of address space (ulimit -v)").
+/// A caller that knows the file or the step catches std::bad_alloc and throws
+/// OutOfMemoryError(context, e): still a std::bad_alloc (Python's
+/// MemoryError), its text "<context>: <e's>". Copies share the text.
+class OutOfMemoryError : public std::bad_alloc {
+ public:
+  explicit OutOfMemoryError(size_t bytes);
+  OutOfMemoryError(const std::string& context, const std::bad_alloc& inner);
+  const char* what() const noexcept override { return text_->c_str(); }
+  size_t bytes() const noexcept { return bytes_; }  ///< 0: not known (a plain std::bad_alloc)
+
+ private:
+  size_t bytes_ = 0;
+  std::shared_ptr<const std::string> text_;
+};
 
 }  // namespace volshard

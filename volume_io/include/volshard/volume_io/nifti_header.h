@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -65,11 +66,11 @@ struct NiftiHeader {
   /// nibabel's get_data_shape(): dim[1..ndim] after the FreeSurfer hacks.
   std::vector<int64_t> shape;
   NiftiDatatype datatype = NiftiDatatype::kUint8;
-  int64_t bitpix = 8;              ///< as stored (nibabel ignores a wrong bitpix; so do we)
-  int64_t vox_offset = 0;          ///< bytes from the start of the (decompressed) file
-  std::array<double, 8> pixdim{};  ///< after the fixes; pixdim[0] = qfac
+  int64_t bitpix = 8;                  ///< as stored (nibabel ignores a wrong bitpix; so do we)
+  int64_t vox_offset = 0;              ///< bytes from the start of the (decompressed) file
+  std::array<double, 8> pixdim{};      ///< after the fixes; pixdim[0] = qfac
   std::array<double, 8> raw_pixdim{};  ///< as stored (nibabel turns 0 into 1, negatives positive)
-  double scl_slope = 0;            ///< raw; see has_scaling()
+  double scl_slope = 0;                ///< raw; see has_scaling()
   double scl_inter = 0;
   double cal_min = 0, cal_max = 0;
   int64_t qform_code = 0, sform_code = 0;  ///< after the fixes (0 if not in 0..5)
@@ -134,6 +135,12 @@ struct NiftiFile {
 /// the field) on a missing file, bad header, truncated or corrupt data.
 /// Thread-safe.
 NiftiFile read_nifti(const std::string& path, const NiftiReadOptions& options = {});
+
+/// Rethrows a std::bad_alloc met while reading `path` as an OutOfMemoryError
+/// naming the file and what its header asks ("big.nii.gz: its header gives
+/// 1600 x 1600 x 1600 int16 voxels (8.2 GB): could not allocate ..."). For
+/// every reader of volumes.
+[[noreturn]] void throw_read_out_of_memory(const std::string& path, const std::bad_alloc& e);
 
 /// Reads only as much of the file as the header needs (gzip: inflates the
 /// first bytes only) and validates it, including vox_offset against the file
