@@ -428,6 +428,43 @@ class DecathlonSynthTest(unittest.TestCase):
         for name in os.listdir(a):
             self.assertEqual(Path(a, name).read_bytes(), Path(b, name).read_bytes())
 
+    def test_preview_takes_a_training_config_and_a_datalist(self):
+        # The CT pipeline as a config gives it (other training keys ignored) draws what its
+        # flags draw, seed included; the command line wins over the file.
+        out = self.synth("ct", "ct", count=2, size=48)
+        datalist = os.path.join(out, "dataset.json")
+        config = os.path.join(self.dir, "spleen.json")
+        with open(config, "w") as f:
+            json.dump({"prefix_order": ["intensity", "crop_foreground", "orientation", "spacing"],
+                       "orientation": "RAS", "pixdim": [1.5, 1.5, 2.0], "intensity": "range", "a_min": -57,
+                       "a_max": 164, "clip": True, "crop_foreground": True, "crop": 12, "num_samples": 2,
+                       "rot90_prob": 0, "flip_prob": 0.5, "seed": 3, "lr": 1e-4, "out_channels": 2}, f)
+        flags = ["--prefix-order", "intensity,crop_foreground,orientation,spacing", "--orientation", "RAS",
+                 "--pixdim", "1.5,1.5,2", "--intensity", "range", "--a-min", -57, "--a-max", 164, "--clip",
+                 "--crop-foreground", "--crop", 12, "--num-samples", 2, "--rot90-prob", 0, "--flip-prob", 0.5,
+                 "--seed", 3]
+        pictures = {}
+        for name, args in [("config", ["--config", config]), ("flags", flags),
+                           ("other_seed", ["--config", config, "--seed", 4]),
+                           ("no_prefix", ["--crop", 12, "--num-samples", 2, "--seed", 3])]:
+            png = os.path.join(self.dir, name + ".png")
+            p = run("preview", "--datalist", datalist, "--count", 3, "--out", png, *args)
+            self.assertEqual(p.returncode, 0, (name, p.stderr))
+            self.assertIn("wrote 3 crops", p.stdout)
+            with open(png, "rb") as f:
+                pictures[name] = f.read()
+        self.assertEqual(pictures["config"], pictures["flags"])
+        self.assertNotEqual(pictures["config"], pictures["other_seed"])
+        self.assertNotEqual(pictures["config"], pictures["no_prefix"])
+        p = run("preview", "--config", config, "--count", 1, "--out", os.path.join(self.dir, "x.png"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--datalist", p.stderr)
+        with open(config, "w") as f:
+            json.dump({"crop": 12, "num_sample": 2}, f)
+        p = run("preview", "--config", config, "--datalist", datalist, "--out", os.path.join(self.dir, "x.png"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("unknown key 'num_sample' (did you mean 'num_samples'?)", p.stderr)
+
     def test_synth_default_sizes_and_bad_kind_size_and_flags_are_named(self):
         out = self.synth("ct", "default", count=1, size=96)
         self.assertEqual(nib.load(os.path.join(out, "imagesTr", "spleen_000.nii.gz")).shape, (96, 96, 24))

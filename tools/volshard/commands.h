@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ void add_repro_flags(CLI::App* cmd, TrainOptions& options);
 /// predict's network, activation and prefix flags, and --config (a run's config.json; other keys
 /// ignored).
 void add_predict_flags(CLI::App* cmd, PredictOptions& options);
+/// The whole pipeline's flags (the prefix's, the crop's, the augmentation's:
+/// for_each_feed_field, the network's num_classes aside), and --config (its
+/// pipeline keys and `own_keys`, the command's flags named as the keys; other
+/// training keys ignored).
+void add_feed_flags(CLI::App* cmd, FeedOptions& feed, std::set<std::string> own_keys);
 /// The deterministic prefix's flags, and --config (other keys ignored).
 void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix);
 

@@ -309,6 +309,27 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
              {}, kRenamed);
 }
 
+namespace {
+
+// AddFlag for a pipeline command (preview): every field but those the network sets.
+struct AddFeedFlag {
+  CLI::App* cmd;
+  template <class T>
+  void operator()(const Field& f, T& value) const {
+    if (!f.set_by_network) AddFlag{cmd}(f, value);
+  }
+};
+
+}  // namespace
+
+void add_feed_flags(CLI::App* cmd, FeedOptions& feed, std::set<std::string> own_keys) {
+  for_each_feed_field(feed, AddFeedFlag{cmd});
+  for_each_feed_field(feed, CollectKeys{&own_keys});
+  add_config(cmd, std::move(own_keys), true,
+             "a training config (configs/spleen.json, RUN/config.json): its pipeline keys (the "
+             "prefix, the crop, the augmentation) and its data and seed; flags override it");
+}
+
 void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix) {
   static const FlagNames kNone;
   for_each_prefix_field(prefix, AddWholeVolumeFlag{cmd, kNone});

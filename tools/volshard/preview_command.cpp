@@ -17,15 +17,22 @@ Run add_preview_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("preview", verb_summary("preview"));
   cmd->footer(
       "\nExamples:\n  volshard preview --data data --out crops.png --count 8 --seed 0 --crop 32\n"
+      "  volshard preview --config configs/spleen.json --datalist Task09/dataset.json --crop 32 "
+      "--out spleen_crops.png\n"
       "  volshard preview --image img15.nii.gz --label seg15.nii.gz --prediction pred15.nii.gz "
       "--out pred15.png");
   auto* data = cmd->add_option("--data", o->data_dir,
                                "folder of image/label pairs: the augmented crops training feeds");
+  auto* datalist = cmd->add_option(
+      "--datalist", o->datalist,
+      "instead of --data: a datalist or Decathlon dataset.json (its \"training\" entries)");
+  data->excludes(datalist);
   auto* prediction =
       cmd->add_option("--prediction", versus->prediction,
                       "instead of --data: a prediction (volshard predict) outlined beside "
                       "--label on --image's slices, with its Dice per class");
   data->excludes(prediction);
+  datalist->excludes(prediction);
   cmd->add_option("--image", versus->image, "--prediction: the image it was made from")
       ->needs(prediction);
   cmd->add_option("--label", versus->label, "--prediction: the manual label")->needs(prediction);
@@ -35,16 +42,12 @@ Run add_preview_command(CLI::App& app) {
   cmd->add_option("--epoch", o->epoch, "epoch whose augmentation to show")->capture_default_str();
   cmd->add_option("--image-glob", o->image_glob, "image file pattern")->capture_default_str();
   cmd->add_option("--label-glob", o->label_glob, "label file pattern")->capture_default_str();
-  cmd->add_option("--crop", o->feed.crop, "RandCropByPosNegLabel edge, voxels (cubic)")
-      ->capture_default_str();
-  cmd->add_option("--num-samples", o->feed.num_samples, "crops per volume")->capture_default_str();
-  cmd->add_flag("--allow-smaller", o->feed.allow_smaller,
-                "crops larger than a volume shrink to it");
   cmd->add_option("--channel", o->channel, "image channel to draw (-1: every channel)")
       ->capture_default_str();
-  cmd->add_option("--rot90-prob", o->feed.rot90_prob, "RandRotate90 probability")
-      ->capture_default_str();
-  return [o, versus, data, prediction] {
+  // The pipeline as training runs it: its schema's flags, and a training
+  // config's pipeline keys (CT and MRI prefixes included) with its data and seed.
+  add_feed_flags(cmd, o->feed, {"data", "datalist", "image_glob", "label_glob", "seed"});
+  return [o, versus, prediction] {
     if (prediction->count() > 0) {
       if (versus->image.empty() || versus->label.empty())
         throw std::invalid_argument("preview: --prediction needs --image and --label");
@@ -56,8 +59,9 @@ Run add_preview_command(CLI::App& app) {
       std::cout << ")\n";
       return 0;
     }
-    if (data->count() == 0)
-      throw std::invalid_argument("preview: give --data DIR (crops) or --prediction FILE");
+    if (o->data_dir.empty() && o->datalist.empty())
+      throw std::invalid_argument(
+          "preview: give --data DIR or --datalist FILE (crops), or --prediction FILE");
     const int64_t drawn = write_preview(*o);
     std::cout << "wrote " << drawn << " crops to " << o->out << "\n";
     return 0;

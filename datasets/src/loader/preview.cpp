@@ -97,7 +97,11 @@ int64_t write_preview(const PreviewOptions& o) {
   if (o.count < 1 || o.count > 256)
     throw std::invalid_argument("preview: --count=" + std::to_string(o.count) +
                                 " must be in [1, 256] (crops in one picture)");
-  const auto pairs = pairs_from_folder(o.data_dir, o.image_glob, o.label_glob);
+  if (o.data_dir.empty() == o.datalist.empty())
+    throw std::invalid_argument("preview: give exactly one of --data DIR and --datalist FILE");
+  o.feed.validate();
+  const auto pairs = o.datalist.empty() ? pairs_from_folder(o.data_dir, o.image_glob, o.label_glob)
+                                        : pairs_from_datalist(o.datalist, "training");
   const Compose pipeline = feed_augmentation(o.feed);
   const SeedStreams streams(o.seed);
   std::vector<Sample> crops;

@@ -11,7 +11,8 @@
 namespace volshard {
 
 struct PreviewOptions {
-  std::string data_dir;
+  std::string data_dir;  ///< a folder of image/label pairs (image_glob, label_glob), or
+  std::string datalist;  ///< a datalist or Decathlon dataset.json: its "training" entries
   std::string image_glob = "img*";
   std::string label_glob = "seg*";
   std::string out = "crops.png";
@@ -29,7 +30,7 @@ struct PreviewOptions {
 /// once the crop is clamped into the volume).
 std::string preview_caption(const SampleMeta& meta, int64_t channel = -1);
 
-/// Loads volumes from data_dir as training does (feed_prefix), runs
+/// Loads volumes from data_dir or datalist (exactly one) as training does (feed_prefix), runs
 /// feed_augmentation(feed) with the per-sample seeds of `epoch`, and writes a PNG grid: per crop an
 /// axial and a coronal slice through its centre for every image channel (or `channel`), the label
 /// outlined in red, captioned by preview_caption. Returns the number of crops drawn. Throws
