@@ -43,7 +43,7 @@ namespace {
 // (softmax over 2 classes; Task01's labels 0-3).
 FeedOptions pipeline_feed(const std::string& name, int64_t crop) {
   FeedOptions f = feed_from_config(std::string(VOLSHARD_CONFIGS_DIR) + "/" + name + ".json");
-  f.crop = crop;
+  f.crop = {crop};
   f.prefix.num_classes = name == "spleen" ? 2 : 4;
   return f;
 }
@@ -162,7 +162,7 @@ void run_pipeline(const std::string& name, int64_t size, int64_t crop, int64_t v
   const auto tutorial_pairs = pairs_from_folder(synth.out_dir);
   const FeedOptions feed = pipeline_feed(name, crop);
   FeedOptions tutorial;
-  tutorial.crop = crop;
+  tutorial.crop = {crop};
   const auto shape = decathlon_shape(d.kind, size);
   std::printf(
       "%s pipeline (configs/%s.json, crop %lld^3 x %lld) on %lld synthetic %lld x %lld x %lld "

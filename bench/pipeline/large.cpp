@@ -95,7 +95,7 @@ void run_large(const LargeArgs& args, const std::filesystem::path& root) {
     what = std::to_string(args.size) + "^3 float32 (noisy)";
   }
   FeedOptions feed;
-  feed.crop = args.crop;
+  feed.crop = {args.crop};
   const LoaderOptions o = bench_loader(2);
   const int64_t in_flight = o.prefetch_batches + 2;
   const double batch_mb = 2.0 * o.batch_size * feed.num_samples * static_cast<double>(args.crop) *

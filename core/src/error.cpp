@@ -94,4 +94,30 @@ std::string shape_text(const int64_t* sizes, size_t n, bool as_tuple) {
   return as_tuple ? out + ")" : out;
 }
 
+std::array<int64_t, 3> cube_or_xyz(const std::vector<int64_t>& v) {
+  if (v.empty()) return {0, 0, 0};
+  if (v.size() < 3) return {v[0], v[0], v[0]};
+  return {v[0], v[1], v[2]};
+}
+
+std::string edges3_text(const std::array<int64_t, 3>& e) {
+  return e[0] == e[1] && e[1] == e[2] ? std::to_string(e[0]) + "^3" : shape_text(e);
+}
+
+std::string edges_text(const std::vector<int64_t>& v) {
+  std::string text;
+  for (const int64_t e : v) text += (text.empty() ? "" : ",") + std::to_string(e);
+  return text;
+}
+
+void check_edges(const std::vector<int64_t>& v, const std::string& flag, int64_t lo, int64_t hi) {
+  bool ok = v.size() == 1 || v.size() == 3;
+  for (const int64_t e : v) ok = ok && e >= lo && e <= hi;
+  if (!ok) {
+    throw std::invalid_argument(flag + "=" + edges_text(v) +
+                                " must be one edge (a cube) or three, x,y,z, each in [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+}
+
 }  // namespace volshard

@@ -219,8 +219,6 @@ def _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline, who="L
     settings = _pipeline(pipeline, who)
     given = {"crop": crop, "num_samples": num_samples, "allow_smaller": allow_smaller, "rot90_prob": rot90_prob}
     settings.update({k: v for k, v in given.items() if v is not None})
-    if "crop" in settings:
-        settings["crop"] = _edge(settings["crop"], who)
     try:
         text = json.dumps({k: _json_value(v) for k, v in settings.items()})
     except TypeError as e:
@@ -234,16 +232,6 @@ def _python_names(message):
     user passed the argument num_samples=0."""
     import re
     return re.sub(r"--([a-z][a-z0-9-]*)=", lambda m: m.group(1).replace("-", "_") + "=", message)
-
-
-def _edge(crop, who="Loader"):
-    """An int, or three equal ints (cubic crops)."""
-    if not isinstance(crop, (list, tuple)):
-        return crop
-    edges = tuple(crop)
-    if len(edges) != 3 or len(set(edges)) != 1:
-        raise ValueError(f"{who}: crop={edges} must be an int or three equal ints (cubic crops)")
-    return edges[0]
 
 
 class Loader:
@@ -273,7 +261,8 @@ class Loader:
     rand_scale_prob, rand_shift_prob), noise_prob/noise_std,
     smooth_prob/smooth_sigma_x/y/z, contrast_prob/contrast_gamma, and
     crop, num_samples, rot90_prob, allow_smaller, which the arguments of the
-    same names override when given (defaults: 96, 4, 0.5, False).
+    same names override when given (defaults: 96, 4, 0.5, False). ``crop``
+    is one edge (a cube) or three, (x, y, z): BraTS's (224, 224, 144).
     The GIL is released while C++ works; tensors come without a copy.
 
     ``split="training"`` or ``"validation"`` takes the part of ``data`` that

@@ -99,7 +99,7 @@ TEST(FeedSchemaTest, EveryFieldGoesToJsonAndBackUnderItsKey) {
   f.prefix.labels = LabelMap::kDecathlonBrats;
   f.prefix.num_classes = 4;
   f.crop_kind = CropKind::kSpatial;
-  f.crop = 16;
+  f.crop = {16};
   f.rand_shift = 0.2;
   f.rand_shift_prob = 0.5;
   f.noise_prob = 0.15;
@@ -127,7 +127,7 @@ TEST(FeedSchemaTest, ListsTakeAnArrayACommaSeparatedStringOrOneValueAsTheFlagsDo
       feed_from_json(R"({"prefix_order": "intensity,crop_foreground,orientation,spacing"})", "")
           .prefix.order.front(),
       "intensity");
-  EXPECT_EQ(feed_from_json(R"({"crop": 8.0, "a_min": "-57"})", "").crop, 8);
+  EXPECT_EQ(feed_from_json(R"({"crop": 8.0, "a_min": "-57"})", "").crop, std::vector<int64_t>{8});
 }
 
 TEST(FeedSchemaTest, AWrongValueIsNamedByItsKeyAndTheCallersName) {
@@ -144,7 +144,18 @@ TEST(FeedSchemaTest, AWrongValueIsNamedByItsKeyAndTheCallersName) {
 }
 
 TEST(FeedSchemaTest, TheSchemasBoundsValidateWithTheFlagsNames) {
-  EXPECT_THAT(error_of(R"({"crop": 0})"), HasSubstr("Loader: --crop=0 must be >= 1"));
+  EXPECT_THAT(error_of(R"({"crop": 0})"),
+              HasSubstr("Loader: --crop=0 must be one edge (a cube) or three, x,y,z, each in [1, "
+                        "4096]"));
+  EXPECT_THAT(error_of(R"({"crop": [32, 32]})"),
+              HasSubstr("Loader: --crop=32,32 must be one edge"));
+  EXPECT_THAT(error_of(R"({"crop": [40, 0, 40]})"), HasSubstr("--crop=40,0,40 must be"));
+  EXPECT_EQ(feed_from_json(R"({"crop": [40, 56, 40]})", "").crop_size(),
+            (std::array<int64_t, 3>{40, 56, 40}));
+  EXPECT_EQ(feed_from_json(R"({"crop": "40,56,40"})", "").crop_size(),
+            (std::array<int64_t, 3>{40, 56, 40}));
+  EXPECT_EQ(feed_from_json(R"({"crop": 24})", "").crop_size(),
+            (std::array<int64_t, 3>{24, 24, 24}));
   EXPECT_THAT(error_of(R"({"num_samples": 5000})"),
               HasSubstr("--num-samples=5000 must be in [1, 4096]"));
   EXPECT_THAT(error_of(R"({"rot90_prob": 1.5})"), HasSubstr("--rot90-prob=1.5 must be in [0, 1]"));
@@ -179,7 +190,7 @@ TEST(FeedSchemaTest, TheSchemasBoundsValidateWithTheFlagsNames) {
 // streams their steps draw from) are unchanged.
 TEST(FeedAugmentationTest, AnIntensityStepIsInThePipelineOnlyWhenItsProbabilityIsAboveZero) {
   FeedOptions f;
-  f.crop = 4;
+  f.crop = {4};
   f.num_samples = 1;
   f.rot90_prob = 0;
   EXPECT_EQ(feed_augmentation(f).size(), 1u) << "the crop alone";
@@ -219,7 +230,7 @@ std::vector<Batch> epoch_of(DataLoader& loader, const std::vector<int64_t>& indi
 // device path run on the CPU (the GPU cache's code).
 TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
   FeedOptions feed;
-  feed.crop = 4;
+  feed.crop = {4};
   feed.num_samples = 3;
   feed.rot90_prob = 0.5;
   feed.flip_prob = 0.5;
@@ -289,7 +300,7 @@ TEST(FeedSchemaTest, AConfigFilesNetworkKeysAreSkippedAndItsPipelineKeysRead) {
     std::fclose(f);
   }
   const FeedOptions feed = feed_from_config(path);
-  EXPECT_EQ(feed.crop, 32);
+  EXPECT_EQ(feed.crop, std::vector<int64_t>{32});
   EXPECT_EQ(feed.prefix.intensity, IntensityKind::kNormalize);
   try {
     (void)feed_from_config(path + ".missing");

@@ -162,7 +162,7 @@ TEST(DataLoaderTest, PinnedBatchesHoldThePageableValuesAndCopyToTheGpu) {
 // bit for bit, with 0 and 2 workers, and draws the same crops, turns and flips.
 TEST(DataLoaderTest, BatchesMadeOnADeviceEqualTheHostPathsOnTheCpu) {
   FeedOptions feed;
-  feed.crop = 4;
+  feed.crop = {4};
   feed.num_samples = 3;
   feed.rot90_prob = 0.5;
   feed.flip_prob = 0.5;
@@ -200,7 +200,7 @@ TEST(DataLoaderTest, BatchesMadeOnADeviceEqualTheHostPathsOnTheCpu) {
 TEST(DataLoaderTest, BatchesMadeOnTheGpuHoldTheHostPathsCropsWithinOneUlp) {
   if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
   FeedOptions feed;
-  feed.crop = 4;
+  feed.crop = {4};
   feed.num_samples = 3;
   feed.rot90_prob = 0.5;
   feed.flip_prob = 0.5;

@@ -247,7 +247,7 @@ TEST(PrefixTest, BratsPrefixGivesThreeRegionChannelsAndDefersNormalisationToTheC
   feed.prefix.normalize.channel_wise = true;
   feed.prefix.num_classes = 4;
   feed.crop_kind = CropKind::kSpatial;
-  feed.crop = 4;
+  feed.crop = {4};
   feed.num_samples = 2;
   feed.flip_prob = 0.5;
   feed.rand_scale = 0.1;
@@ -291,7 +291,7 @@ TEST(PrefixTest, VolumeNormalisationAndSpatialPadAsTheHippocampusConfigRunsThem)
   feed.prefix.normalize_on = NormalizeOn::kVolume;
   feed.prefix.spatial_pad = {8};
   feed.prefix.num_classes = 3;
-  feed.crop = 8;
+  feed.crop = {8};
   feed.num_samples = 2;
   feed.rot90_prob = 0;
   const Sample cached = load_pair(pair, 0, feed_prefix(feed));

@@ -32,7 +32,7 @@ NON_DEFAULT = {
     "labels": "decathlon_brats",
     "num_classes": 4,
     "crop_kind": "spatial",
-    "crop": 16,
+    "crop": [16, 12, 8],  # x, y, z: not a cube
     "num_samples": 2,
     "allow_smaller": True,
     "rot90_prob": 0.25,
@@ -70,14 +70,14 @@ def test_the_loader_feeds_every_key_of_a_config_file(synth_data, tmp_path):
     loader = volshard.Loader(synth_data, sampler, pipeline=str(config), batch_size=1, workers=0)
     assert loader.pipeline == NON_DEFAULT
     batch = next(iter(loader))
-    assert tuple(batch["label"].shape) == (2, 3, 16, 16, 16)  # spatial crops; TC, WT, ET channels
+    assert tuple(batch["label"].shape) == (2, 3, 16, 12, 8)  # spatial crops; TC, WT, ET channels
     loader.close()
     assert volshard.Loader(synth_data, sampler, pipeline=NON_DEFAULT, batch_size=1, workers=0,
                            cache_rate=0).pipeline == NON_DEFAULT
     # numpy and torch values, as a Python user may hold them
     import numpy
     import torch
-    as_arrays = dict(NON_DEFAULT, pixdim=numpy.array(NON_DEFAULT["pixdim"]), crop=numpy.int64(16),
+    as_arrays = dict(NON_DEFAULT, pixdim=numpy.array(NON_DEFAULT["pixdim"]), crop=numpy.array([16, 12, 8]),
                      spatial_pad=torch.tensor(NON_DEFAULT["spatial_pad"]), rot90_prob=numpy.float32(0.25))
     assert volshard.Loader(synth_data, sampler, pipeline=as_arrays, batch_size=1, workers=0,
                            cache_rate=0).pipeline == NON_DEFAULT

@@ -55,9 +55,11 @@ class HippocampusTest(unittest.TestCase):
             json.dump({"training": [case(n) for n in TRAINING], "validation": [case(n) for n in VALIDATION]}, f)
         cls.run_dir = os.path.join(cls.root, "run")
         cls.trace = os.path.join(cls.root, "trace.jsonl")
+        # nnU-Net's patch for this task, not a cube: crops, padding and validation's window take x,y,z.
         cls.train = run("train", "--config", os.path.join(CONFIGS, "hippocampus.json"), "--datalist", cls.datalist,
                         "--out", cls.run_dir, "--epochs", 1, "--val-every", 1, "--nproc-per-node", 2,
-                        "--trace-samples", cls.trace)
+                        "--trace-samples", cls.trace, "--crop", "40,56,40", "--spatial-pad", "40,56,40",
+                        "--roi", 0)
 
     @classmethod
     def tearDownClass(cls):
@@ -76,7 +78,9 @@ class HippocampusTest(unittest.TestCase):
         self.assertEqual((best["epoch"], best["step"]), (1, 2))
         self.assertAlmostEqual(best["value"], epoch["val_dice"], places=12)
         self.assertIn("best validation Dice", p.stdout)
-        # Every crop is the config's cube, from the padded volumes of any shape.
+        # Every crop is nnU-Net's patch, from the padded volumes of any shape; validation slid it too.
+        config = json.load(open(os.path.join(self.run_dir, "config.json")))
+        self.assertEqual((config["crop"], config["spatial_pad"], config["roi"]), ([40, 56, 40], [40, 56, 40], [0]))
         rows = [json.loads(l) for l in open(self.trace)]
         self.assertEqual(len(rows), len(TRAINING) * 2)  # every training case, 2 crops each
         self.assertEqual({r["index"] for r in rows} <= set(range(len(TRAINING))), True)
@@ -88,6 +92,7 @@ class HippocampusTest(unittest.TestCase):
         p = run("predict", "--model", os.path.join(self.run_dir, "best_model.pt"), "--config",
                 os.path.join(self.run_dir, "config.json"), "--image", held_out["image"], "--out", pred)
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("sliding window 40x56x40, overlap 0.5", p.stdout)  # the run's crop, as validation slid it
         src, out = nib.load(held_out["image"]), nib.load(pred)
         self.assertEqual(out.shape, src.shape)
         np.testing.assert_array_equal(out.affine, src.affine)

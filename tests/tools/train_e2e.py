@@ -181,7 +181,7 @@ class TrainJobTest(Base):
         with open(os.path.join(out, "config.json")) as f:
             config = json.load(f)
         self.assertEqual(config["channels"], [4, 8, 16, 32])
-        self.assertEqual(config["crop"], 32)
+        self.assertEqual(config["crop"], [32])  # one edge: a cube
         with open(os.path.join(out, "curves.png"), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
         ck = torch.load(os.path.join(out, "checkpoint.pt"))
@@ -338,8 +338,11 @@ class TrainJobTest(Base):
         cases = [
             (["--crop", "96"], "--crop=96 is larger than"),
             (["--crop", "96"], "is larger than 6 of 6 training volume(s) as stored: "),
-            (["--crop", "96"], "img5.nii.gz (64x64x64); the smallest shape in the set is 64x64x64"),
-            (["--crop", "96"], "use --crop <= 64, --spatial-pad 96 or --allow-smaller"),
+            (["--crop", "96"], "img5.nii.gz (64x64x64); every volume holds a crop of 64x64x64"),
+            (["--crop", "96"], "use --crop 64,64,64 or less, --spatial-pad 96 or --allow-smaller"),
+            (["--crop", "32,80,32"], "--crop=32,80,32 is larger than 6 of 6"),
+            (["--crop", "32,80,32"], "use --crop 32,64,32 or less, --spatial-pad 32,80,32 or"),
+            (["--crop", "32,32"], "--crop=32,32 must be one edge (a cube) or three, x,y,z"),
             (["--crop", "36"], "multiple of 8"),
             (["--batch-size", "0"], "--batch-size=0"),
             (["--lr", "-1"], "--lr="),
@@ -1013,7 +1016,9 @@ class FaultTest(Base):
                 (["--batch-size", 1000000000], ["--batch-size=1000000000", "needs", "this machine has 24 GB"]),
                 (["--num-samples", 1000000000], ["--num-samples=1000000000", "4096"]),
                 (["--channels", "4,1000000000", "--strides", "2"], ["channels", "1000000000"]),
-                (["--roi", 100000], ["--roi=100000", "PB of memory", "24 GB"])):
+                (["--roi", 100000], ["--roi=100000", "each in [1, 4096]"]),
+                (["--roi", "4000,4000,4000"], ["--roi=4000,4000,4000", "TB of memory", "24 GB"]),
+                (["--crop", "64,5000,64"], ["--crop=64,5000,64", "each in [1, 4096]"])):
             out = self.out("bounds")
             small = list(SMALL)
             for flag in extra[0::2]:  # the value under test replaces SMALL's

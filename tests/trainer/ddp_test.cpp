@@ -298,7 +298,7 @@ TEST(ValidationTest, DiceOverUnevenShardsEqualsASingleProcessExactly) {
   }
   TrainOptions o;
   o.model = small_net();
-  o.feed.crop = 16;
+  o.feed.crop = {16};
   o.overlap = 0.25;
   Model reference(o.model, 4);
   Communicator one;
@@ -336,7 +336,7 @@ TEST(ValidationTest, PerClassSoftmaxDiceOverShardsEqualsASingleProcessExactly) {
   o.model = small_net();
   o.model.out_channels = 3;
   o.activation = Activation::kSoftmax;
-  o.feed.crop = 16;
+  o.feed.crop = {16};
   o.sw_batch_size = 2;
   Model reference(o.model, 4);
   Communicator one;

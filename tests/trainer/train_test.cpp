@@ -65,7 +65,7 @@ class TrainTest : public ::testing::Test {
     o.threads = 1;
     o.epochs = 2;
     o.batch_size = 1;
-    o.feed.crop = 16;
+    o.feed.crop = {16};
     o.feed.num_samples = 2;
     o.model.channels = {4, 8};
     o.model.strides = {2};
@@ -856,7 +856,7 @@ TEST_F(TrainTest, ValEveryZeroHoldsNothingOutAndFewerValidationVolumesThanRanksA
 // the shape the prefix's Spacing gives.
 TEST_F(TrainTest, ValidationCostCountsTheSlidingWindowsOfTheResampledShape) {
   TrainOptions o = options("costs");
-  o.roi = 16;  // 24^3: windows at 0 and 8 per axis (interval 12)
+  o.roi = {16};  // 24^3: windows at 0 and 8 per axis (interval 12)
   const DataSplit d = list_data(o);
   EXPECT_EQ(validation_costs(o, d.val), std::vector<int64_t>(d.val.size(), 8 * 16 * 16 * 16));
   o.feed.prefix.pixdim = {2.0, 2.0, 2.0};  // 12^3: one window, padded

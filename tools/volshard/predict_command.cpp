@@ -24,13 +24,15 @@ Run add_predict_command(CLI::App& app) {
   add_enum_option(cmd, "--output", o->output, "what to write: logits, probabilities or labels");
   // --roi as train's; --roi-size is its old name, still accepted.
   cmd->add_option("--roi,--roi-size", o->roi,
-                  "sliding-window edge, voxels (0: the config's --crop, as validation, or the "
-                  "whole volume without one; --roi-size: old name)")
+                  "sliding window, voxels: one edge (a cube) or x,y,z (0: the config's --crop, "
+                  "as validation, or the whole volume without one; --roi-size: old name)")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--overlap", o->overlap, "sliding-window overlap fraction")
       ->capture_default_str();
   cmd->add_option("--crop", o->crop,
                   "the training crop (a run's config.json): the window when --roi is 0")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--whole-volume", o->whole_volume,
                 "the whole volume in one pass (no sliding window), whatever the config says");

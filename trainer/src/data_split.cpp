@@ -261,7 +261,7 @@ int64_t image_channels(const DataSplit& d) {
 
 std::vector<int64_t> validation_costs(const TrainOptions& o,
                                       const std::vector<ImageLabelPair>& val) {
-  const int64_t roi = o.roi > 0 ? o.roi : o.feed.crop;
+  const std::array<int64_t, 3> roi = o.val_window();
   const PrefixOptions& prefix = o.feed.prefix;
   std::vector<int64_t> costs;
   for (const ImageLabelPair& p : val) {
@@ -271,9 +271,10 @@ std::vector<int64_t> validation_costs(const TrainOptions& o,
       shape = spacing_grid(shape, h.affine, {prefix.pixdim[0], prefix.pixdim[1], prefix.pixdim[2]})
                   .shape;
     int64_t windows = 1;
-    for (const int64_t length : shape)
-      windows *= static_cast<int64_t>(window_starts(std::max(length, roi), roi, o.overlap).size());
-    costs.push_back(windows * roi * roi * roi);
+    for (size_t a = 0; a < 3; ++a)
+      windows *=
+          static_cast<int64_t>(window_starts(std::max(shape[a], roi[a]), roi[a], o.overlap).size());
+    costs.push_back(windows * roi[0] * roi[1] * roi[2]);
   }
   return costs;
 }

@@ -63,11 +63,21 @@ namespace {
 
 // `count` windows of edge^3 voxels through the network: input, output and the
 // first level's features in float32, a lower bound of what they need.
-double voxels_bytes(int64_t edge, int64_t count, const ModelOptions& net) {
-  const double e = static_cast<double>(edge);
+double voxels_bytes(const std::array<int64_t, 3>& edges, int64_t count, const ModelOptions& net) {
   const double channels = static_cast<double>(std::max<int64_t>(net.in_channels, 1) +
                                               net.out_channels + net.top_channels());
-  return 4.0 * e * e * e * static_cast<double>(count) * channels;
+  return 4.0 * static_cast<double>(edges[0]) * static_cast<double>(edges[1]) *
+         static_cast<double>(edges[2]) * static_cast<double>(count) * channels;
+}
+
+// A roi: 0 (one value) or one edge or three, each >= 1.
+void check_roi(const std::vector<int64_t>& roi, const std::string& flag) {
+  if (roi.size() == 1 && roi[0] == 0) return;
+  check_edges(roi, flag, 1, kMaxCropEdge);
+}
+
+bool roi_given(const std::vector<int64_t>& roi) {
+  return !(roi.empty() || (roi.size() == 1 && roi[0] == 0));
 }
 
 }  // namespace
@@ -162,17 +172,32 @@ void TrainOptions::validate() const {
       bad(why + "--dropout=" + value_text(model.dropout) +
           " draws new masks from the host each step (use --dropout 0)");
   }
-  net.check_spatial_size({feed.crop, feed.crop, feed.crop}, "train: --crop");
-  if (roi > 0) net.check_spatial_size({roi, roi, roi}, "train: --roi");
+  try {
+    check_roi(roi, "--roi");
+  } catch (const std::invalid_argument& e) {
+    bad(std::string("train: ") + e.what());
+  }
+  net.check_spatial_size(feed.crop_size(), "train: --crop");
+  if (roi_given(roi)) net.check_spatial_size(cube_or_xyz(roi), "train: --roi");
   // Lower bounds of what a step and a validation window hold, before a worker starts.
-  check_fits_in_memory(voxels_bytes(feed.crop, batch_size * feed.num_samples, net),
+  check_fits_in_memory(voxels_bytes(feed.crop_size(), batch_size * feed.num_samples, net),
                        "train: --batch-size=" + std::to_string(batch_size) +
                            " x --num-samples=" + std::to_string(feed.num_samples) +
-                           " crops of --crop=" + std::to_string(feed.crop));
-  if (roi > 0)
-    check_fits_in_memory(voxels_bytes(roi, sw_batch_size, net),
-                         "train: --roi=" + std::to_string(roi) +
+                           " crops of --crop=" + edges_text(feed.crop));
+  if (roi_given(roi))
+    check_fits_in_memory(voxels_bytes(cube_or_xyz(roi), sw_batch_size, net),
+                         "train: --roi=" + edges_text(roi) +
                              " with --sw-batch-size=" + std::to_string(sw_batch_size));
+}
+
+std::array<int64_t, 3> TrainOptions::val_window() const {
+  return roi_given(roi) ? cube_or_xyz(roi) : feed.crop_size();
+}
+
+std::array<int64_t, 3> PredictOptions::window() const {
+  if (whole_volume) return {0, 0, 0};
+  if (roi_given(roi)) return cube_or_xyz(roi);
+  return roi_given(crop) ? cube_or_xyz(crop) : std::array<int64_t, 3>{0, 0, 0};
 }
 
 FeedOptions TrainOptions::resolved_feed() const {
@@ -202,11 +227,11 @@ std::string TrainOptions::to_json() const {
 }
 
 std::string PredictOptions::inference_text() const {
-  const int64_t edge = window();
-  if (edge <= 0) return "whole volume";
+  const std::array<int64_t, 3> edges = window();
+  if (edges[0] <= 0) return "whole volume";
   char overlap_text[32];
   std::snprintf(overlap_text, sizeof overlap_text, "%g", overlap);
-  return "sliding window " + std::to_string(edge) + "^3, overlap " + overlap_text + ", " +
+  return "sliding window " + edges3_text(edges) + ", overlap " + overlap_text + ", " +
          std::to_string(sw_batch_size) + (sw_batch_size == 1 ? " window" : " windows") + " a pass";
 }
 
@@ -229,21 +254,21 @@ void PredictOptions::validate() const {
         " must end in .nii or .nii.gz (the prediction is written as NIfTI)");
   check_not_an_input(out_path, {{"--image", image_path}, {"--model", model_path}},
                      "predict: --out=" + printable(out_path));
-  if (roi < 0)
-    throw std::invalid_argument("predict: --roi=" + std::to_string(roi) + " must be >= 0");
-  if (crop < 0)
-    throw std::invalid_argument("predict: --crop=" + std::to_string(crop) + " must be >= 0");
+  check_roi(roi, "predict: --roi");
+  check_roi(crop, "predict: --crop");
   if (!(overlap >= 0 && overlap < 1))
     throw std::invalid_argument("predict: --overlap must be in [0, 1)");
   model.validate();
   prefix.validate();
-  const int64_t edge = window();
-  const std::string flag = roi > 0 ? "predict: --roi" : "predict: --crop (the run's, as --roi)";
-  if (edge > 0) model.check_spatial_size({edge, edge, edge}, flag);
-  if (edge > 0)
-    check_fits_in_memory(voxels_bytes(edge, sw_batch_size, model),
-                         flag + "=" + std::to_string(edge) +
+  const std::array<int64_t, 3> edges = window();
+  const std::string flag =
+      roi_given(roi) ? "predict: --roi" : "predict: --crop (the run's, as --roi)";
+  if (edges[0] > 0) {
+    model.check_spatial_size(edges, flag);
+    check_fits_in_memory(voxels_bytes(edges, sw_batch_size, model),
+                         flag + "=" + edges_text(roi_given(roi) ? roi : crop) +
                              " with --sw-batch-size=" + std::to_string(sw_batch_size));
+  }
 }
 
 }  // namespace volshard

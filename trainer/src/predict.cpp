@@ -46,11 +46,11 @@ void predict(const PredictOptions& o) {
   torch::NoGradGuard no_grad;
   const Predictor forward = [&](const at::Tensor& x) { return net.forward_from_cpu(x); };
   at::Tensor logits;
-  const int64_t edge = o.window();
+  const std::array<int64_t, 3> window = o.window();
   try {
-    if (edge > 0) {
+    if (window[0] > 0) {
       SlidingWindowOptions sw;
-      sw.roi = {edge, edge, edge};
+      sw.roi = window;
       sw.overlap = o.overlap;
       sw.sw_batch_size = o.sw_batch_size;
       logits = sliding_window_inference(image, sw, forward);
@@ -62,11 +62,11 @@ void predict(const PredictOptions& o) {
     // say which window, and what needs less.
     throw OutOfMemoryError(
         o.image_path + ": " +
-            (edge > 0 ? "the network on windows of " + std::to_string(edge) + "^3, " +
-                            std::to_string(o.sw_batch_size) +
-                            " at a time (a smaller --roi or --sw-batch-size needs less)"
-                      : "the network on the whole volume at once (--roi E slides a window of "
-                        "E^3 instead)"),
+            (window[0] > 0 ? "the network on windows of " + edges3_text(window) + ", " +
+                                 std::to_string(o.sw_batch_size) +
+                                 " at a time (a smaller --roi or --sw-batch-size needs less)"
+                           : "the network on the whole volume at once (--roi E slides a window "
+                             "of E^3 instead)"),
         e);
   }
   logits = logits.squeeze(0);  // C x X x Y x Z

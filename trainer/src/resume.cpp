@@ -26,6 +26,15 @@ std::string resume_checkpoint_path(const TrainOptions& o) {
              : o.resume;
 }
 
+namespace {
+
+// A value as written before and after an option became a list: crop and roi
+// were one number until they took x,y,z, and a cube is still written [96].
+json one(const json& v) { return v.is_array() && v.size() == 1 ? v.at(0) : v; }
+bool same_value(const json& a, const json& b) { return one(a) == one(b); }
+
+}  // namespace
+
 std::string option_differences(const std::string& saved_json, const std::string& now_json,
                                const std::function<bool(const std::string&)>& counted) {
   const json saved = json::parse(saved_json, nullptr, false),
@@ -33,10 +42,11 @@ std::string option_differences(const std::string& saved_json, const std::string&
   if (!saved.is_object() || !now.is_object()) return "";
   std::string out;
   for (auto it = now.begin(); it != now.end(); ++it) {
-    if (!counted(it.key()) || !saved.contains(it.key()) || saved.at(it.key()) == it.value())
+    if (!counted(it.key()) || !saved.contains(it.key()) ||
+        same_value(saved.at(it.key()), it.value()))
       continue;
     out += (out.empty() ? "" : "; ") + Field(it.key().c_str(), "").flag() + " " +
-           saved.at(it.key()).dump() + " there, " + it.value().dump() + " here";
+           one(saved.at(it.key())).dump() + " there, " + one(it.value()).dump() + " here";
   }
   return out;
 }

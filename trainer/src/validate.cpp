@@ -39,8 +39,7 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
   {
     torch::NoGradGuard no_grad;
     SlidingWindowOptions sw;
-    const int64_t roi = o.roi > 0 ? o.roi : o.feed.crop;
-    sw.roi = {roi, roi, roi};
+    sw.roi = o.val_window();
     sw.overlap = o.overlap;
     sw.sw_batch_size = o.sw_batch_size;
     const PairOptions prefix = whole_volume_prefix(o.resolved_feed().prefix);

@@ -75,11 +75,14 @@ void FeedOptions::validate() const {
   }
   if (contrast_gamma.size() != 1)
     range("--contrast-gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
+  check_edges(crop, "--crop", 1, kMaxCropEdge);
   // One channel of this volume's crops, before a batch is even assembled.
-  const double crop_voxels = static_cast<double>(crop) * static_cast<double>(crop) * crop;
+  const std::array<int64_t, 3> c = crop_size();
+  const double crop_voxels =
+      static_cast<double>(c[0]) * static_cast<double>(c[1]) * static_cast<double>(c[2]);
   check_fits_in_memory(
       4.0 * crop_voxels * static_cast<double>(num_samples),
-      "--crop=" + std::to_string(crop) + " with --num-samples=" + std::to_string(num_samples));
+      "--crop=" + edges_text(crop) + " with --num-samples=" + std::to_string(num_samples));
 }
 
 namespace {
@@ -119,14 +122,16 @@ void check_crop_fits(const FeedOptions& o, const std::vector<VolumeShape>& volum
                      const std::string& after) {
   if (o.allow_smaller) return;
   constexpr size_t kNamed = 8;
-  const auto side = [](const VolumeShape& v) {
-    return *std::min_element(v.shape.begin(), v.shape.end());
-  };
+  const std::array<int64_t, 3> crop = o.crop_size();
   std::vector<const VolumeShape*> small;
-  const VolumeShape* smallest = nullptr;
+  std::array<int64_t, 3> fits = crop;  // the largest crop every volume holds, per axis
   for (const VolumeShape& v : volumes) {
-    if (side(v) < o.crop) small.push_back(&v);
-    if (!smallest || side(v) < side(*smallest)) smallest = &v;
+    bool smaller = false;
+    for (size_t a = 0; a < 3; ++a) {
+      smaller = smaller || v.shape[a] < crop[a];
+      fits[a] = std::min(fits[a], v.shape[a]);
+    }
+    if (smaller) small.push_back(&v);
   }
   if (small.empty()) return;
   std::string named;
@@ -134,13 +139,13 @@ void check_crop_fits(const FeedOptions& o, const std::vector<VolumeShape>& volum
     named +=
         (i ? ", " : "") + small[i]->source + " (" + shape_text(small[i]->shape.data(), 3) + ")";
   if (small.size() > kNamed) named += " and " + std::to_string(small.size() - kNamed) + " more";
-  throw std::invalid_argument("train: --crop=" + std::to_string(o.crop) + " is larger than " +
+  const std::string crop_text = edges_text(o.crop);
+  throw std::invalid_argument("train: --crop=" + crop_text + " is larger than " +
                               std::to_string(small.size()) + " of " +
                               std::to_string(volumes.size()) + " training volume(s) " + after +
-                              ": " + named + "; the smallest shape in the set is " +
-                              shape_text(smallest->shape.data(), 3) + " (" + smallest->source +
-                              "): use --crop <= " + std::to_string(side(*smallest)) +
-                              ", --spatial-pad " + std::to_string(o.crop) + " or --allow-smaller");
+                              ": " + named + "; every volume holds a crop of " + shape_text(fits) +
+                              ": use --crop " + edges_text({fits[0], fits[1], fits[2]}) +
+                              " or less, --spatial-pad " + crop_text + " or --allow-smaller");
 }
 
 FeedOptions feed_from_json(const std::string& json_object, const std::string& who,
@@ -175,12 +180,12 @@ Compose feed_augmentation(const FeedOptions& o) {
   std::vector<std::shared_ptr<const Transform>> steps;
   if (o.crop_kind == CropKind::kPosNeg) {
     PosNegCropOptions crop;
-    crop.spatial_size = {o.crop, o.crop, o.crop};
+    crop.spatial_size = o.crop_size();
     crop.num_samples = o.num_samples;
     crop.allow_smaller = o.allow_smaller;
     steps.push_back(make_rand_crop_by_pos_neg_label(crop));
   } else {
-    steps.push_back(make_rand_spatial_crop({o.crop, o.crop, o.crop}, o.num_samples));
+    steps.push_back(make_rand_spatial_crop(o.crop_size(), o.num_samples));
   }
   if (o.rot90_prob > 0) {
     Rotate90Options rot;

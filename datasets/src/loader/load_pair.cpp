@@ -138,26 +138,15 @@ void PrefixOptions::validate() const {
   if (intensity == IntensityKind::kRange && !(range.a_min <= range.a_max))
     throw std::invalid_argument("--a-min=" + value_text(range.a_min) +
                                 " must be <= --a-max=" + value_text(range.a_max));
-  bool pad_ok = spatial_pad.empty() || spatial_pad.size() == 1 || spatial_pad.size() == 3;
-  for (int64_t v : spatial_pad) pad_ok = pad_ok && v >= 0 && v <= kMaxPadEdge;
-  if (!pad_ok) {
-    std::string text;
-    for (int64_t v : spatial_pad) text += (text.empty() ? "" : ",") + std::to_string(v);
-    throw std::invalid_argument("--spatial-pad=" + text +
-                                " must be one size or three (x,y,z), each in [0, " +
-                                std::to_string(kMaxPadEdge) + "] voxels (0: that axis as it is)");
-  }
+  if (!spatial_pad.empty())  // 0: that axis as it is
+    check_edges(spatial_pad, "--spatial-pad", 0, kMaxPadEdge);
   const std::array<int64_t, 3> pad = pad_size();
   check_fits_in_memory(
       4.0 * static_cast<double>(pad[0]) * static_cast<double>(pad[1]) * static_cast<double>(pad[2]),
       "--spatial-pad=" + shape_text(pad));
 }
 
-std::array<int64_t, 3> PrefixOptions::pad_size() const {
-  if (spatial_pad.empty()) return {0, 0, 0};
-  if (spatial_pad.size() == 1) return {spatial_pad[0], spatial_pad[0], spatial_pad[0]};
-  return {spatial_pad[0], spatial_pad[1], spatial_pad[2]};
-}
+std::array<int64_t, 3> PrefixOptions::pad_size() const { return cube_or_xyz(spatial_pad); }
 
 std::string PrefixOptions::key() const {
   // From the schema, not a list of fields: a new row is in the key unless it

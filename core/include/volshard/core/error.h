@@ -41,4 +41,16 @@ std::string shape_text(const std::array<int64_t, N>& s, bool as_tuple = false) {
   return shape_text(s.data(), N, as_tuple);
 }
 
+/// A size given as one value (a cube) or three (x, y, z), as crop, roi and
+/// spatial_pad take it: its three edges ({0, 0, 0} when empty; the caller
+/// has checked the length).
+std::array<int64_t, 3> cube_or_xyz(const std::vector<int64_t>& v);
+/// "96^3" for a cube, else "40x56x40": three edges in words.
+std::string edges3_text(const std::array<int64_t, 3>& e);
+/// "96" or "40,56,40": such a size as its flag takes it.
+std::string edges_text(const std::vector<int64_t>& v);
+/// Throws std::invalid_argument "<flag>=<v> must be one edge (a cube) or
+/// three, x,y,z, each in [lo, hi]" unless it is.
+void check_edges(const std::vector<int64_t>& v, const std::string& flag, int64_t lo, int64_t hi);
+
 }  // namespace volshard

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "volshard/core/error.h"
 #include "volshard/core/field.h"
 
 #include "volshard/datasets/load_pair.h"
@@ -43,13 +44,15 @@ const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind);
 struct FeedOptions {
   PrefixOptions prefix;  ///< the deterministic, cached part
   CropKind crop_kind = CropKind::kPosNeg;
-  int64_t crop = 96;           ///< crop edge (cubic), voxels, >= 1
-  int64_t num_samples = 4;     ///< crops per volume, >= 1
-  bool allow_smaller = false;  ///< a crop larger than a volume shrinks to it instead of failing
-  double rot90_prob = 0.5;     ///< RandRotate90(max_k 3, axes (0, 2)) probability; 0: none
-  double flip_prob = 0.0;      ///< RandFlip on each spatial axis on its own; 0: none
-  double rand_scale = 0.0;     ///< RandScaleIntensity(factors +-v, prob rand_scale_prob); 0: none
-  double rand_shift = 0.0;     ///< RandShiftIntensity(offsets +-v, prob rand_shift_prob); 0: none
+  /// Crop size, voxels: one edge (a cube) or three, x,y,z, each >= 1 (BraTS's
+  /// 224,224,144; nnU-Net's Hippocampus patch 40,56,40).
+  std::vector<int64_t> crop{96};
+  int64_t num_samples = 4;       ///< crops per volume, >= 1
+  bool allow_smaller = false;    ///< a crop larger than a volume shrinks to it instead of failing
+  double rot90_prob = 0.5;       ///< RandRotate90(max_k 3, axes (0, 2)) probability; 0: none
+  double flip_prob = 0.0;        ///< RandFlip on each spatial axis on its own; 0: none
+  double rand_scale = 0.0;       ///< RandScaleIntensity(factors +-v, prob rand_scale_prob); 0: none
+  double rand_shift = 0.0;       ///< RandShiftIntensity(offsets +-v, prob rand_shift_prob); 0: none
   double rand_scale_prob = 1.0;  ///< RandScaleIntensity's prob, in [0, 1]
   double rand_shift_prob = 1.0;  ///< RandShiftIntensity's prob, in [0, 1]
   double noise_prob = 0.0;       ///< RandGaussianNoise(prob, mean 0, std noise_std); 0: none
@@ -65,7 +68,12 @@ struct FeedOptions {
   /// the prefix's checks, the schema's bounds (for_each_feed_field), then
   /// what spans fields.
   void validate() const;
+  /// The crop's three edges.
+  std::array<int64_t, 3> crop_size() const { return cube_or_xyz(crop); }
 };
+
+/// A crop edge: at most this many voxels.
+inline constexpr int64_t kMaxCropEdge = 4096;
 
 /// The deterministic prefix's fields, shared by train, predict, prepare and the Loader.
 template <class Self, class Visit>
@@ -140,7 +148,8 @@ void for_each_feed_field(Self& f, Visit&& visit) {
   visit(F("crop_kind", "random crop (pos_neg: RandCropByPosNegLabel; spatial: RandSpatialCrop)")
             .kept_on_resume(),
         f.crop_kind);
-  visit(F("crop", "crop edge, voxels (cubic)").kept_on_resume().at_least(1), f.crop);
+  visit(F("crop", "crop size, voxels: one edge (a cube) or x,y,z (224,224,144)").kept_on_resume(),
+        f.crop);
   visit(
       F("num_samples", "crops per volume").kept_on_resume().at_least(1).at_most(kMaxCropsPerVolume),
       f.num_samples);

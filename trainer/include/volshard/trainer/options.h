@@ -137,7 +137,8 @@ struct TrainOptions {
   LossOptions loss;  ///< what the step minimises (activation picks sigmoid or softmax)
   // Validation
   int64_t val_every = 1;  ///< epochs; 0: never
-  int64_t roi = 0;        ///< sliding-window size for validation; 0: the crop size
+  /// Validation's sliding window, voxels: one edge (a cube) or x,y,z; 0: the crop.
+  std::vector<int64_t> roi{0};
   double overlap = 0.25;
   int64_t sw_batch_size = 1;
   ValBalance val_balance = ValBalance::kCost;
@@ -175,6 +176,8 @@ struct TrainOptions {
   /// classes (softmax: out_channels; one sigmoid channel: 0/1; BraTS: the
   /// scheme's labels).
   FeedOptions resolved_feed() const;
+  /// Validation's sliding window: roi, or the crop where roi is 0.
+  std::array<int64_t, 3> val_window() const;
 
   /// The keys of the table's fields that have `role` (Field::kept_on_resume,
   /// Field::run_local).
@@ -283,9 +286,9 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
         o.loss.smooth_dr);
   visit(F("val_every", "epochs between validations (0: none)").at_least(0), o.val_every);
   visit(F("roi",
-          "validation sliding-window edge, voxels (0: --crop); a volume's windows per axis are "
-          "ceil((edge - roi) / (roi x (1 - overlap))) + 1: 125 a 128^3 volume at --roi 32, 8 at 96")
-            .at_least(0),
+          "validation sliding window, voxels: one edge (a cube) or x,y,z (0: --crop); a volume's "
+          "windows per axis are ceil((edge - roi) / (roi x (1 - overlap))) + 1: 125 a 128^3 "
+          "volume at --roi 32, 8 at 96"),
         o.roi);
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
   visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
@@ -381,18 +384,18 @@ struct PredictOptions {
   std::string image_path;
   std::string out_path;
   PredictOutput output = PredictOutput::kLabel;
-  /// Sliding-window edge; 0: `crop` (a run's config.json: the window its
-  /// validation used, as `volshard train`'s roi 0), or the whole volume when
-  /// that is 0 too or whole_volume is set.
-  int64_t roi = 0;
+  /// Sliding window, voxels: one edge (a cube) or x,y,z; 0: `crop` (a run's
+  /// config.json: the window its validation used, as `volshard train`'s roi
+  /// 0), or the whole volume when that is 0 too or whole_volume is set.
+  std::vector<int64_t> roi{0};
   double overlap = 0.25;
   int64_t sw_batch_size = 1;
-  int64_t crop = 0;           ///< the training crop (a run's config.json), for roi 0
-  bool whole_volume = false;  ///< the whole volume in one pass, whatever roi and crop say
-  /// The sliding window's edge these options give (roi, else crop), or 0 for
-  /// the whole volume in one pass.
-  int64_t window() const { return whole_volume ? 0 : roi > 0 ? roi : crop; }
-  /// What the inference is, in words: "sliding window 32^3, overlap 0.5, 4
+  std::vector<int64_t> crop{0};  ///< the training crop (a run's config.json), for roi 0
+  bool whole_volume = false;     ///< the whole volume in one pass, whatever roi and crop say
+  /// The sliding window these options give (roi, else crop), or {0, 0, 0}
+  /// for the whole volume in one pass.
+  std::array<int64_t, 3> window() const;
+  /// What the inference is, in words: "sliding window 32x32x32, overlap 0.5, 4
   /// windows a pass" or "whole volume".
   std::string inference_text() const;
   ModelOptions model;
