@@ -10,6 +10,7 @@ import torch
 
 from . import _volshard
 from ._checks import fspath as _fspath, options as _checked_options
+from ._volshard import SeedStreams
 from .sampler import DistributedSampler
 
 
@@ -25,8 +26,47 @@ _KEYS = ("image", "label")
 _NO_TRANSFORM = ("volshard's pipeline runs in C++ (by default MONAI's DDP tutorial's: load, channel-first, "
                  "ScaleIntensity, RandCropByPosNegLabel, RandRotate90): set its steps with pipeline= (a dict or a "
                  "config such as configs/spleen.json: orientation, pixdim, intensity, crop_foreground, flip_prob, "
-                 "...) and crop=, num_samples=, rot90_prob=; apply a transform of your own to each batch in your "
-                 "loop, or keep MONAI's Dataset and DataLoader with sampler=volshard.DistributedSampler(...)")
+                 "...) and crop=, num_samples=, rot90_prob=; Loader(transform=) runs a transform of your own on each "
+                 "crop after it, or keep MONAI's Dataset and DataLoader with sampler=volshard.DistributedSampler(...)")
+
+
+# The stream a user's transform draws from: SeedStreams(sample_seed(index, epoch)).shared_seed(this, patch_index),
+# so it is a function of (seed, epoch, index, patch) only, apart from volshard's own draws (docs/reproducibility.md).
+USER_TRANSFORM_PURPOSE = 0x75736572  # "user"
+
+# The batch's entries with one value per row (a crop); "step" and "wait_seconds" are the batch's own.
+_ROW_ENTRIES = ("index", "patch_index", "source", "crop_start", "rot90_k", "flipped")
+
+
+def _transform_rows(batch, transform, keys, streams, epoch):
+    """Applies the user's per-sample transform to every row (crop) of a batch:
+    a MONAI Randomizable (set_random_state) is reseeded from the row's stream
+    and called with the sample; any other callable gets (sample, generator),
+    a torch.Generator seeded from that stream. The rows go back together in
+    the batch's order; their image and label must keep one shape."""
+    image_key, label_key = keys
+    monai_like = callable(getattr(transform, "set_random_state", None))
+    images, labels = [], []
+    for r in range(batch[image_key].shape[0]):
+        index, patch = int(batch["index"][r]), int(batch["patch_index"][r])
+        seed = SeedStreams(streams.sample_seed(index, epoch)).shared_seed(USER_TRANSFORM_PURPOSE, patch)
+        sample = {image_key: batch[image_key][r], label_key: batch[label_key][r]}
+        sample.update({k: batch[k][r] for k in _ROW_ENTRIES if k in batch})
+        if monai_like:
+            transform.set_random_state(seed=seed % (1 << 32))
+            out = transform(sample)
+        else:
+            out = transform(sample, torch.Generator().manual_seed(seed % (1 << 63)))
+        if not isinstance(out, dict) or image_key not in out or label_key not in out:
+            raise TypeError(f"Loader: transform must return the sample dict with {image_key!r} and {label_key!r} "
+                            f"(got {type(out).__name__} for index {index}, patch {patch})")
+        images.append(torch.as_tensor(out[image_key]))
+        labels.append(torch.as_tensor(out[label_key]))
+    for name, rows in ((image_key, images), (label_key, labels)):
+        if any(t.shape != rows[0].shape for t in rows):
+            raise ValueError(f"Loader: transform gave {name} rows of shapes {sorted({tuple(t.shape) for t in rows})} "
+                             f"in one batch: the rows of a batch must keep one shape")
+    return dict(batch, **{image_key: torch.stack(images), label_key: torch.stack(labels)})
 
 
 def _keys(keys, who="Loader", also_taken=()):
@@ -298,8 +338,17 @@ class Loader:
     a datalist .json are read by those keys, and each batch holds the image
     and label under them (``batch["img"]``) instead of "image" and "label".
 
-    ``transform`` is refused: the C++ pipeline above is what runs (set it with
-    ``pipeline`` and the arguments), not a MONAI transform.
+    ``transform`` (optional) runs after volshard's pipeline, on each crop in
+    the Python thread that iterates: a MONAI transform (anything with
+    ``set_random_state``) is reseeded from the crop's own stream and called
+    with the sample dict (image, label under ``keys``, and the row's index,
+    patch_index, ...); any other callable is called as ``transform(sample,
+    generator)`` with a ``torch.Generator`` seeded from that stream. It must
+    return the dict with the image and label, one shape for every crop of a
+    batch. The stream is ``SeedStreams(SeedStreams(seed).sample_seed(index,
+    epoch)).shared_seed(USER_TRANSFORM_PURPOSE, patch_index)``: the same
+    crop is transformed alike at any world size and worker count, and
+    differently each epoch.
 
     ``state_dict()`` holds the sampler's state at the batches returned so far
     in this epoch; ``load_state_dict()`` continues after them (same or another
@@ -312,8 +361,9 @@ class Loader:
                  drop_last_batch=False, prefetch_batches=2, pin_memory=None, cache_threads=2,
                  max_cache_bytes=-1, cache_dir="", pipeline=None, split=None, val_fraction=0.2,
                  device=None, cache_device=None, keys=None, transform=None):
-        if transform is not None:
-            raise TypeError(f"Loader: transform={type(transform).__name__} would go unused: {_NO_TRANSFORM}")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"Loader: transform={type(transform).__name__} is not callable")
+        self.transform = transform
         self.keys = _keys(keys)
         self.device = _device(device)
         cache_device = _device(cache_device, "cache_device")
@@ -321,7 +371,8 @@ class Loader:
         if sampler is None:
             sampler = DistributedSampler(len(pairs), seed=0 if seed is None else seed)
         if not isinstance(sampler, DistributedSampler):
-            hint = f" (a transform? volshard takes none: {_NO_TRANSFORM})" if callable(sampler) else ""
+            hint = (f" (a transform? pass it as transform=, after volshard's own pipeline: {_NO_TRANSFORM})"
+                    if callable(sampler) else "")
             raise TypeError(f"Loader: sampler must be a volshard.DistributedSampler, not {type(sampler).__name__}"
                             f"{hint}")
         size = sampler.dataset if isinstance(sampler.dataset, int) else len(sampler.dataset)
@@ -394,9 +445,15 @@ class Loader:
         self.sampler._set_consumed(0)
         returned = 0
 
-        def take():  # the next batch, its image and label under self.keys
+        streams = SeedStreams(self.seed % (1 << 64)) if self.transform is not None else None
+        epoch = self.sampler.epoch
+
+        def take():  # the next batch, its image and label under self.keys, then the user's transform
             batch = self._core.next()
-            return None if batch is None else _named(batch, self.keys)
+            if batch is None:
+                return None
+            batch = _named(batch, self.keys)
+            return batch if streams is None else _transform_rows(batch, self.transform, self.keys, streams, epoch)
 
         # With a device, the next batch's copy is issued before this one is handed out (one batch ahead);
         # without, each batch is taken when asked for.

@@ -1,5 +1,6 @@
 """MONAI-style dict data: keys=("img", "seg") as MONAI's DDP tutorial names its files and batches
-(LoadImaged(keys=["img", "seg"]), batch_data["img"]); a transform= argument is refused with what to do."""
+(LoadImaged(keys=["img", "seg"]), batch_data["img"]); ValidationLoader refuses a transform= with what to do
+(Loader runs one after its pipeline: test_user_transform.py)."""
 
 import json
 import os
@@ -77,10 +78,11 @@ def test_bad_keys_are_refused_naming_them(synth_data, keys, message):
 def test_a_transform_argument_is_refused_with_what_to_do_instead(synth_data):
     monai_transforms = pytest.importorskip("monai.transforms")
     transform = monai_transforms.Compose([monai_transforms.ScaleIntensityd(keys="img")])
-    with pytest.raises(TypeError, match=r"transform=.*pipeline="):
-        volshard.Loader(monai_files(synth_data), keys=("img", "seg"), transform=transform)
+    with pytest.raises(TypeError, match=r"transform=int is not callable"):
+        volshard.Loader(monai_files(synth_data), keys=("img", "seg"), transform=3)
     with pytest.raises(TypeError, match=r"transform=.*pipeline="):
         volshard.ValidationLoader(monai_files(synth_data), keys=("img", "seg"), transform=transform)
     # MONAI's Dataset(data, transform) order: the transform where the sampler goes.
-    with pytest.raises(TypeError, match=r"sampler must be a volshard.DistributedSampler, not Compose.*pipeline="):
+    with pytest.raises(TypeError, match=r"sampler must be a volshard.DistributedSampler, not Compose.*transform=.*"
+                                        r"pipeline="):
         volshard.Loader(monai_files(synth_data), transform, keys=("img", "seg"))
