@@ -150,7 +150,7 @@ def test_workers_of_a_torch_dataloader_get_their_own_reproducible_seeds():
 
 @pytest.mark.parametrize("kwargs,error,message", [
     ({"crop": 0}, ValueError, "crop=0"),
-    ({"crop": (16, 16, 8)}, ValueError, r"crop=\(16, 16, 8\)"),
+    ({"crop": (16, 8)}, ValueError, r"crop=16,8 must be one edge \(a cube\) or three"),
     ({"batch_size": 0}, ValueError, "batch_size=0"),
     ({"num_samples": 0}, ValueError, "num_samples=0"),
     ({"pipeline": {"spatial_pad": [8, 8]}}, ValueError, "spatial_pad=8,8"),
@@ -299,7 +299,8 @@ def test_pinned_batches_hold_the_pageable_values_and_copy_to_the_gpu(synth_data)
 def test_sizes_beyond_their_bound_are_refused_before_anything_is_allocated(synth_data):
     sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
     for kw, needle in (({"num_samples": 10**9}, "4096"), ({"workers": 100000}, "workers=100000"),
-                       ({"cache_threads": 100000}, "threads=100000"), ({"crop": 100000}, "needs")):
+                       ({"cache_threads": 100000}, "threads=100000"), ({"crop": 100000}, r"each in \[1, 4096\]"),
+                       ({"crop": (4000, 4000, 4000), "num_samples": 4000}, "needs")):
         with pytest.raises(ValueError, match=needle):
             volshard.Loader(synth_data, sampler, **dict(KW, **kw))
 
