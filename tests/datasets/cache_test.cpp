@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +72,42 @@ TEST(SampleCacheTest, KeepsItsTensorsOnTheDeviceAndTheLabelIndicesOnTheHost) {
   ASSERT_NE(cached.indices, nullptr);
   EXPECT_EQ(cached.indices->foreground, std::vector<int32_t>{21});
   EXPECT_TRUE(cache.get(4).image.is_cpu());
+}
+
+// With a byte budget the cache keeps the first items that fit, as with one
+// thread, whatever order the fill's threads finish in: here item 3 is made
+// to finish before item 2 (item 2 waits for it), which used to cache items
+// 0, 1 and 3 and leave 2 to be prepared on every get().
+TEST(SampleCacheTest, ABudgetKeepsTheFirstItemsWhateverOrderTheFillFinishesIn) {
+  std::mutex mutex;
+  std::condition_variable third;
+  bool third_done = false;
+  const SampleSource out_of_order = [&](int64_t i) {
+    if (i == 2) {  // bounded: with one thread (none could start) item 3 comes after
+      std::unique_lock<std::mutex> lock(mutex);
+      third.wait_for(lock, std::chrono::seconds(10), [&] { return third_done; });
+    }
+    Sample s = prepared(i);
+    if (i == 3) {
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        third_done = true;
+      }
+      third.notify_all();
+    }
+    return s;
+  };
+  CacheOptions o;
+  o.threads = 2;
+  o.max_bytes = 3 * (2 * 64 * 4 + 4);
+  const SampleCache cache(out_of_order, 6, o);
+  EXPECT_EQ(cache.cached_items(), 3);
+  EXPECT_EQ(cache.cached_bytes(), 3 * (2 * 64 * 4 + 4));
+  const int64_t filled = cache.prepared();
+  for (int64_t i = 0; i < 3; ++i) (void)cache.get(i);
+  EXPECT_EQ(cache.prepared(), filled) << "items 0, 1 and 2 are the cached ones";
+  (void)cache.get(3);
+  EXPECT_EQ(cache.prepared(), filled + 1) << "item 3 is past the budget";
 }
 
 // A fill whose prepare allocates and releases large blocks (as loading a CT

@@ -98,6 +98,7 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
   if (!options.cache_dir.empty()) check_cache_dir(options.cache_dir);
   const auto wanted = static_cast<int64_t>(static_cast<double>(size) * options.cache_rate);
   std::atomic<int64_t> bytes{0};
+  std::vector<int64_t> item_bytes(static_cast<size_t>(std::max<int64_t>(wanted, 0)), 0);
   Progress progress("caching", wanted, "volumes",
                     options.progress ? ProgressStyle::kAuto : ProgressStyle::kOff);
   parallel_items(
@@ -109,16 +110,29 @@ SampleCache::SampleCache(SampleSource prepare, int64_t size, CacheOptions opts)
           s.label = s.label.to(*options.device);
         }
         const int64_t b = sample_bytes(s);
-        if (bytes.fetch_add(b) + b > options.max_bytes && options.max_bytes >= 0) {
-          bytes -= b;
-          return false;  // full: items from here on are prepared on demand
-        }
+        item_bytes[static_cast<size_t>(i)] = b;
         items_[static_cast<size_t>(i)] = std::move(s);
-        return true;
+        // Over the budget: no thread takes another item (those running finish).
+        return options.max_bytes < 0 || bytes.fetch_add(b) + b <= options.max_bytes;
       },
       [&](int64_t done, int64_t) { progress.update(done); });
   progress.finish();
-  bytes_ = bytes;
+  // The threads finish in any order: keep the first items that fit, as one
+  // thread would. Every one of them was prepared: the fill stops only once
+  // the items taken, all of index below the next one, exceed the budget.
+  int64_t kept = 0;
+  bool full = false;
+  for (int64_t i = 0; i < wanted; ++i) {
+    auto& item = items_[static_cast<size_t>(i)];
+    const int64_t b = item_bytes[static_cast<size_t>(i)];
+    full = full || !item || (options.max_bytes >= 0 && kept + b > options.max_bytes);
+    if (full) {
+      item.reset();  // prepared on demand
+    } else {
+      kept += b;
+    }
+  }
+  bytes_ = kept;
   // The fill's file buffers and intermediate volumes went back to the large-
   // block cache and glibc's heap, which keep them for the next load; with
   // every item cached there is none, and a CT fill kept ~3 GB for a 0.6 GB

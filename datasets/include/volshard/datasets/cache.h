@@ -27,7 +27,10 @@ ItemFiles files_of(std::vector<ImageLabelPair> pairs);
 
 struct CacheOptions {
   double cache_rate = 1.0;  ///< fraction of the dataset to keep, in [0, 1] (the first items)
-  int64_t max_bytes = -1;   ///< stop caching once this many bytes are held; -1: no limit
+  /// Keep the first items whose bytes fit in this many; -1: no limit. The
+  /// same items at any thread count (the fill may prepare up to `threads`
+  /// items past them, and lets them go when it ends).
+  int64_t max_bytes = -1;
   int64_t threads = 2;      ///< fill with this many threads, >= 1
   bool progress =
       false;  ///< progress on stderr while filling: a bar on a TTY, else timestamped lines
