@@ -16,8 +16,15 @@ CPU seconds are each its own: wall and CPU (the process and its worker processes
 prefix alone per case (one thread, no crops: MONAI's Compose of the deterministic steps, volshard's
 `prepare`-equal prefix), and peak RSS (the process's VmHWM, MONAI's worker processes' too).
 
+`--augment` adds the same augmentations to both sides after the crop, each with prob 1 so that
+both do the same work: MONAI's RandAffined(rotate 0.26 rad and scale 0.1 on each axis, bilinear
+image, nearest label, zeros padding), RandGaussianNoised(std 0.1), RandGaussianSmoothd,
+RandScaleIntensityd(0.1), RandShiftIntensityd(0.1), RandAdjustContrastd (MONAI's defaults
+otherwise); volshard's same options in its pipeline (RandAffine sampled around the crop), and it
+runs the files and cached sources only (the prefix is unchanged).
+
 usage: PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python bench/spleen_monai.py \
-           --bin build/bin/volshard [--volumes 8] [--size 384] [--cube N] [--epochs 2] [--rounds 2]
+           --bin build/bin/volshard [--volumes 8] [--size 384] [--cube N] [--epochs 2] [--rounds 2] [--augment]
 """
 import argparse
 import json
@@ -34,6 +41,7 @@ CHILD = r"""
 import json, os, resource, sys, time
 import torch
 side, source, datalist, config, epochs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+augment = sys.argv[6] == "augment"
 torch.set_num_threads(1)
 with open(datalist) as f:
     root = os.path.dirname(datalist)
@@ -71,13 +79,23 @@ if side.startswith("monai"):
             Compose(prefix)(it)
         out = {"wall": time.perf_counter() - t0, "cpu": cpu() - c0}
     else:
-        crop = RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(96, 96, 96), pos=1,
-                                      neg=1, num_samples=4, image_key="image", image_threshold=0)
+        crop = [RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(96, 96, 96), pos=1,
+                                       neg=1, num_samples=4, image_key="image", image_threshold=0)]
+        if augment:
+            from monai.transforms import (RandAdjustContrastd, RandAffined, RandGaussianNoised,
+                                          RandGaussianSmoothd, RandScaleIntensityd, RandShiftIntensityd)
+            crop += [RandAffined(keys=["image", "label"], prob=1.0, rotate_range=(0.26, 0.26, 0.26),
+                                 scale_range=(0.1, 0.1, 0.1), mode=("bilinear", "nearest"), padding_mode="zeros"),
+                     RandGaussianNoised(keys=["image"], prob=1.0, std=0.1),
+                     RandGaussianSmoothd(keys=["image"], prob=1.0),
+                     RandScaleIntensityd(keys=["image"], factors=0.1, prob=1.0),
+                     RandShiftIntensityd(keys=["image"], offsets=0.1, prob=1.0),
+                     RandAdjustContrastd(keys=["image"], prob=1.0)]
         t0, c0 = time.perf_counter(), cpu()
         if source == "cached":
-            ds = CacheDataset(items, Compose(prefix + [crop]), cache_rate=1.0, num_workers=2, progress=False)
+            ds = CacheDataset(items, Compose(prefix + crop), cache_rate=1.0, num_workers=2, progress=False)
         else:
-            ds = Dataset(items, Compose(prefix + [crop]))
+            ds = Dataset(items, Compose(prefix + crop))
         out["setup"] = time.perf_counter() - t0
         loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True, num_workers=2,
                                              collate_fn=list_data_collate)
@@ -96,6 +114,15 @@ else:
             pass
         out = {"wall": time.perf_counter() - t0, "cpu": cpu() - c0}
     else:
+        if augment:  # the config file with the augmentations added, as a user would write it
+            with open(config) as f:
+                settings = json.load(f)
+            settings.update({"affine_prob": 1.0, "affine_rotate": 0.26, "affine_scale": 0.1, "affine_padding": "zeros",
+                           "noise_prob": 1.0, "noise_std": 0.1, "smooth_prob": 1.0, "rand_scale": 0.1,
+                           "rand_scale_prob": 1.0, "rand_shift": 0.1, "rand_shift_prob": 1.0, "contrast_prob": 1.0})
+            config = os.path.join(os.path.dirname(datalist), "spleen_augmented.json")
+            with open(config, "w") as f:
+                json.dump(settings, f)
         sampler = volshard.DistributedSampler(len(items), num_replicas=1, rank=0, seed=0)
         t0 = time.perf_counter()
         loader = volshard.Loader(items, sampler, pipeline=config, batch_size=2, workers=2, cache_threads=2,
@@ -143,6 +170,8 @@ def main():
     ap.add_argument("--size", type=int, default=384, help="in-plane edge (size / 4 slices)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--augment", action="store_true",
+                    help="RandAffine and the intensity augmentations after the crop, prob 1, on both sides")
     ap.add_argument("--cube", type=int, default=0,
                     help="resample every case to cube^3 voxels over the same extent (e.g. --size 512 --cube 256)")
     args = ap.parse_args()
@@ -157,28 +186,31 @@ def main():
         n = len(json.load(f)["training"])
     results = {}
     sides = ("monai", "monai_tuned", "volshard")
+    sources = ("files", "cached") if args.augment else ("prefix", "files", "cached")
     # MONAI as its users run it, and with glibc tuned as tune_allocator_for_volumes tunes it
     # (mmap threshold 256 MiB, trim threshold 1 GiB, one arena) in every worker process.
     tuned = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=268435456:"
                  "glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1")
     for r in range(args.rounds):
-        for source in ("prefix", "files", "cached"):
+        for source in sources:
             for side in (sides if r % 2 == 0 else tuple(reversed(sides))):
                 p = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, side, source, datalist, CONFIG,
-                                    str(args.epochs)], capture_output=True, text=True,
+                                    str(args.epochs), "augment" if args.augment else ""], capture_output=True, text=True,
                                    env=tuned if side == "monai_tuned" else None)
                 if p.returncode != 0:
                     sys.exit(f"{side} {source} failed:\n{p.stderr[-3000:]}")
                 results.setdefault((side, source), []).append(json.loads(p.stdout.strip().splitlines()[-1]))
     shape = f"{args.cube}^3 (from {args.size} x {args.size} x {args.size // 4})" if args.cube else \
         f"{args.size} x {args.size} x {args.size // 4}"
-    print(f"spleen pipeline (configs/spleen.json; MONAI 1.4's notebook transforms) on {n} synthetic "
+    what = (" + RandAffine, RandGaussianNoise, RandGaussianSmooth, RandScaleIntensity, RandShiftIntensity, "
+            "RandAdjustContrast, each prob 1") if args.augment else ""
+    print(f"spleen pipeline (configs/spleen.json; MONAI 1.4's notebook transforms){what} on {n} synthetic "
           f"{shape} int16 CT volumes; batch 2, 96^3 x 4 crops, 2 workers "
           f"(MONAI: processes, volshard: threads), {args.epochs} epochs, median of {args.rounds} alternated rounds")
     print(f"{'source':8} {'side':12} | {'wall s/vol':>10} {'CPU s/vol':>10} {'peak MB':>8} | "
           f"{'wall ratio':>10} {'CPU ratio':>9} {'CPU ratio, tuned':>16}")
     print("-" * 97)
-    for source in ("prefix", "files", "cached"):
+    for source in sources:
         volumes = n if source == "prefix" else n * args.epochs
         row = {}
         for side in sides:

@@ -205,6 +205,38 @@ TEST(FeedAugmentationTest, AnIntensityStepIsInThePipelineOnlyWhenItsProbabilityI
   EXPECT_EQ(feed_augmentation(f).size(), 6u);
 }
 
+TEST(FeedAugmentationTest, RandZoomAndRandAffineAreOneStepAfterTheCropWithTheirRangesChecked) {
+  FeedOptions f;
+  f.crop = {4};
+  f.num_samples = 1;
+  f.rot90_prob = 0;
+  f.affine_rotate = {0.3};
+  EXPECT_EQ(feed_augmentation(f).size(), 1u) << "a range alone adds no step";
+  f.zoom_prob = 0.2;
+  EXPECT_EQ(feed_augmentation(f).size(), 2u);
+  f.affine_prob = 0.3;
+  EXPECT_EQ(feed_augmentation(f).size(), 2u) << "zoom and affine: one resampling";
+  const AffineOptions a = f.affine();
+  EXPECT_EQ(a.rotate, (std::array<double, 3>{0.3, 0.3, 0.3})) << "one value: every axis";
+  EXPECT_EQ(a.zoom, (std::array<double, 2>{0.9, 1.1})) << "MONAI's RandZoom defaults";
+  EXPECT_EQ(a.padding, PaddingMode::kReflection) << "MONAI's RandAffine default";
+  const FeedOptions g = feed_from_json(
+      R"({"affine_shear": [0, 0.1, 0, 0, 0, 0.2], "affine_padding": "border", "zoom_range": "0.7,1.4"})",
+      "Loader: ");
+  EXPECT_EQ(g.affine().shear, (std::array<double, 6>{0, 0.1, 0, 0, 0, 0.2}));
+  EXPECT_EQ(g.affine().padding, PaddingMode::kBorder);
+  EXPECT_EQ(g.affine().zoom, (std::array<double, 2>{0.7, 1.4}));
+  EXPECT_THAT(error_of(R"({"affine_rotate": [0.1, 0.2]})"),
+              HasSubstr("--affine-rotate=0.1,0.2 must be one value or 3, each in [0, 3.14"));
+  EXPECT_THAT(error_of(R"({"affine_scale": 1.5})"),
+              HasSubstr("--affine-scale=1.5 must be one value or 3, each in [0, 1)"));
+  EXPECT_THAT(error_of(R"({"affine_shear": [0.1, 0.1, 0.1]})"),
+              HasSubstr("--affine-shear=0.1,0.1,0.1 must be one value or 6"));
+  EXPECT_THAT(error_of(R"({"affine_padding": "wrap"})"), HasSubstr("zeros, border, reflection"));
+  EXPECT_THAT(error_of(R"({"zoom_range": [1.2, 0.8]})"), HasSubstr("--zoom-range=1.2,0.8"));
+  EXPECT_THAT(error_of(R"({"zoom_prob": 2})"), HasSubstr("--zoom-prob=2 must be in [0, 1]"));
+}
+
 // Volume i: a 1 x 12 x 10 x 8 image of noise seeded by i, label = image > 0.7.
 Sample noise_volume(int64_t index) {
   at::Tensor image = at::empty({1, 12, 10, 8});
@@ -241,6 +273,11 @@ TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
   feed.noise_prob = 0.5;
   feed.smooth_prob = 0.5;
   feed.contrast_prob = 0.5;
+  feed.affine_prob = 0.5;
+  feed.affine_rotate = {0.3, 0.2, 0.1};
+  feed.affine_scale = {0.1};
+  feed.affine_padding = PaddingMode::kZeros;
+  feed.zoom_prob = 0.5;
   feed.prefix.intensity = IntensityKind::kNormalize;
   const Compose pipeline = feed_augmentation(feed);
   const std::vector<int64_t> indices{7, 3, 9, 1, 4, 2};
@@ -269,6 +306,18 @@ TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
       }
     }
   }
+  for (const Batch& b : reference) {
+    for (const SampleMeta& m : b.meta) {
+      for (const auto& [step, drawn] : m.spatial) {
+        ++applied[step];
+        EXPECT_EQ(drawn.size(), step == "RandAffine" ? 15u : 1u) << step;
+      }
+    }
+  }
+  for (const std::string step : {"RandZoom", "RandAffine"}) {
+    EXPECT_GT(applied[step], 0) << step << " never applied in 18 crops";
+    EXPECT_LT(applied[step], 18) << step << " applied to every crop at prob < 1";
+  }
   for (const std::string& step : order) {
     EXPECT_GT(applied[step], 0) << step << " never applied in 18 crops";
     EXPECT_LT(applied[step], 18) << step << " applied to every crop at prob < 1";
@@ -284,8 +333,10 @@ TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
         EXPECT_TRUE(at::equal(batches[b].image, reference[b].image))
             << workers << " workers, device path " << on_device << ", batch " << b;
         ASSERT_EQ(batches[b].meta.size(), reference[b].meta.size());
-        for (size_t m = 0; m < batches[b].meta.size(); ++m)
+        for (size_t m = 0; m < batches[b].meta.size(); ++m) {
           EXPECT_EQ(batches[b].meta[m].intensity, reference[b].meta[m].intensity);
+          EXPECT_EQ(batches[b].meta[m].spatial, reference[b].meta[m].spatial);
+        }
       }
     }
   }

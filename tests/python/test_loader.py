@@ -229,7 +229,8 @@ def test_the_mri_pipelines_random_steps_do_not_depend_on_workers(ct_data):
     data = os.path.join(ct_data, "dataset.json")
     pipeline = {"intensity": "normalize", "nonzero": True, "crop_kind": "spatial", "crop": 8, "num_samples": 2,
                 "flip_prob": 0.5, "rand_scale": 0.1, "rand_shift": 0.1, "rot90_prob": 0.0,
-                "orientation": "RAS", "pixdim": [1.5, 1.5, 2.0]}
+                "orientation": "RAS", "pixdim": [1.5, 1.5, 2.0],
+                "affine_prob": 0.7, "affine_rotate": [0.3, 0.2, 0.1], "zoom_prob": 0.5, "zoom_range": [0.8, 1.2]}
     runs = []
     for workers in (0, 1, 2):
         sampler = volshard.DistributedSampler(4, num_replicas=2, rank=1, seed=5)
@@ -427,9 +428,11 @@ def test_a_cuda_device_without_one_is_refused_when_the_loader_is_made(synth_data
 def test_cache_device_runs_the_gpu_paths_code_and_gives_the_host_batches_on_the_cpu(ct_data, meta_device):
     import os
     data = os.path.join(ct_data, "dataset.json")
-    # BraTS's random steps: spatial crops, flips, per-crop normalisation, intensity scale and shift.
+    # BraTS's random steps: spatial crops, flips, per-crop normalisation, intensity scale and shift; and
+    # RandZoom/RandAffine, which sample the cached volume on its device.
     pipeline = {"intensity": "normalize", "nonzero": True, "crop_kind": "spatial", "crop": 8, "num_samples": 2,
-                "flip_prob": 0.5, "rand_scale": 0.1, "rand_shift": 0.1, "rot90_prob": 0.5}
+                "flip_prob": 0.5, "rand_scale": 0.1, "rand_shift": 0.1, "rot90_prob": 0.5,
+                "affine_prob": 0.7, "affine_rotate": 0.3, "affine_scale": 0.1, "zoom_prob": 0.5}
     runs = []
     for cache_device in (None, "cpu"):
         sampler = volshard.DistributedSampler(4, num_replicas=1, rank=0, seed=2)

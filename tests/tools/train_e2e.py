@@ -609,15 +609,16 @@ class ReproTest(Base):
             # Every random step on, each drawn from the sample's own stream.
             self.train(self.out("w%d" % world), "--trace-samples", path, "--val-every", 0, "--flip-prob", 0.5,
                        "--rand-scale", 0.1, "--noise-prob", 0.5, "--smooth-prob", 0.5, "--contrast-prob", 0.5,
+                       "--affine-prob", 0.5, "--affine-rotate", 0.3, "--affine-scale", 0.1, "--zoom-prob", 0.5,
                        nproc=world, epochs=1)
             rows = trace(path)
             self.assertEqual({r["rank"] for r in rows}, set(range(world)))
             seen[world] = rows
         key = lambda r: (r["epoch"], r["index"], r["patch"], tuple(r["crop_start"]), r["rot90_k"],
-                         tuple(r["flipped"]), json.dumps(r["intensity"]))
-        names = {s["step"] for r in seen[1] for s in r["intensity"]}
+                         tuple(r["flipped"]), json.dumps(r["intensity"]), json.dumps(r["spatial"]))
+        names = {s["step"] for r in seen[1] for s in r["intensity"] + r["spatial"]}
         self.assertEqual(names, {"RandScaleIntensity", "RandGaussianNoise", "RandGaussianSmooth",
-                                 "RandAdjustContrast"})
+                                 "RandAdjustContrast", "RandZoom", "RandAffine"})
         # --val-every 0 holds nothing out: 8 volumes x 2 crops, split evenly at W = 1, 2 and 4.
         self.assertEqual(len(seen[1]), 16)
         self.assertEqual(len(set(map(key, seen[1]))), 16)

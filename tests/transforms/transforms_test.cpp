@@ -1097,5 +1097,169 @@ TEST(ComposeTest, IntensityStepsGiveTheSameOutputForTheSameSeedOnAnyThread) {
   EXPECT_GT(changed, 10) << "different seeds draw different values";
 }
 
+// ---- RandAffine and RandZoom, around the crop ------------------------------
+
+// A volume whose voxel values say where they are, a label of four classes.
+Sample position_sample(std::array<int64_t, 3> shape) {
+  Sample s;
+  const int64_t n = shape[0] * shape[1] * shape[2];
+  s.image = at::arange(n, at::kFloat).reshape({1, shape[0], shape[1], shape[2]});
+  s.label = at::arange(n, at::kLong).remainder(4).to(at::kByte).reshape(s.image.sizes());
+  return s;
+}
+
+TEST(RandAffineTest, TheIdentityGivesThePlainCropAndAnIntegerShiftTheShiftedCrop) {
+  const Sample s = position_sample({12, 10, 9});
+  Sample crop = s;
+  crop.view = SpatialMap::identity({12, 10, 9}).cropped({3, 2, 1}, {6, 5, 4});
+  const Sample plain = materialize(crop);
+  for (const PaddingMode padding :
+       {PaddingMode::kZeros, PaddingMode::kBorder, PaddingMode::kReflection}) {
+    const Sample warped = warp_view(crop, affine_matrix(AffineParams{}), padding);
+    EXPECT_FALSE(warped.view.has_value());
+    EXPECT_TRUE(at::allclose(warped.image, plain.image, 0, 1e-3));
+    EXPECT_TRUE(at::equal(warped.label, plain.label));
+    EXPECT_EQ(warped.label.scalar_type(), at::kByte);
+  }
+  // MONAI's translate moves the grid through the input: output voxel j reads j + t.
+  AffineParams shift;
+  shift.apply = true;
+  shift.translate = {2, -1, 3};
+  Sample shifted = s;
+  shifted.view = SpatialMap::identity({12, 10, 9}).cropped({5, 1, 4}, {6, 5, 4});
+  const Sample warped = warp_view(crop, affine_matrix(shift), PaddingMode::kZeros);
+  EXPECT_TRUE(at::allclose(warped.image, materialize(shifted).image, 0, 1e-3));
+  EXPECT_TRUE(at::equal(warped.label, materialize(shifted).label));
+}
+
+TEST(RandAffineTest, AZoomedOutOrRotatedCropReadsTheVolumeAroundItNotPadding) {
+  // The crop sits in the middle of a volume of ones: a zoom of 0.6 turned
+  // reads 5/3 of its extent, all inside the volume, so no voxel is padding.
+  Sample s;
+  s.image = at::ones({1, 24, 24, 24});
+  s.label = at::ones({1, 24, 24, 24}, at::kByte);
+  s.view = SpatialMap::identity({24, 24, 24}).cropped({8, 8, 8}, {8, 8, 8});
+  AffineParams p;
+  p.zoom_apply = true;
+  p.zoom = 0.6;
+  p.apply = true;
+  p.rotate = {0.7, 0.5, 0.3};
+  const Sample out = warp_view(s, affine_matrix(p), PaddingMode::kZeros);
+  EXPECT_TRUE(at::allclose(out.image, at::ones({1, 8, 8, 8}), 0, 1e-5));
+  EXPECT_TRUE(at::equal(out.label, at::ones({1, 8, 8, 8}, at::kByte)));
+  // The same crop alone (MONAI's RandAffine after the crop) pads with zeros.
+  Sample alone = materialize(s);
+  const Sample padded = warp_view(alone, affine_matrix(p), PaddingMode::kZeros);
+  EXPECT_LT(padded.image.min().item<float>(), 0.5f);
+}
+
+TEST(RandAffineTest, DrawsAFixedCountWhetherAppliedOrNotAndAppliesWithProbability) {
+  AffineOptions o;
+  o.prob = 0.3;
+  o.rotate = {0.5, 0.5, 0.5};
+  o.scale = {0.2, 0.2, 0.2};
+  o.zoom_prob = 0.6;
+  o.zoom = {0.8, 1.25};
+  int applied = 0, zoomed = 0;
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    StreamRng rng(seed), count(seed);
+    const AffineParams p = sample_affine(o, rng);
+    for (int k = 0; k < 18; ++k) count.uniform_double();  // 2 coins, 15 values, the zoom
+    EXPECT_EQ(rng.next_u64(), count.next_u64()) << "seed " << seed;
+    applied += p.apply;
+    zoomed += p.zoom_apply;
+    if (!p.apply) {
+      EXPECT_EQ(p.scale, (std::array<double, 3>{1, 1, 1}));
+    }
+    if (p.zoom_apply) {
+      EXPECT_GE(p.zoom, 0.8);
+      EXPECT_LT(p.zoom, 1.25);
+    }
+    for (size_t d = 0; d < 3; ++d) EXPECT_LE(std::abs(p.rotate[d]), 0.5);
+  }
+  EXPECT_NEAR(applied / 2000.0, 0.3, 0.04);
+  EXPECT_NEAR(zoomed / 2000.0, 0.6, 0.04);
+}
+
+TEST(RandAffineTest, ValidateNamesTheBadValue) {
+  AffineOptions o;
+  o.scale = {0.1, 1.0, 0.1};
+  EXPECT_THAT([&] { o.validate(); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                         HasSubstr("scale=1 must be in [0, 1)")));
+  o = AffineOptions{};
+  o.zoom = {1.2, 0.9};
+  EXPECT_THAT([&] { o.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("zoom=1.2,0.9")));
+  o = AffineOptions{};
+  o.prob = 1.5;
+  EXPECT_THROW(make_rand_affine(o), std::invalid_argument);
+}
+
+TEST(RandAffineTest, InComposeItRecordsItsDrawsAndIsTheSameOnAnyThreadAndThroughTensorOps) {
+  const Sample s = position_sample({14, 12, 10});
+  PosNegCropOptions crop;
+  crop.spatial_size = {6, 5, 4};
+  crop.num_samples = 3;
+  AffineOptions a;
+  a.prob = 0.7;
+  a.rotate = {0.4, 0.3, 0.2};
+  a.shear = {0.05, 0, 0, 0.05, 0, 0};
+  a.translate = {1, 1, 1};
+  a.scale = {0.1, 0.1, 0.1};
+  a.zoom_prob = 0.5;
+  a.zoom = {0.8, 1.2};
+  Rotate90Options rot;
+  rot.prob = 0.5;
+  rot.spatial_axes = {0, 2};
+  const Compose pipeline({make_rand_crop_by_pos_neg_label(crop), make_rand_affine(a),
+                          make_rand_rotate90(rot)});
+  std::map<std::string, int> steps;
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    const auto eager = pipeline(s, seed);
+    const auto lazy = pipeline.lazy(s, seed);
+    ASSERT_EQ(eager.size(), 3u);
+    for (size_t k = 0; k < eager.size(); ++k) {
+      const Sample m = materialize(lazy[k]);
+      EXPECT_TRUE(at::equal(eager[k].image, m.image)) << "seed " << seed;
+      EXPECT_TRUE(at::equal(eager[k].label, m.label)) << "seed " << seed;
+      EXPECT_EQ(eager[k].image.numel(), 6 * 5 * 4);
+      for (const auto& [name, drawn] : eager[k].meta.spatial) {
+        ++steps[name];
+        EXPECT_EQ(drawn.size(), name == "RandAffine" ? 15u : 1u);
+      }
+      // Another thread, the same bits.
+      Sample there;
+      std::thread([&] { there = pipeline(s, seed)[k]; }).join();
+      EXPECT_TRUE(at::equal(there.image, eager[k].image));
+      EXPECT_EQ(there.meta.spatial, eager[k].meta.spatial);
+    }
+  }
+  EXPECT_GT(steps["RandAffine"], 5);
+  EXPECT_GT(steps["RandZoom"], 5);
+  EXPECT_LT(steps["RandAffine"], 36);
+}
+
+// The GPU cache's path (skipped without a GPU): the same grid, sampled on the
+// device, within float32 rounding of the host's; the label exactly.
+TEST(RandAffineTest, OnTheGpuTheWarpMatchesTheHosts) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  Sample host = position_sample({14, 12, 10});
+  host.view = SpatialMap::identity({14, 12, 10}).cropped({4, 3, 2}, {7, 6, 5});
+  Sample device = host;
+  device.image = host.image.to(c10::Device(c10::kCUDA, 0));
+  device.label = host.label.to(c10::Device(c10::kCUDA, 0));
+  AffineParams p;
+  p.apply = true;
+  p.rotate = {0.3, -0.2, 0.1};
+  p.scale = {1.1, 0.9, 1.05};
+  p.zoom_apply = true;
+  p.zoom = 1.2;
+  const Sample a = warp_view(host, affine_matrix(p), PaddingMode::kBorder);
+  const Sample b = warp_view(device, affine_matrix(p), PaddingMode::kBorder);
+  ASSERT_TRUE(b.image.is_cuda());
+  EXPECT_TRUE(at::allclose(b.image.cpu(), a.image, 1e-5, 1e-3));
+  EXPECT_TRUE(at::equal(b.label.cpu(), a.label));
+}
+
 }  // namespace
 }  // namespace volshard

@@ -223,8 +223,37 @@ class RandFlip final : public Geometric {
   FlipOptions options_;
 };
 
+// RandZoom then RandAffine, one resampling around the crop (warp_view): it
+// reads the crop's pending view of the whole volume, so it must come before
+// any step that materialises the crop.
+class RandAffine final : public Geometric {
+ public:
+  explicit RandAffine(AffineOptions o) : options_(o) { options_.validate(); }
+  std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
+    const AffineParams p = sample_affine(options_, rng);
+    if (!p.apply && !p.zoom_apply) return {std::move(sample)};
+    sample = warp_view(std::move(sample), affine_matrix(p), options_.padding);
+    if (p.zoom_apply) sample.meta.spatial.push_back({"RandZoom", {p.zoom}});
+    if (p.apply) {
+      std::vector<double> drawn(p.rotate.begin(), p.rotate.end());
+      drawn.insert(drawn.end(), p.shear.begin(), p.shear.end());
+      drawn.insert(drawn.end(), p.translate.begin(), p.translate.end());
+      drawn.insert(drawn.end(), p.scale.begin(), p.scale.end());
+      sample.meta.spatial.push_back({"RandAffine", std::move(drawn)});
+    }
+    return {std::move(sample)};
+  }
+  std::string name() const override { return "RandAffine"; }
+
+ private:
+  AffineOptions options_;
+};
+
 }  // namespace
 
+std::shared_ptr<const Transform> make_rand_affine(AffineOptions o) {
+  return std::make_shared<RandAffine>(o);
+}
 std::shared_ptr<const Transform> make_scale_intensity(ScaleIntensityOptions o) {
   return std::make_shared<ScaleIntensity>(o);
 }

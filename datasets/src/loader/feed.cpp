@@ -38,6 +38,13 @@ const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind) {
       {"pos_neg", CropKind::kPosNeg}, {"spatial", CropKind::kSpatial}};
   return kNames;
 }
+const std::vector<std::pair<std::string, PaddingMode>>& enum_names(PaddingMode) {
+  static const std::vector<std::pair<std::string, PaddingMode>> kNames{
+      {"zeros", PaddingMode::kZeros},
+      {"border", PaddingMode::kBorder},
+      {"reflection", PaddingMode::kReflection}};
+  return kNames;
+}
 
 const std::vector<std::string>& feed_keys() {
   static const std::vector<std::string> keys = [] {
@@ -75,6 +82,8 @@ void FeedOptions::validate() const {
   }
   if (contrast_gamma.size() != 1)
     range("--contrast-gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
+  range("--zoom-range", zoom_range, 0.0, true, 10.0);
+  affine();  // one value or one per axis, each in its bounds
   check_edges(crop, "--crop", 1, kMaxCropEdge);
   // One channel of this volume's crops, before a batch is even assembled.
   const std::array<int64_t, 3> c = crop_size();
@@ -83,6 +92,43 @@ void FeedOptions::validate() const {
   check_fits_in_memory(
       4.0 * crop_voxels * static_cast<double>(num_samples),
       "--crop=" + edges_text(crop) + " with --num-samples=" + std::to_string(num_samples));
+}
+
+namespace {
+
+// One value for every axis, or one per axis; each in [0, hi] ([0, hi) when
+// open), named as the flag.
+template <size_t N>
+std::array<double, N> per_axis(const char* flag, const std::vector<double>& v, double hi,
+                               bool open_hi) {
+  std::string text;
+  for (const double x : v) text += (text.empty() ? "" : ",") + value_text(x);
+  bool ok = v.size() == 1 || v.size() == N;
+  for (const double x : v) ok = ok && x >= 0 && (open_hi ? x < hi : x <= hi);
+  if (!ok) {
+    throw std::invalid_argument(std::string(flag) + "=" + text + " must be one value or " +
+                                std::to_string(N) + ", each in [0, " + value_text(hi) +
+                                (open_hi ? ")" : "]"));
+  }
+  std::array<double, N> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = v.size() == 1 ? v[0] : v[i];
+  return out;
+}
+
+}  // namespace
+
+AffineOptions FeedOptions::affine() const {
+  AffineOptions a;
+  a.prob = affine_prob;
+  a.rotate = per_axis<3>("--affine-rotate", affine_rotate, 3.141592653589793, false);
+  a.shear = per_axis<6>("--affine-shear", affine_shear, 4.0, false);
+  a.translate =
+      per_axis<3>("--affine-translate", affine_translate, static_cast<double>(kMaxCropEdge), false);
+  a.scale = per_axis<3>("--affine-scale", affine_scale, 1.0, true);
+  a.zoom_prob = zoom_prob;
+  if (zoom_range.size() == 2) a.zoom = {zoom_range[0], zoom_range[1]};
+  a.padding = affine_padding;
+  return a;
 }
 
 namespace {
@@ -187,6 +233,8 @@ Compose feed_augmentation(const FeedOptions& o) {
   } else {
     steps.push_back(make_rand_spatial_crop(o.crop_size(), o.num_samples));
   }
+  // Right after the crop, while it is still a view of the whole volume.
+  if (o.affine_prob > 0 || o.zoom_prob > 0) steps.push_back(make_rand_affine(o.affine()));
   if (o.rot90_prob > 0) {
     Rotate90Options rot;
     rot.prob = o.rot90_prob;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, and of its random intensity
-augmentations given their draws (RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast), for
-volshard's tests.
+"""Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, and of its random intensity and
+spatial augmentations given their draws (RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast,
+RandAffine, and RandAffine about a crop's centre), for volshard's tests.
 
 Runs MONAI's own transforms (the pinned environment's MONAI 1.4.0 from PyPI,
 scripts/requirements.txt) on small inputs with LPS, oblique and permuted affines, anisotropic spacing and
@@ -29,7 +29,9 @@ from monai.transforms import (  # noqa: E402
     SpatialPad,
     NormalizeIntensity,
     Orientation,
+    Affine,
     RandAdjustContrast,
+    RandAffine,
     RandGaussianNoise,
     RandGaussianSmooth,
     ScaleIntensityRange,
@@ -161,6 +163,65 @@ def random_intensity_cases(rng):
              "drawn_gamma": t.gamma_value}, x, np.eye(4), out)
 
 
+def random_affine_cases(rng):
+    """RandAffine (MONAI 1.4 with prob=1) given its 15 draws (rotate x, y, z; shear 0-5; translate
+    x, y, z; scale x, y, z), bilinear on images and nearest on labels, for each padding mode, on the
+    whole volume; and about a crop: MONAI's Affine with RandAffine's matrix moved to the crop's
+    centre (a translation by start + (size - 1) / 2 - (L - 1) / 2 before it) and the crop's
+    spatial_size, so the crop's grid reads the whole volume around it, as volshard samples it.
+    RandZoom as volshard does it (the zoom z as a scale 1 / z in front of the matrix) about a crop."""
+    image = volume(rng, 1, (11, 9, 7), "ct")
+    label = rng.integers(0, 4, (1, 11, 9, 7)).astype(np.float32)
+    four = volume(rng, 4, (10, 8, 7), "mri")
+    ranges = dict(rotate_range=(0.5, 0.3, 0.2), shear_range=(0.1, 0.05, 0.0, 0.1, 0.05, 0.02),
+                  translate_range=(2.0, 1.5, 1.0), scale_range=(0.2, 0.1, 0.15))
+
+    def rand_affine(x, mode, padding, u):
+        t = RandAffine(prob=1.0, mode=mode, padding_mode=padding, **ranges)
+        t.R = Replay([])
+        # MONAI 1.4's RandAffine.__call__ draws the grid's parameters twice (its randomize(), then
+        # rand_affine_grid(randomize=True)) and uses the second: both replay the same 15 draws.
+        t.rand_affine_grid.R = Replay(u + u)
+        out = t(torch.from_numpy(x))
+        g = t.rand_affine_grid
+        assert len(g.R.drawn) == 30 and g.R.drawn[:15] == g.R.drawn[15:], g.R.drawn
+        drawn = {"rotate": list(g.rotate_params), "shear": list(g.shear_params),
+                 "translate": list(g.translate_params), "scale": list(g.scale_params)}
+        return out, drawn, g.get_transformation_matrix().numpy().astype(np.float64)
+
+    for padding in ("zeros", "border", "reflection"):
+        u = rng.random(15).tolist()
+        for kind, x, mode in (("image", image, "bilinear"), ("label", label, "nearest")):
+            out, drawn, _ = rand_affine(x, mode, padding, u)
+            add(f"rand_affine_{kind}_{padding}", "RandAffine",
+                {"mode": mode, "padding_mode": padding, "u": u, **drawn, "crop_start": None}, x, np.eye(4), out)
+    # About a crop: inside the volume, against its upper corner with a long translation (the
+    # padding reads past the edge), four channels; then a zoom alone and a zoom with the affine.
+    for name, x, kind, start, size, padding, zoom, affine_on in (
+            ("inside", image, "image", (3, 2, 1), (6, 5, 4), "zeros", None, True),
+            ("inside", label, "label", (3, 2, 1), (6, 5, 4), "zeros", None, True),
+            ("corner", image, "image", (5, 4, 3), (6, 5, 4), "border", None, True),
+            ("corner", label, "label", (5, 4, 3), (6, 5, 4), "reflection", None, True),
+            ("four_channels", four, "image", (1, 2, 0), (7, 5, 6), "reflection", None, True),
+            ("zoom_1.3", image, "image", (2, 2, 1), (7, 5, 5), "zeros", 1.3, False),
+            ("zoom_0.8_and_affine", image, "image", (2, 2, 1), (7, 5, 5), "border", 0.8, True)):
+        u = rng.random(15).tolist()
+        mode = "bilinear" if kind == "image" else "nearest"
+        _, drawn, m = rand_affine(x, mode, padding, u)
+        if not affine_on:
+            m, drawn = np.eye(4), {}
+        if zoom is not None:
+            m = np.diag([1 / zoom] * 3 + [1.0]) @ m
+        shift = np.eye(4)
+        shape = np.array(x.shape[1:], dtype=np.float64)
+        shift[:3, 3] = np.array(start) + (np.array(size) - 1) / 2 - (shape - 1) / 2
+        out = Affine(affine=shift @ m, spatial_size=size, mode=mode, padding_mode=padding, image_only=True)(
+            torch.from_numpy(x))
+        add(f"rand_affine_about_crop_{name}_{kind}", "RandAffine",
+            {"mode": mode, "padding_mode": padding, "u": u if affine_on else None, **drawn,
+             "crop_start": list(start), "crop_size": list(size), "zoom": zoom}, x, np.eye(4), out)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(20261123)
@@ -215,6 +276,7 @@ def main():
                                                                            affine=torch.tensor(aff)))
         add(f"spatial_pad_{'x'.join(map(str, size))}", "SpatialPad", {"spatial_size": list(size)}, small, aff, out)
     random_intensity_cases(np.random.default_rng(20261126))
+    random_affine_cases(np.random.default_rng(20261127))
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"monai": monai.__version__, "torch": torch.__version__, "cases": cases}, f, indent=1)
     print(f"wrote {len(cases)} cases to {OUT}")

@@ -40,6 +40,7 @@ const std::vector<std::pair<std::string, IntensityKind>>& enum_names(IntensityKi
 const std::vector<std::pair<std::string, LabelMap>>& enum_names(LabelMap);
 const std::vector<std::pair<std::string, NormalizeOn>>& enum_names(NormalizeOn);
 const std::vector<std::pair<std::string, CropKind>>& enum_names(CropKind);
+const std::vector<std::pair<std::string, PaddingMode>>& enum_names(PaddingMode);
 
 struct FeedOptions {
   PrefixOptions prefix;  ///< the deterministic, cached part
@@ -64,6 +65,22 @@ struct FeedOptions {
   double contrast_prob = 0.0;  ///< RandAdjustContrast(prob, gamma); 0: none
   /// Its gamma range lo, hi; one value g > 0.5 is (0.5, g), as MONAI reads it.
   std::vector<double> contrast_gamma{0.5, 4.5};
+  /// RandAffine around the crop (MONAI's RandAffine, sampled from the volume
+  /// around the crop: transforms/spatial.h warp_view); 0: none.
+  double affine_prob = 0.0;
+  /// Its ranges, one value (every axis) or one per axis: rotation about x,y,z
+  /// in radians, MONAI's six shear coefficients, translation in voxels, and
+  /// scale (1 + uniform(-v, v), v < 1).
+  std::vector<double> affine_rotate{0.0};
+  std::vector<double> affine_shear{0.0};
+  std::vector<double> affine_translate{0.0};
+  std::vector<double> affine_scale{0.0};
+  /// RandAffine's and RandZoom's padding outside the volume (MONAI's default: reflection).
+  PaddingMode affine_padding = PaddingMode::kReflection;
+  double zoom_prob = 0.0;                    ///< RandZoom (isotropic, keep_size) probability; 0: none
+  std::vector<double> zoom_range{0.9, 1.1};  ///< its zoom lo,hi (MONAI's min_zoom, max_zoom)
+  /// The RandAffine/RandZoom step's options (validated by validate()).
+  AffineOptions affine() const;
   /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1"):
   /// the prefix's checks, the schema's bounds (for_each_feed_field), then
   /// what spans fields.
@@ -157,6 +174,38 @@ void for_each_feed_field(Self& f, Visit&& visit) {
   // drew its crops, turns, flips or intensities otherwise would not be the run.
   visit(F("allow_smaller", "crops larger than a volume shrink to it").kept_on_resume(),
         f.allow_smaller);
+  visit(F("affine_prob",
+          "RandAffine probability, sampled from the volume around the crop (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.affine_prob);
+  visit(F("affine_rotate",
+          "RandAffine rotation range about x,y,z, radians: uniform(-v, v) (one value: each axis)")
+            .kept_on_resume(),
+        f.affine_rotate);
+  visit(F("affine_shear", "RandAffine shear range, MONAI's six coefficients (one value: each)")
+            .kept_on_resume(),
+        f.affine_shear);
+  visit(F("affine_translate", "RandAffine translation range x,y,z, voxels (one value: each axis)")
+            .kept_on_resume(),
+        f.affine_translate);
+  visit(F("affine_scale",
+          "RandAffine scale range x,y,z: 1 + uniform(-v, v), v < 1 (one value: each axis)")
+            .kept_on_resume(),
+        f.affine_scale);
+  visit(F("affine_padding",
+          "RandAffine and RandZoom padding outside the volume (zeros, border, reflection)")
+            .kept_on_resume(),
+        f.affine_padding);
+  visit(F("zoom_prob", "RandZoom probability, one zoom for all axes (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.zoom_prob);
+  visit(F("zoom_range", "RandZoom zoom lo,hi (> 1 enlarges; MONAI's min_zoom, max_zoom)")
+            .kept_on_resume(),
+        f.zoom_range);
   visit(
       F("rot90_prob", "RandRotate90 probability (0: none)").kept_on_resume().at_least(0).at_most(1),
       f.rot90_prob);
@@ -242,7 +291,7 @@ FeedOptions feed_from_config(const std::string& path, const FeedOptions& base = 
 std::string feed_to_json(const FeedOptions& feed);
 
 /// The random steps after the cached prefix: the crop (num_samples of them),
-/// RandRotate90, RandFlip per axis, NormalizeIntensity when the prefix's
+/// RandZoom and RandAffine (one resampling around the crop), RandRotate90, RandFlip per axis, NormalizeIntensity when the prefix's
 /// intensity is kNormalize on kCrop (on each crop, as MONAI's BraTS pipeline),
 /// RandGaussianNoise, RandGaussianSmooth, RandScaleIntensity,
 /// RandShiftIntensity, RandAdjustContrast (nnU-Net's and MONAI's DynUNet

@@ -37,6 +37,9 @@ std::shared_ptr<const Transform> make_rand_spatial_crop(std::array<int64_t, 3> s
                                                         int64_t num_samples = 1);
 std::shared_ptr<const Transform> make_rand_rotate90(Rotate90Options options);
 std::shared_ptr<const Transform> make_rand_flip(FlipOptions options);
+/// MONAI's RandZoom (keep_size) then RandAffine, one resampling of the crop's
+/// neighbourhood (warp_view): must come right after the crop.
+std::shared_ptr<const Transform> make_rand_affine(AffineOptions options);
 /// MONAI's RandScaleIntensity(factors): image * (1 + factor), in float32.
 std::shared_ptr<const Transform> make_rand_scale_intensity(RandIntensityOptions options);
 /// MONAI's RandShiftIntensity(offsets): image + offset, in float32.

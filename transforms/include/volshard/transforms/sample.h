@@ -34,6 +34,10 @@ struct SampleMeta {
   /// RandGaussianNoise {std}, RandGaussianSmooth {sigma x, y, z},
   /// RandAdjustContrast {gamma}. Steps not applied are not listed.
   std::vector<std::pair<std::string, std::vector<double>>> intensity{};
+  /// The resampling steps applied to the crop, as MONAI names them, with what
+  /// they drew: RandZoom {zoom}, RandAffine {rotate x, y, z (radians), shear
+  /// (MONAI's six), translate x, y, z (voxels), scale x, y, z}.
+  std::vector<std::pair<std::string, std::vector<double>>> spatial{};
   Affine affine = identity_affine();  ///< voxel -> world of the volume before any crop
 };
 

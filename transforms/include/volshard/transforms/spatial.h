@@ -1,6 +1,7 @@
 #pragma once
 // Grids and axes: MONAI's Orientation, Spacing (transforms/src/spatial.cpp,
-// resample.cpp), RandRotate90 and RandFlip's draws and views.
+// resample.cpp), RandRotate90 and RandFlip's draws and views, RandAffine and
+// RandZoom sampled around the crop (warp.cpp).
 
 #include <ATen/core/Tensor.h>
 
@@ -90,5 +91,60 @@ bool sample_flip(const FlipOptions& options, StreamRng& rng);
 Sample apply_flip(Sample sample, bool apply, const FlipOptions& options);
 /// The same flip, left pending in sample.view.
 Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options);
+
+// ---- RandAffine and RandZoom, around the crop --------------------------------
+
+/// Where a resampled crop reads outside the volume: grid_sample's padding_mode
+/// as MONAI names it.
+enum class PaddingMode { kZeros, kBorder, kReflection };
+
+struct AffineOptions {
+  double prob = 0.0;                  ///< RandAffine's prob; 0: no affine
+  std::array<double, 3> rotate{};     ///< rotate_range about x, y, z, radians: uniform(-v, v)
+  std::array<double, 6> shear{};      ///< shear_range, MONAI's six coefficients: uniform(-v, v)
+  std::array<double, 3> translate{};  ///< translate_range x, y, z, voxels: uniform(-v, v)
+  std::array<double, 3> scale{};      ///< scale_range x, y, z: 1 + uniform(-v, v), v < 1
+  double zoom_prob = 0.0;             ///< RandZoom's prob; 0: no zoom
+  std::array<double, 2> zoom{1.0, 1.0};  ///< the zoom, uniform in [lo, hi], one for every axis
+  /// MONAI's RandAffine default; RandZoom's "edge" padding is kBorder.
+  PaddingMode padding = PaddingMode::kReflection;
+  void validate() const;  ///< throws std::invalid_argument naming the value
+};
+
+struct AffineParams {
+  bool apply = false;  ///< RandAffine's coin
+  std::array<double, 3> rotate{};
+  std::array<double, 6> shear{};
+  std::array<double, 3> translate{};
+  std::array<double, 3> scale{1.0, 1.0, 1.0};
+  bool zoom_apply = false;  ///< RandZoom's coin
+  double zoom = 1.0;
+};
+
+/// A 4 x 4 matrix, row-major.
+using Matrix4 = std::array<double, 16>;
+
+/// The draws, each made whether its coin says yes or not (a fixed count):
+/// uniform_double() < prob; rotate x, y, z; shear 0-5; translate x, y, z;
+/// scale x, y, z (each lo + (hi - lo) * uniform_double() over (-v, v), scale
+/// plus 1); then uniform_double() < zoom_prob; zoom lo + (hi - lo) * uniform_double().
+AffineParams sample_affine(const AffineOptions& options, StreamRng& rng);
+
+/// What maps the output's voxel coordinates, centred, to the input's:
+/// RandZoom's diag(1/zoom) (zoom > 1 enlarges) times MONAI's AffineGrid
+/// R @ Sh @ T @ S (create_rotate: x, then y, then z; create_shear,
+/// create_translate, create_scale). Identity for a step whose coin said no.
+Matrix4 affine_matrix(const AffineParams& params);
+
+/// The sample's view (a pending crop, turned or flipped or not; the whole
+/// volume without one) resampled through `matrix` about its centre: output
+/// voxel j reads the view at M (j - c) + c, c = (size - 1) / 2, interpolated
+/// in the whole source volume (grid_sample: bilinear image, nearest label,
+/// align_corners false, as MONAI's Resample), so a rotated or zoomed-out crop
+/// shows the volume around it, and only outside the volume is `padding`
+/// used. Reads only the box of source voxels it needs; runs as tensor ops on
+/// the sample's device. The result is contiguous, of the view's shape, with
+/// no view and no label indices; the label keeps its dtype.
+Sample warp_view(Sample sample, const Matrix4& matrix, PaddingMode padding);
 
 }  // namespace volshard
