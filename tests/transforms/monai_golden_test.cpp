@@ -323,6 +323,7 @@ TEST(MonaiGoldenTest, AdjustContrastGivenItsGammaEqualsMonaiForEveryOption) {
 TEST(MonaiGoldenTest, RandAffineGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop) {
   const auto cases = cases_of("RandAffine");
   ASSERT_EQ(cases.size(), 13u);
+  for (const Gather how : {Gather::kAuto, Gather::kTensorOps}) {  // host kernel; the GPU's code
   double worst = 0.0;
   int64_t label_voxels = 0, label_differ = 0;
   for (const json& c : cases) {
@@ -355,7 +356,7 @@ TEST(MonaiGoldenTest, RandAffineGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop
           p.at("crop_start").get<std::array<int64_t, 3>>(),
           p.at("crop_size").get<std::array<int64_t, 3>>());
     }
-    const Sample out = warp_view(sample, affine_matrix(a), padding);
+    const Sample out = warp_view(sample, affine_matrix(a), padding, how);
     EXPECT_FALSE(out.view.has_value()) << name;
     const at::Tensor want = load(c, "output", "output_shape");
     if (label) {
@@ -370,10 +371,13 @@ TEST(MonaiGoldenTest, RandAffineGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop
       EXPECT_LE(diff, 2e-5 * std::max(1.0, want.abs().max().item<double>())) << name;
     }
   }
-  std::cout << "RandAffine vs MONAI: " << cases.size()
+  std::cout << "RandAffine vs MONAI ("
+            << (how == Gather::kAuto ? "host kernel" : "tensor ops, the GPU's code")
+            << "): " << cases.size()
             << " cases, largest |difference| relative to the image's range " << worst << "; "
             << label_differ << " of " << label_voxels << " label voxels differ\n";
   EXPECT_EQ(label_differ, 0);
+  }
 }
 
 TEST(CropForegroundTest, AnImageWithoutForegroundGivesMonaisEmptyBox) {

@@ -1239,6 +1239,40 @@ TEST(RandAffineTest, InComposeItRecordsItsDrawsAndIsTheSameOnAnyThreadAndThrough
   EXPECT_LT(steps["RandAffine"], 36);
 }
 
+// The host kernel and the tensor-op path (the GPU's code) on random draws:
+// within float32 rounding of the positions; labels apart only where a
+// position falls on a half-voxel tie.
+TEST(RandAffineTest, TheHostKernelAndTheTensorOpPathAgree) {
+  Sample s = position_sample({20, 18, 16});
+  s.image = s.image.sin() * 100.0f;  // values that vary at every voxel
+  AffineOptions o;
+  o.prob = 1;
+  o.rotate = {0.6, 0.6, 0.6};
+  o.shear = {0.1, 0.1, 0.1, 0.1, 0.1, 0.1};
+  o.translate = {4, 4, 4};
+  o.scale = {0.3, 0.3, 0.3};
+  o.zoom_prob = 0.5;
+  o.zoom = {0.6, 1.6};
+  int64_t differ = 0, voxels = 0;
+  for (uint64_t seed = 0; seed < 24; ++seed) {
+    for (const PaddingMode padding :
+         {PaddingMode::kZeros, PaddingMode::kBorder, PaddingMode::kReflection}) {
+      StreamRng rng(seed);
+      const Matrix4 m = affine_matrix(sample_affine(o, rng));
+      Sample crop = s;
+      crop.view = SpatialMap::identity({20, 18, 16})
+                      .cropped({static_cast<int64_t>(seed % 8), 2, 3}, {9, 8, 7})
+                      .flipped(seed % 3);
+      const Sample host = warp_view(crop, m, padding);
+      const Sample ops = warp_view(crop, m, padding, Gather::kTensorOps);
+      EXPECT_TRUE(at::allclose(host.image, ops.image, 0, 2e-3)) << "seed " << seed;
+      differ += host.label.ne(ops.label).sum().item<int64_t>();
+      voxels += host.label.numel();
+    }
+  }
+  EXPECT_LE(differ, voxels / 1000) << differ << " of " << voxels;
+}
+
 // The GPU cache's path (skipped without a GPU): the same grid, sampled on the
 // device, within float32 rounding of the host's; the label exactly.
 TEST(RandAffineTest, OnTheGpuTheWarpMatchesTheHosts) {

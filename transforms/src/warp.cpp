@@ -106,9 +106,149 @@ Matrix4 affine_matrix(const AffineParams& p) {
   return product(m, grid);
 }
 
-Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding) {
+namespace {
+
+// grid_sample's coordinate for one axis of length n (align_corners=false):
+// border clamps to [0, n - 1]; reflection reflects about -0.5 and n - 0.5
+// (torch's reflect_coordinates), then clamps.
+inline double pad_coordinate(double x, int64_t n, PaddingMode padding) {
+  const double last = static_cast<double>(n - 1);
+  if (padding == PaddingMode::kZeros || (x >= 0.0 && x <= last)) return x;
+  if (padding == PaddingMode::kReflection) {
+    const double span = static_cast<double>(n);
+    const double in = std::fabs(x + 0.5);
+    const double extra = std::fmod(in, span);
+    const auto flips = static_cast<int64_t>(std::floor(in / span));
+    x = flips % 2 == 0 ? extra - 0.5 : span - extra - 0.5;
+  }
+  return std::min(std::max(x, 0.0), last);
+}
+
+// The host kernel: each output voxel's source position from the affine map,
+// trilinear (image) or nearest (label, round half to even as grid_sample) on
+// the source's own strides, no grid tensor. T is the source's dtype, float
+// (image, float labels) or uint8 (compact labels); the output is contiguous.
+// floor(x) as an integer, without libm's call (no SSE4.1 rounding here).
+inline int64_t floor_int(double x) {
+  const auto i = static_cast<int64_t>(x);
+  return x < static_cast<double>(i) ? i - 1 : i;
+}
+
+// nearbyint(x): to nearest, ties to even, as grid_sample's nearest mode.
+inline int64_t round_half_even(double x) {
+  const int64_t f = floor_int(x);
+  const double rest = x - static_cast<double>(f);
+  if (rest > 0.5 || (rest == 0.5 && (f & 1) != 0)) return f + 1;
+  return f;
+}
+
+// The host kernel: each output voxel's source position from the affine map,
+// computed once for the image (trilinear) and the label (nearest, ties to
+// even as grid_sample), on the sources' own strides, no grid tensor. L is the
+// label's dtype (uint8 compact labels, or float); outputs are contiguous.
+template <class L>
+void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
+               const std::array<int64_t, 3>& size, PaddingMode padding) {
+  const at::Tensor& image = sample.image;
+  const bool with_label = sample.label.defined();
+  const int64_t n[3] = {image.size(1), image.size(2), image.size(3)};
+  const int64_t s0 = image.stride(1), s1 = image.stride(2), s2 = image.stride(3);
+  at::Tensor image_out = at::empty({image.size(0), size[0], size[1], size[2]}, image.options());
+  at::Tensor label_out;
+  const L* label_in = nullptr;
+  int64_t l0 = 0, l1 = 0, l2 = 0, label_channels = 0, lc = 0;
+  if (with_label) {
+    label_channels = sample.label.size(0);
+    lc = sample.label.stride(0);
+    l0 = sample.label.stride(1);
+    l1 = sample.label.stride(2);
+    l2 = sample.label.stride(3);
+    label_out = at::empty({label_channels, size[0], size[1], size[2]}, sample.label.options());
+    label_in = sample.label.data_ptr<L>();
+  }
+  const int64_t plane = size[0] * size[1] * size[2];
+  const float* in = image.data_ptr<float>();
+  float* out = image_out.data_ptr<float>();
+  L* label_o = with_label ? label_out.data_ptr<L>() : nullptr;
+  const int64_t channels = image.size(0);
+  const auto inside = [&](int64_t i, int a) { return i >= 0 && i < n[a]; };
+  int64_t at = 0;  // the output voxel, C order over the crop
+  for (int64_t i0 = 0; i0 < size[0]; ++i0) {
+    for (int64_t i1 = 0; i1 < size[1]; ++i1) {
+      double row[3];  // the position of (i0, i1, 0); each i2 adds B[.][2]
+      for (int a = 0; a < 3; ++a)
+        row[a] = B[a][0] * static_cast<double>(i0) + B[a][1] * static_cast<double>(i1) + b[a];
+      for (int64_t i2 = 0; i2 < size[2]; ++i2, ++at) {
+        double p[3];
+        for (int a = 0; a < 3; ++a)
+          p[a] = pad_coordinate(row[a] + B[a][2] * static_cast<double>(i2), n[a], padding);
+        if (with_label) {
+          int64_t k[3];
+          bool in_volume = true;
+          for (int a = 0; a < 3; ++a) {
+            k[a] = round_half_even(p[a]);
+            in_volume = in_volume && inside(k[a], a);
+          }
+          const int64_t offset = k[0] * l0 + k[1] * l1 + k[2] * l2;
+          for (int64_t c = 0; c < label_channels; ++c)
+            label_o[c * plane + at] = in_volume ? label_in[c * lc + offset] : L(0);
+        }
+        int64_t lo[3];
+        double w[3];  // the upper neighbour's weight
+        for (int a = 0; a < 3; ++a) {
+          lo[a] = floor_int(p[a]);
+          w[a] = p[a] - static_cast<double>(lo[a]);
+        }
+        if (lo[0] >= 0 && lo[0] + 1 < n[0] && lo[1] >= 0 && lo[1] + 1 < n[1] && lo[2] >= 0 &&
+            lo[2] + 1 < n[2]) {  // all eight neighbours inside: no checks
+          for (int64_t c = 0; c < channels; ++c) {
+            const float* q = in + c * image.stride(0) + lo[0] * s0 + lo[1] * s1 + lo[2] * s2;
+            const auto v = [q](int64_t offset) { return static_cast<double>(q[offset]); };
+            const double c00 = v(0) + (v(s2) - v(0)) * w[2];
+            const double c01 = v(s1) + (v(s1 + s2) - v(s1)) * w[2];
+            const double c10 = v(s0) + (v(s0 + s2) - v(s0)) * w[2];
+            const double c11 = v(s0 + s1) + (v(s0 + s1 + s2) - v(s0 + s1)) * w[2];
+            const double c0 = c00 + (c01 - c00) * w[1];
+            const double c1 = c10 + (c11 - c10) * w[1];
+            out[c * plane + at] = static_cast<float>(c0 + (c1 - c0) * w[0]);
+          }
+          continue;
+        }
+        for (int64_t c = 0; c < channels; ++c) {  // at the edge: the neighbours inside (zeros)
+          const float* channel = in + c * image.stride(0);
+          double value = 0.0;
+          for (int corner = 0; corner < 8; ++corner) {
+            int64_t k[3];
+            double weight = 1.0;
+            bool in_volume = true;
+            for (int a = 0; a < 3; ++a) {
+              const bool up = (corner >> (2 - a)) & 1;
+              k[a] = lo[a] + (up ? 1 : 0);
+              weight *= up ? w[a] : 1.0 - w[a];
+              in_volume = in_volume && inside(k[a], a);
+            }
+            if (in_volume && weight != 0.0)
+              value += weight * static_cast<double>(channel[k[0] * s0 + k[1] * s1 + k[2] * s2]);
+          }
+          out[c * plane + at] = static_cast<float>(value);
+        }
+      }
+    }
+  }
+  sample.image = image_out;
+  if (with_label) sample.label = label_out;
+}
+
+}  // namespace
+
+Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather how) {
   const SpatialMap view = view_of(sample);
   const std::array<int64_t, 3> source = spatial_shape(sample.image);
+  if (sample.label.defined() && spatial_shape(sample.label) != source) {
+    throw std::invalid_argument("RandAffine: image " + shape_text(source, true) + " and label " +
+                                shape_text(spatial_shape(sample.label), true) +
+                                " differ in spatial shape");
+  }
   const std::array<int64_t, 3>& size = view.size;
   // Output voxel j -> view coordinate q = M (j - c) + t + c -> source
   // coordinate: along source axis axis[d], origin + sign[d] * q_d. As one
@@ -124,7 +264,21 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding) {
     }
     b[a] = static_cast<double>(view.origin[a]) + sign * offset;
   }
-  // The box of source voxels the output reads: the corners' extent (an
+  const bool label_on_host =
+      !sample.label.defined() || (sample.label.is_cpu() && (sample.label.scalar_type() == at::kByte ||
+                                                            sample.label.scalar_type() == at::kFloat));
+  if (how == Gather::kAuto && sample.image.is_cpu() && sample.image.scalar_type() == at::kFloat &&
+      label_on_host) {
+    if (sample.label.defined() && sample.label.scalar_type() == at::kFloat)
+      warp_host<float>(sample, B, b, size, padding);
+    else
+      warp_host<uint8_t>(sample, B, b, size, padding);
+    sample.view.reset();
+    sample.indices.reset();
+    return sample;
+  }
+  // Elsewhere (a GPU, other dtypes, or kTensorOps): grid_sampler's own
+  // arithmetic on a float32 grid. The box of source voxels the output reads: the corners' extent (an
   // affine map), one more for the interpolation's upper neighbour, clamped
   // to the volume; reflection past an edge may read anywhere on that axis.
   std::array<int64_t, 3> lo{}, hi{};

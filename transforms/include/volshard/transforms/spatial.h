@@ -14,6 +14,7 @@
 #include "volshard/core/orientation.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/transforms/sample.h"
+#include "volshard/transforms/view.h"
 
 namespace volshard {
 
@@ -142,9 +143,13 @@ Matrix4 affine_matrix(const AffineParams& params);
 /// in the whole source volume (grid_sample: bilinear image, nearest label,
 /// align_corners false, as MONAI's Resample), so a rotated or zoomed-out crop
 /// shows the volume around it, and only outside the volume is `padding`
-/// used. Reads only the box of source voxels it needs; runs as tensor ops on
-/// the sample's device. The result is contiguous, of the view's shape, with
-/// no view and no label indices; the label keeps its dtype.
-Sample warp_view(Sample sample, const Matrix4& matrix, PaddingMode padding);
+/// used. Host tensors (float32 image; uint8 or float32 label) take one fused
+/// pass computing each voxel's position in float64; any other device or
+/// dtype, or `how` kTensorOps, builds the grid and runs ATen's grid_sampler
+/// on the box of source voxels it needs (the GPU cache's path): the two agree
+/// within float32 rounding of the positions. The result is contiguous, of the
+/// view's shape, with no view and no label indices; the label keeps its dtype.
+Sample warp_view(Sample sample, const Matrix4& matrix, PaddingMode padding,
+                 Gather how = Gather::kAuto);
 
 }  // namespace volshard
