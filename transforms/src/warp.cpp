@@ -152,7 +152,7 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
   const at::Tensor& image = sample.image;
   const bool with_label = sample.label.defined();
   const int64_t n[3] = {image.size(1), image.size(2), image.size(3)};
-  const int64_t s0 = image.stride(1), s1 = image.stride(2), s2 = image.stride(3);
+  const int64_t sc = image.stride(0), s0 = image.stride(1), s1 = image.stride(2), s2 = image.stride(3);
   at::Tensor image_out = at::empty({image.size(0), size[0], size[1], size[2]}, image.options());
   at::Tensor label_out;
   const L* label_in = nullptr;
@@ -202,7 +202,7 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
         if (lo[0] >= 0 && lo[0] + 1 < n[0] && lo[1] >= 0 && lo[1] + 1 < n[1] && lo[2] >= 0 &&
             lo[2] + 1 < n[2]) {  // all eight neighbours inside: no checks
           for (int64_t c = 0; c < channels; ++c) {
-            const float* q = in + c * image.stride(0) + lo[0] * s0 + lo[1] * s1 + lo[2] * s2;
+            const float* q = in + c * sc + lo[0] * s0 + lo[1] * s1 + lo[2] * s2;
             const auto v = [q](int64_t offset) { return static_cast<double>(q[offset]); };
             const double c00 = v(0) + (v(s2) - v(0)) * w[2];
             const double c01 = v(s1) + (v(s1 + s2) - v(s1)) * w[2];
@@ -215,7 +215,7 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
           continue;
         }
         for (int64_t c = 0; c < channels; ++c) {  // at the edge: the neighbours inside (zeros)
-          const float* channel = in + c * image.stride(0);
+          const float* channel = in + c * sc;
           double value = 0.0;
           for (int corner = 0; corner < 8; ++corner) {
             int64_t k[3];
