@@ -1211,8 +1211,8 @@ TEST(RandAffineTest, InComposeItRecordsItsDrawsAndIsTheSameOnAnyThreadAndThrough
   Rotate90Options rot;
   rot.prob = 0.5;
   rot.spatial_axes = {0, 2};
-  const Compose pipeline({make_rand_crop_by_pos_neg_label(crop), make_rand_affine(a),
-                          make_rand_rotate90(rot)});
+  const Compose pipeline(
+      {make_rand_crop_by_pos_neg_label(crop), make_rand_affine(a), make_rand_rotate90(rot)});
   std::map<std::string, int> steps;
   for (uint64_t seed = 0; seed < 12; ++seed) {
     const auto eager = pipeline(s, seed);

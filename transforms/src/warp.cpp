@@ -101,8 +101,8 @@ Matrix4 affine_matrix(const AffineParams& p) {
   const Matrix4 translate{1, 0, 0, t[0], 0, 1, 0, t[1], 0, 0, 1, t[2], 0, 0, 0, 1};
   const auto& s = p.scale;
   const Matrix4 scale{s[0], 0, 0, 0, 0, s[1], 0, 0, 0, 0, s[2], 0, 0, 0, 0, 1};
-  const Matrix4 grid = product(product(product(product(product(rx, ry), rz), shear), translate),
-                               scale);
+  const Matrix4 grid =
+      product(product(product(product(product(rx, ry), rz), shear), translate), scale);
   return product(m, grid);
 }
 
@@ -152,7 +152,8 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
   const at::Tensor& image = sample.image;
   const bool with_label = sample.label.defined();
   const int64_t n[3] = {image.size(1), image.size(2), image.size(3)};
-  const int64_t sc = image.stride(0), s0 = image.stride(1), s1 = image.stride(2), s2 = image.stride(3);
+  const int64_t sc = image.stride(0), s0 = image.stride(1), s1 = image.stride(2),
+                s2 = image.stride(3);
   at::Tensor image_out = at::empty({image.size(0), size[0], size[1], size[2]}, image.options());
   at::Tensor label_out;
   const L* label_in = nullptr;
@@ -264,9 +265,9 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
     }
     b[a] = static_cast<double>(view.origin[a]) + sign * offset;
   }
-  const bool label_on_host =
-      !sample.label.defined() || (sample.label.is_cpu() && (sample.label.scalar_type() == at::kByte ||
-                                                            sample.label.scalar_type() == at::kFloat));
+  const bool label_on_host = !sample.label.defined() ||
+                             (sample.label.is_cpu() && (sample.label.scalar_type() == at::kByte ||
+                                                        sample.label.scalar_type() == at::kFloat));
   if (how == Gather::kAuto && sample.image.is_cpu() && sample.image.scalar_type() == at::kFloat &&
       label_on_host) {
     if (sample.label.defined() && sample.label.scalar_type() == at::kFloat)
@@ -278,9 +279,9 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
     return sample;
   }
   // Elsewhere (a GPU, other dtypes, or kTensorOps): grid_sampler's own
-  // arithmetic on a float32 grid. The box of source voxels the output reads: the corners' extent (an
-  // affine map), one more for the interpolation's upper neighbour, clamped
-  // to the volume; reflection past an edge may read anywhere on that axis.
+  // arithmetic on a float32 grid. The box of source voxels the output reads: the corners' extent
+  // (an affine map), one more for the interpolation's upper neighbour, clamped to the volume;
+  // reflection past an edge may read anywhere on that axis.
   std::array<int64_t, 3> lo{}, hi{};
   for (int a = 0; a < 3; ++a) {
     double mn = b[a], mx = b[a];
@@ -316,9 +317,7 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
                              .expand({size[0], size[1], size[2]}));
   }
   const at::Tensor grid = at::stack(components, -1).to(at::kFloat).unsqueeze(0);
-  const int64_t pad = padding == PaddingMode::kZeros    ? 0
-                      : padding == PaddingMode::kBorder ? 1
-                                                        : 2;
+  const int64_t pad = padding == PaddingMode::kZeros ? 0 : padding == PaddingMode::kBorder ? 1 : 2;
   const auto box = [&](const at::Tensor& t) {
     return t.slice(1, lo[0], hi[0] + 1).slice(2, lo[1], hi[1] + 1).slice(3, lo[2], hi[2] + 1);
   };

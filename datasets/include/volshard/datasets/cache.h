@@ -31,7 +31,7 @@ struct CacheOptions {
   /// same items at any thread count (the fill may prepare up to `threads`
   /// items past them, and lets them go when it ends).
   int64_t max_bytes = -1;
-  int64_t threads = 2;      ///< fill with this many threads, >= 1
+  int64_t threads = 2;  ///< fill with this many threads, >= 1
   bool progress =
       false;  ///< progress on stderr while filling: a bar on a TTY, else timestamped lines
 

@@ -77,7 +77,7 @@ struct FeedOptions {
   std::vector<double> affine_scale{0.0};
   /// RandAffine's and RandZoom's padding outside the volume (MONAI's default: reflection).
   PaddingMode affine_padding = PaddingMode::kReflection;
-  double zoom_prob = 0.0;                    ///< RandZoom (isotropic, keep_size) probability; 0: none
+  double zoom_prob = 0.0;  ///< RandZoom (isotropic, keep_size) probability; 0: none
   std::vector<double> zoom_range{0.9, 1.1};  ///< its zoom lo,hi (MONAI's min_zoom, max_zoom)
   /// The RandAffine/RandZoom step's options (validated by validate()).
   AffineOptions affine() const;
@@ -174,12 +174,12 @@ void for_each_feed_field(Self& f, Visit&& visit) {
   // drew its crops, turns, flips or intensities otherwise would not be the run.
   visit(F("allow_smaller", "crops larger than a volume shrink to it").kept_on_resume(),
         f.allow_smaller);
-  visit(F("affine_prob",
-          "RandAffine probability, sampled from the volume around the crop (0: none)")
-            .kept_on_resume()
-            .at_least(0)
-            .at_most(1),
-        f.affine_prob);
+  visit(
+      F("affine_prob", "RandAffine probability, sampled from the volume around the crop (0: none)")
+          .kept_on_resume()
+          .at_least(0)
+          .at_most(1),
+      f.affine_prob);
   visit(F("affine_rotate",
           "RandAffine rotation range about x,y,z, radians: uniform(-v, v) (one value: each axis)")
             .kept_on_resume(),
@@ -291,13 +291,12 @@ FeedOptions feed_from_config(const std::string& path, const FeedOptions& base = 
 std::string feed_to_json(const FeedOptions& feed);
 
 /// The random steps after the cached prefix: the crop (num_samples of them),
-/// RandZoom and RandAffine (one resampling around the crop), RandRotate90, RandFlip per axis, NormalizeIntensity when the prefix's
-/// intensity is kNormalize on kCrop (on each crop, as MONAI's BraTS pipeline),
-/// RandGaussianNoise, RandGaussianSmooth, RandScaleIntensity,
-/// RandShiftIntensity, RandAdjustContrast (nnU-Net's and MONAI's DynUNet
-/// order: noise, blur, brightness, contrast/gamma); each step only when
-/// configured. Step t draws from its own stream (Compose), in the order
-/// docs/reproducibility.md lists.
+/// RandZoom and RandAffine (one resampling around the crop), RandRotate90, RandFlip per axis,
+/// NormalizeIntensity when the prefix's intensity is kNormalize on kCrop (on each crop, as MONAI's
+/// BraTS pipeline), RandGaussianNoise, RandGaussianSmooth, RandScaleIntensity, RandShiftIntensity,
+/// RandAdjustContrast (nnU-Net's and MONAI's DynUNet order: noise, blur, brightness,
+/// contrast/gamma); each step only when configured. Step t draws from its own stream (Compose), in
+/// the order docs/reproducibility.md lists.
 Compose feed_augmentation(const FeedOptions& options);
 
 /// A training volume's spatial shape after the prefix, named by its file.

@@ -100,12 +100,12 @@ Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options);
 enum class PaddingMode { kZeros, kBorder, kReflection };
 
 struct AffineOptions {
-  double prob = 0.0;                  ///< RandAffine's prob; 0: no affine
-  std::array<double, 3> rotate{};     ///< rotate_range about x, y, z, radians: uniform(-v, v)
-  std::array<double, 6> shear{};      ///< shear_range, MONAI's six coefficients: uniform(-v, v)
-  std::array<double, 3> translate{};  ///< translate_range x, y, z, voxels: uniform(-v, v)
-  std::array<double, 3> scale{};      ///< scale_range x, y, z: 1 + uniform(-v, v), v < 1
-  double zoom_prob = 0.0;             ///< RandZoom's prob; 0: no zoom
+  double prob = 0.0;                     ///< RandAffine's prob; 0: no affine
+  std::array<double, 3> rotate{};        ///< rotate_range about x, y, z, radians: uniform(-v, v)
+  std::array<double, 6> shear{};         ///< shear_range, MONAI's six coefficients: uniform(-v, v)
+  std::array<double, 3> translate{};     ///< translate_range x, y, z, voxels: uniform(-v, v)
+  std::array<double, 3> scale{};         ///< scale_range x, y, z: 1 + uniform(-v, v), v < 1
+  double zoom_prob = 0.0;                ///< RandZoom's prob; 0: no zoom
   std::array<double, 2> zoom{1.0, 1.0};  ///< the zoom, uniform in [lo, hi], one for every axis
   /// MONAI's RandAffine default; RandZoom's "edge" padding is kBorder.
   PaddingMode padding = PaddingMode::kReflection;
