@@ -3,6 +3,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "volshard/core/error.h"
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -22,7 +24,7 @@ inline std::array<int64_t, 3> spatial_shape(const at::Tensor& t) {
 
 inline void check_probability(const char* what, double p) {
   if (!(p >= 0.0 && p <= 1.0))
-    throw std::invalid_argument(std::string(what) + "=" + std::to_string(p) + " must be in [0, 1]");
+    throw std::invalid_argument(std::string(what) + "=" + value_text(p) + " must be in [0, 1]");
 }
 
 inline void check_spatial_axis(const char* what, int64_t axis) {

@@ -46,17 +46,16 @@ double uniform(double lo, double hi, StreamRng& rng) {
 }  // namespace
 
 void AffineOptions::validate() const {
-  if (!(prob >= 0 && prob <= 1) || !(zoom_prob >= 0 && zoom_prob <= 1)) {
-    throw std::invalid_argument("RandAffine: prob=" + value_text(prob) +
-                                ", zoom_prob=" + value_text(zoom_prob) + " must be in [0, 1]");
-  }
-  check_range("rotate", rotate.data(), 3, 3.141592653589793, false);
-  check_range("shear", shear.data(), 6, 4.0, false);
-  check_range("translate", translate.data(), 3, 4096.0, false);
-  check_range("scale", scale.data(), 3, 1.0, true);
-  if (!(zoom[0] > 0 && zoom[0] <= zoom[1] && zoom[1] <= 10)) {
+  detail::check_probability("RandAffine: prob", prob);
+  detail::check_probability("RandZoom: prob", zoom_prob);
+  check_range("rotate", rotate.data(), 3, kMaxAffineRotate, false);
+  check_range("shear", shear.data(), 6, kMaxAffineShear, false);
+  check_range("translate", translate.data(), 3, kMaxAffineTranslate, false);
+  check_range("scale", scale.data(), 3, kAffineScaleBound, true);
+  if (!(zoom[0] > 0 && zoom[0] <= zoom[1] && zoom[1] <= kMaxZoom)) {
     throw std::invalid_argument("RandZoom: zoom=" + value_text(zoom[0]) + "," +
-                                value_text(zoom[1]) + " must be lo,hi with 0 < lo <= hi <= 10");
+                                value_text(zoom[1]) + " must be lo,hi with 0 < lo <= hi <= " +
+                                value_text(kMaxZoom));
   }
 }
 

@@ -56,6 +56,33 @@ const std::vector<std::string>& feed_keys() {
   return keys;
 }
 
+namespace {
+
+// One value for every axis, or one per axis; each in [0, hi] ([0, hi) when
+// open), named as the flag.
+void check_per_axis(const char* flag, const std::vector<double>& v, size_t n, double hi,
+                    bool open_hi) {
+  std::string text;
+  for (const double x : v) text += (text.empty() ? "" : ",") + value_text(x);
+  bool ok = v.size() == 1 || v.size() == n;
+  for (const double x : v) ok = ok && x >= 0 && (open_hi ? x < hi : x <= hi);
+  if (!ok) {
+    throw std::invalid_argument(std::string(flag) + "=" + text + " must be one value or " +
+                                std::to_string(n) + ", each in [0, " + value_text(hi) +
+                                (open_hi ? ")" : "]"));
+  }
+}
+
+// One value for every axis, or one per axis (as check_per_axis accepted).
+template <size_t N>
+std::array<double, N> per_axis(const std::vector<double>& v) {
+  std::array<double, N> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = v.size() == 1 ? v[0] : v.at(i);
+  return out;
+}
+
+}  // namespace
+
 void FeedOptions::validate() const {
   prefix.validate();
   // The schema's bounds, named as the flags ("--crop=0 must be >= 1").
@@ -82,8 +109,12 @@ void FeedOptions::validate() const {
   }
   if (contrast_gamma.size() != 1)
     range("--contrast-gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
-  range("--zoom-range", zoom_range, 0.0, true, 10.0);
-  affine();  // one value or one per axis, each in its bounds
+  range("--zoom-range", zoom_range, 0.0, true, kMaxZoom);
+  // RandAffine's ranges: one value or one per axis, each in the transform's bounds.
+  check_per_axis("--affine-rotate", affine_rotate, 3, kMaxAffineRotate, false);
+  check_per_axis("--affine-shear", affine_shear, 6, kMaxAffineShear, false);
+  check_per_axis("--affine-translate", affine_translate, 3, kMaxAffineTranslate, false);
+  check_per_axis("--affine-scale", affine_scale, 3, kAffineScaleBound, true);
   check_edges(crop, "--crop", 1, kMaxCropEdge);
   // One channel of this volume's crops, before a batch is even assembled.
   const std::array<int64_t, 3> c = crop_size();
@@ -94,37 +125,13 @@ void FeedOptions::validate() const {
       "--crop=" + edges_text(crop) + " with --num-samples=" + std::to_string(num_samples));
 }
 
-namespace {
-
-// One value for every axis, or one per axis; each in [0, hi] ([0, hi) when
-// open), named as the flag.
-template <size_t N>
-std::array<double, N> per_axis(const char* flag, const std::vector<double>& v, double hi,
-                               bool open_hi) {
-  std::string text;
-  for (const double x : v) text += (text.empty() ? "" : ",") + value_text(x);
-  bool ok = v.size() == 1 || v.size() == N;
-  for (const double x : v) ok = ok && x >= 0 && (open_hi ? x < hi : x <= hi);
-  if (!ok) {
-    throw std::invalid_argument(std::string(flag) + "=" + text + " must be one value or " +
-                                std::to_string(N) + ", each in [0, " + value_text(hi) +
-                                (open_hi ? ")" : "]"));
-  }
-  std::array<double, N> out{};
-  for (size_t i = 0; i < N; ++i) out[i] = v.size() == 1 ? v[0] : v[i];
-  return out;
-}
-
-}  // namespace
-
 AffineOptions FeedOptions::affine() const {
   AffineOptions a;
   a.prob = affine_prob;
-  a.rotate = per_axis<3>("--affine-rotate", affine_rotate, 3.141592653589793, false);
-  a.shear = per_axis<6>("--affine-shear", affine_shear, 4.0, false);
-  a.translate =
-      per_axis<3>("--affine-translate", affine_translate, static_cast<double>(kMaxCropEdge), false);
-  a.scale = per_axis<3>("--affine-scale", affine_scale, 1.0, true);
+  a.rotate = per_axis<3>(affine_rotate);
+  a.shear = per_axis<6>(affine_shear);
+  a.translate = per_axis<3>(affine_translate);
+  a.scale = per_axis<3>(affine_scale);
   a.zoom_prob = zoom_prob;
   if (zoom_range.size() == 2) a.zoom = {zoom_range[0], zoom_range[1]};
   a.padding = affine_padding;

@@ -79,7 +79,8 @@ struct FeedOptions {
   PaddingMode affine_padding = PaddingMode::kReflection;
   double zoom_prob = 0.0;  ///< RandZoom (isotropic, keep_size) probability; 0: none
   std::vector<double> zoom_range{0.9, 1.1};  ///< its zoom lo,hi (MONAI's min_zoom, max_zoom)
-  /// The RandAffine/RandZoom step's options (validated by validate()).
+  /// The RandAffine/RandZoom step's options, one value expanded to every axis; the
+  /// ranges are as validate() accepted them.
   AffineOptions affine() const;
   /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1"):
   /// the prefix's checks, the schema's bounds (for_each_feed_field), then

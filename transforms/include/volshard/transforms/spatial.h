@@ -99,6 +99,15 @@ Sample flip_lazy(Sample sample, bool apply, const FlipOptions& options);
 /// as MONAI names it.
 enum class PaddingMode { kZeros, kBorder, kReflection };
 
+/// The bounds of AffineOptions' ranges, one set that the transform and the
+/// flags (datasets' FeedOptions) both check: rotate, shear and translate in
+/// [0, max], scale in [0, 1), the zoom 0 < lo <= hi <= kMaxZoom.
+inline constexpr double kMaxAffineRotate = 3.141592653589793;  ///< radians
+inline constexpr double kMaxAffineShear = 4.0;
+inline constexpr double kMaxAffineTranslate = 4096.0;  ///< voxels
+inline constexpr double kAffineScaleBound = 1.0;       ///< open: 1 + v must stay > 0
+inline constexpr double kMaxZoom = 10.0;
+
 struct AffineOptions {
   double prob = 0.0;                     ///< RandAffine's prob; 0: no affine
   std::array<double, 3> rotate{};        ///< rotate_range about x, y, z, radians: uniform(-v, v)
