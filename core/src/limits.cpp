@@ -12,18 +12,25 @@
 
 namespace volshard {
 
+namespace {
+
+// /proc/meminfo's value of `key` ("MemTotal:"), in bytes; 0 where it has none.
+int64_t meminfo_bytes(const std::string& key) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name, unit;
+  int64_t kb = 0;
+  while (meminfo >> name >> kb >> unit)
+    if (name == key) return kb * 1024;
+  return 0;
+}
+
+}  // namespace
+
 int64_t physical_memory_bytes() {
   if (const char* env = std::getenv("VOLSHARD_MEMORY_BYTES"); env != nullptr && *env != '\0')
     return std::strtoll(env, nullptr, 10);
   // Read once: the loader asks for every batch buffer it allocates.
-  static const int64_t total = [] {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key, unit;
-    int64_t kb = 0;
-    while (meminfo >> key >> kb >> unit)
-      if (key == "MemTotal:") return kb * 1024;
-    return int64_t{0};
-  }();
+  static const int64_t total = meminfo_bytes("MemTotal:");
   return total;
 }
 
@@ -52,18 +59,7 @@ void check_fits_in_memory(double bytes, const std::string& what) {
 }
 
 int64_t available_memory_bytes() {
-  int64_t available = 0;
-  {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key, unit;
-    int64_t kb = 0;
-    while (meminfo >> key >> kb >> unit) {
-      if (key == "MemAvailable:") {
-        available = kb * 1024;
-        break;
-      }
-    }
-  }
+  int64_t available = meminfo_bytes("MemAvailable:");
   // A container's or a job's limit (SLURM, Kubernetes): cgroup v2's
   // memory.max of the process's own group, less what the group uses.
   std::ifstream cgroup("/proc/self/cgroup");

@@ -99,10 +99,9 @@ int64_t write_preview(const PreviewOptions& o) {
                                 " must be in [1, 256] (crops in one picture)");
   if (o.data_dir.empty() == o.datalist.empty())
     throw std::invalid_argument("preview: give exactly one of --data DIR and --datalist FILE");
-  o.feed.validate();
+  const Compose pipeline = feed_augmentation(o.feed);  // validates, before any file is listed
   const auto pairs = o.datalist.empty() ? pairs_from_folder(o.data_dir, o.image_glob, o.label_glob)
                                         : pairs_from_datalist(o.datalist, "training");
-  const Compose pipeline = feed_augmentation(o.feed);
   const SeedStreams streams(o.seed);
   std::vector<Sample> crops;
   for (size_t i = 0; i < pairs.size() && static_cast<int64_t>(crops.size()) < o.count; ++i) {
