@@ -3,6 +3,7 @@
 // and resumed ends where an uninterrupted run does. Sliding-window inference
 // (validation's and predict's) against MONAI's.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -22,13 +23,16 @@
 #include "run_folder.h"
 #include "run_ranks.h"
 #include "volshard/core/file_io.h"
+#include "volshard/core/limits.h"
 #include "volshard/trainer/data_split.h"
 #include "volshard/trainer/device.h"
 #include "volshard/trainer/repro.h"
 #include "volshard/trainer/serialize.h"
 #include "volshard/trainer/train.h"
+#include "volshard/trainer/validate.h"
 #include "volshard/transforms/inference.h"
 #include "volshard/volume_io/synthetic_dataset.h"
+#include "volume_io/nifti_test_util.h"
 
 namespace volshard {
 namespace {
@@ -861,6 +865,38 @@ TEST_F(TrainTest, ValidationCostCountsTheSlidingWindowsOfTheResampledShape) {
   EXPECT_EQ(validation_costs(o, d.val), std::vector<int64_t>(d.val.size(), 8 * 16 * 16 * 16));
   o.feed.prefix.pixdim = {2.0, 2.0, 2.0};  // 12^3: one window, padded
   EXPECT_EQ(validation_costs(o, d.val), std::vector<int64_t>(d.val.size(), 16 * 16 * 16));
+}
+
+// Validation's sliding window, when the network's activations on its windows
+// find no memory (past the up-front checks), names the volume, the windows and
+// what needs less; it was c10's "DefaultCPUAllocator: not enough memory" with
+// a C++ backtrace, naming no volume.
+TEST_F(TrainTest, AValidationWindowThatFindsNoMemoryNamesItsVolume) {
+  TrainOptions o = options("oom");
+  o.roi = {400};  // each 24^3 volume padded to one 400^3 window: 1 GB a feature map
+  o.model.in_channels = 1;  // as train resolves it from the images
+  const DataSplit d = list_data(o);
+  ASSERT_FALSE(d.val.empty());
+  const std::string text =
+      testing::in_child_with_address_limit(dir_.string(), size_t{1} << 30, [&]() -> std::string {
+        at::set_num_threads(1);
+        std::string said = "scored";
+        run_ranks(1, [&](Communicator& comm) {
+          try {
+            Model net(o.model);
+            (void)validation_scores(net, d.val, o, comm);
+          } catch (const OutOfMemoryError& e) {
+            said = e.what();
+          } catch (const std::exception& e) {
+            said = std::string("not an OutOfMemoryError: ") + e.what();
+          }
+        });
+        return said;
+      });
+  EXPECT_THAT(text, ::testing::StartsWith(d.val[0].image +
+                                          ": the network on windows of 400^3, 1 at a time (a "
+                                          "smaller --roi or --sw-batch-size needs less): could "
+                                          "not allocate "));
 }
 
 TEST(ValidationBalanceTest, TheCostliestVolumeGoesFirstToTheLeastLoadedRank) {

@@ -11,6 +11,7 @@
 #include "volshard/core/log.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
+#include "volshard/datasets/out_of_memory.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/checkpoint.h"
 #include "volshard/trainer/model.h"
@@ -19,6 +20,28 @@
 #include "volshard/transforms/transforms.h"
 
 namespace volshard {
+
+at::Tensor infer_volume(const at::Tensor& image, const SlidingWindowOptions& sw,
+                        int64_t size_multiple, const Predictor& forward, const std::string& file) {
+  const bool sliding = sw.roi[0] > 0;
+  // What needs the memory, and what needs less.
+  const auto doing = [&] {
+    return file + ": " +
+           (sliding ? "the network on windows of " + edges3_text(sw.roi) + ", " +
+                          std::to_string(sw.sw_batch_size) +
+                          " at a time (a smaller --roi or --sw-batch-size needs less)"
+                    : std::string("the network on the whole volume at once (--roi E slides a "
+                                  "window of E^3 instead)"));
+  };
+  try {
+    return sliding ? sliding_window_inference(image, sw, forward)
+                   : whole_volume_inference(image, size_multiple, forward);
+  } catch (const std::bad_alloc& e) {
+    throw OutOfMemoryError(doing(), e);
+  } catch (const c10::Error& e) {
+    rethrow_naming_out_of_memory(doing(), e);
+  }
+}
 
 void predict(const PredictOptions& o) {
   o.validate();
@@ -42,33 +65,16 @@ void predict(const PredictOptions& o) {
     image = prepare_image(volume, prepare, &trace).data.unsqueeze(0);
   } catch (const std::bad_alloc& e) {
     throw OutOfMemoryError(o.image_path, e);
+  } catch (const c10::Error& e) {
+    rethrow_naming_out_of_memory(o.image_path, e);
   }
   torch::NoGradGuard no_grad;
   const Predictor forward = [&](const at::Tensor& x) { return net.forward_from_cpu(x); };
-  at::Tensor logits;
-  const std::array<int64_t, 3> window = o.window();
-  try {
-    if (window[0] > 0) {
-      SlidingWindowOptions sw;
-      sw.roi = window;
-      sw.overlap = o.overlap;
-      sw.sw_batch_size = o.sw_batch_size;
-      logits = sliding_window_inference(image, sw, forward);
-    } else {
-      logits = whole_volume_inference(image, o.model.size_multiple(), forward);
-    }
-  } catch (const std::bad_alloc& e) {
-    // The network's activations, beyond what the up-front check counts:
-    // say which window, and what needs less.
-    throw OutOfMemoryError(
-        o.image_path + ": " +
-            (window[0] > 0 ? "the network on windows of " + edges3_text(window) + ", " +
-                                 std::to_string(o.sw_batch_size) +
-                                 " at a time (a smaller --roi or --sw-batch-size needs less)"
-                           : "the network on the whole volume at once (--roi E slides a window "
-                             "of E^3 instead)"),
-        e);
-  }
+  SlidingWindowOptions sw;
+  sw.roi = o.window();
+  sw.overlap = o.overlap;
+  sw.sw_batch_size = o.sw_batch_size;
+  at::Tensor logits = infer_volume(image, sw, o.model.size_multiple(), forward, o.image_path);
   logits = logits.squeeze(0);  // C x X x Y x Z
   const bool softmax = o.activation == Activation::kSoftmax;
   at::Tensor out;

@@ -14,6 +14,8 @@
 #include <stdexcept>
 
 #include "volshard/core/error.h"
+#include "volshard/core/limits.h"
+#include "volshard/datasets/out_of_memory.h"
 #include "volshard/volume_io/voxel_copy.h"
 
 namespace volshard {
@@ -175,6 +177,10 @@ Volume read_volume(const std::string& path, const ReadOptions& options) {
     return read_volume_unguarded(path, options);
   } catch (const std::bad_alloc& e) {  // the float copy's
     throw_read_out_of_memory(path, e);
+  } catch (const c10::Error& e) {  // c10's allocator (not tuned for volumes)
+    if (is_out_of_memory(e) && bytes_asked(e) > 0)
+      throw_read_out_of_memory(path, OutOfMemoryError(bytes_asked(e)));
+    rethrow_naming_out_of_memory(path, e);
   }
 }
 

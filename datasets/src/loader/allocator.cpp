@@ -5,9 +5,14 @@
 #endif
 
 #include <cstddef>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include "volshard/core/large_blocks.h"
+#include "volshard/core/limits.h"
 #include "volshard/datasets/loader.h"
+#include "volshard/datasets/out_of_memory.h"
 
 // The allocation policy for volumes: at::empty's large blocks through the
 // large-block cache, glibc in one arena with high thresholds.
@@ -26,7 +31,14 @@ class VolumeCpuAllocator final : public c10::Allocator {
     fallback_raw_ = fallback->raw_deleter();
   }
   c10::DataPtr allocate(size_t bytes) override {
-    if (bytes < kLargeBlockBytes || !large_block_cache_enabled()) return fallback_->allocate(bytes);
+    if (bytes < kLargeBlockBytes || !large_block_cache_enabled()) {
+      try {
+        return fallback_->allocate(bytes);
+      } catch (const c10::Error& e) {  // as the large blocks' failure: a std::bad_alloc
+        if (!is_out_of_memory(e)) throw;
+        throw OutOfMemoryError(bytes);
+      }
+    }
     void* p = allocate_bytes(bytes);
     return {p, p, &release, c10::Device(c10::kCPU)};
   }
@@ -45,6 +57,28 @@ class VolumeCpuAllocator final : public c10::Allocator {
 };
 
 }  // namespace
+
+bool is_out_of_memory(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const std::string& text = e.msg();
+  return text.find("DefaultCPUAllocator: ") != std::string::npos &&
+         text.find("you tried to allocate ") != std::string::npos;
+}
+
+size_t bytes_asked(const c10::Error& e) {
+  static const std::string asked = "you tried to allocate ";  // c10's DefaultCPUAllocator
+  const std::string& text = e.msg();
+  const size_t at = text.find(asked);
+  if (at == std::string::npos) return 0;
+  return static_cast<size_t>(std::strtoull(text.c_str() + at + asked.size(), nullptr, 10));
+}
+
+void rethrow_naming_out_of_memory(const std::string& context, const c10::Error& e) {
+  if (!is_out_of_memory(e)) throw;  // the error being handled, as it is
+  const size_t bytes = bytes_asked(e);
+  if (bytes > 0) throw OutOfMemoryError(context, OutOfMemoryError(bytes));
+  throw std::runtime_error(context + ": " + e.what_without_backtrace());
+}
 
 bool tune_allocator_for_volumes() {
   static const bool installed = [] {

@@ -13,6 +13,7 @@
 #include "volshard/core/limits.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/field_json.h"
+#include "volshard/datasets/out_of_memory.h"
 
 namespace volshard {
 namespace {
@@ -95,6 +96,12 @@ const std::vector<std::pair<std::string, PrefixStep>>& step_names() {
       {"intensity", PrefixStep::kIntensity},
       {"crop_foreground", PrefixStep::kCropForeground}};
   return kNames;
+}
+
+std::string step_name(PrefixStep step) {
+  for (const auto& [name, named] : step_names())
+    if (named == step) return name;
+  return "the prefix";
 }
 
 }  // namespace
@@ -202,11 +209,9 @@ SpatialImage prepare_image(const Volume& image, const PairOptions& o, PrefixTrac
           break;
       }
     } catch (const std::bad_alloc& e) {
-      if (doing.empty()) {
-        for (const auto& [name, named] : step_names())
-          if (named == step) doing = name;
-      }
-      throw OutOfMemoryError(doing, e);
+      throw OutOfMemoryError(doing.empty() ? step_name(step) : doing, e);
+    } catch (const c10::Error& e) {  // c10's allocator (not tuned for volumes)
+      rethrow_naming_out_of_memory(doing.empty() ? step_name(step) : doing, e);
     }
     const Grid after = grid_of(v);
     if (after.shape != before.shape || after.affine != before.affine)
@@ -263,6 +268,9 @@ Sample prepare_pair(Volume image, Volume label, const ImageLabelPair& pair, int6
   } catch (const std::bad_alloc& e) {
     throw OutOfMemoryError(
         "its label " + pair.label + " moved onto the " + spatial_text(img.data) + " grid", e);
+  } catch (const c10::Error& e) {
+    rethrow_naming_out_of_memory(
+        "its label " + pair.label + " moved onto the " + spatial_text(img.data) + " grid", e);
   }
   const std::array<int64_t, 3> pad = p.pad_size();
   if (pad != std::array<int64_t, 3>{}) {  // training's batching step: not in the trace
@@ -309,6 +317,8 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
     return prepare_pair(std::move(image), std::move(label), pair, index, options);
   } catch (const std::bad_alloc& e) {
     throw OutOfMemoryError(pair.image, e);
+  } catch (const c10::Error& e) {
+    rethrow_naming_out_of_memory(pair.image, e);
   }
 }
 

@@ -309,6 +309,9 @@ void write_nifti(const std::string& path, const NiftiWriteSpec& spec, const void
 }
 
 void throw_read_out_of_memory(const std::string& path, const std::bad_alloc& e) {
+  // Named already (read_nifti's own, passing through read_volume): as it is.
+  const auto* known = dynamic_cast<const OutOfMemoryError*>(&e);
+  if (known != nullptr && std::string(known->what()).rfind(path + ": ", 0) == 0) throw *known;
   std::string context = path;
   try {
     const NiftiHeader h = read_nifti_header(path);
