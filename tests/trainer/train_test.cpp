@@ -873,7 +873,7 @@ TEST_F(TrainTest, ValidationCostCountsTheSlidingWindowsOfTheResampledShape) {
 // a C++ backtrace, naming no volume.
 TEST_F(TrainTest, AValidationWindowThatFindsNoMemoryNamesItsVolume) {
   TrainOptions o = options("oom");
-  o.roi = {400};  // each 24^3 volume padded to one 400^3 window: 1 GB a feature map
+  o.roi = {400};            // each 24^3 volume padded to one 400^3 window: 1 GB a feature map
   o.model.in_channels = 1;  // as train resolves it from the images
   const DataSplit d = list_data(o);
   ASSERT_FALSE(d.val.empty());

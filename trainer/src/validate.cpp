@@ -50,10 +50,10 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
     int64_t done = 0;
     for (const int64_t i : indices) {
       const Sample s = load_pair(val[static_cast<size_t>(i)], i, prefix);
-      const at::Tensor logits =
-          infer_volume(s.image.unsqueeze(0), sw, o.model.size_multiple(),
-                       [&](const at::Tensor& x) { return net.forward_from_cpu(x); },
-                       val[static_cast<size_t>(i)].image);
+      const at::Tensor logits = infer_volume(
+          s.image.unsqueeze(0), sw, o.model.size_multiple(),
+          [&](const at::Tensor& x) { return net.forward_from_cpu(x); },
+          val[static_cast<size_t>(i)].image);
       const std::vector<double> d = class_dice(logits, s.label.to(at::kFloat), softmax);
       for (int64_t c = 0; c < classes; ++c) {
         if (std::isnan(d[static_cast<size_t>(c)])) continue;

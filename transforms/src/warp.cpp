@@ -54,8 +54,8 @@ void AffineOptions::validate() const {
   check_range("scale", scale.data(), 3, kAffineScaleBound, true);
   if (!(zoom[0] > 0 && zoom[0] <= zoom[1] && zoom[1] <= kMaxZoom)) {
     throw std::invalid_argument("RandZoom: zoom=" + value_text(zoom[0]) + "," +
-                                value_text(zoom[1]) + " must be lo,hi with 0 < lo <= hi <= " +
-                                value_text(kMaxZoom));
+                                value_text(zoom[1]) +
+                                " must be lo,hi with 0 < lo <= hi <= " + value_text(kMaxZoom));
   }
 }
 
