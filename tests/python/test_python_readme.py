@@ -28,6 +28,7 @@ FRAGMENTS = {
 ELSEWHERE = {
     "pip install .": "python_wheel_pytest",
     "cd /tmp && python -c 'import volshard; print(volshard.__version__)'": "python_wheel_pytest imports the wheel",
+    "volshard --help": "python_wheel_pytest runs the wheel's commands",
     "make python": "the build that runs this test",
     "PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python -c 'import volshard'": "this test's import",
     "PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python -m volshard.audit --nproc-per-node 2 --json "
