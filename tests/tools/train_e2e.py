@@ -814,6 +814,10 @@ class LauncherTest(Base):
         _, err = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 128 + signal.SIGUSR1, err)
         self.assertIn("received SIGUSR1 (SLURM's warning before the time limit)", err)
+        # What the requeued job resumes from (a flake once left none: this names the stop's own output).
+        self.assertTrue(os.path.exists(os.path.join(out, "checkpoint.pt")),
+                        "no checkpoint after the SIGUSR1 stop; its output:\n" + err + "\nmetrics:\n" +
+                        open(os.path.join(out, "metrics.jsonl")).read())
         # `scontrol requeue` runs the same command again, with SLURM_RESTART_COUNT=1.
         p = subprocess.run([BINARY, "train", "--data", self.data, "--out", out, "--epochs", "3", "--val-fraction",
                             "0.25", "--nproc-per-node", "2", *SMALL], capture_output=True, text=True,
