@@ -308,18 +308,29 @@ void bind_data(py::module_& m) {
   m.def(
       "_sliding_window_inference",
       [](const at::Tensor& image, const std::vector<int64_t>& roi, int64_t sw_batch_size,
-         const py::function& predictor, double overlap) {
+         const py::function& predictor, double overlap, const std::string& mode,
+         const std::vector<double>& sigma_scale, const std::vector<int64_t>& tta_flips) {
         SlidingWindowOptions o;
         if (roi.size() != 3) throw std::invalid_argument("roi_size must hold 3 edges");
+        if (sigma_scale.size() != 3) throw std::invalid_argument("sigma_scale must hold 3 values");
+        if (mode != "constant" && mode != "gaussian")
+          throw std::invalid_argument("mode='" + printable(mode) +
+                                      "' must be 'constant' or 'gaussian' (MONAI's BlendMode)");
         o.roi = {roi[0], roi[1], roi[2]};
         o.sw_batch_size = sw_batch_size;
         o.overlap = overlap;
-        return sliding_window_inference(image, o, [&predictor](const at::Tensor& x) {
-          return predictor(x).cast<at::Tensor>();
-        });
+        o.blend = mode == "gaussian" ? BlendMode::kGaussian : BlendMode::kConstant;
+        o.sigma_scale = {sigma_scale[0], sigma_scale[1], sigma_scale[2]};
+        return sliding_window_inference(
+            image, o,
+            mirrored([&predictor](const at::Tensor& x) { return predictor(x).cast<at::Tensor>(); },
+                     tta_flips));
       },
       py::arg("image"), py::arg("roi"), py::arg("sw_batch_size"), py::arg("predictor"),
-      py::arg("overlap"));
+      py::arg("overlap"), py::arg("mode"), py::arg("sigma_scale"), py::arg("tta_flips"));
+  m.def(
+      "_keep_largest_components",
+      [](const at::Tensor& labels) { return keep_largest_components(labels); }, py::arg("labels"));
 }
 
 // One rank's pipeline: its schema, its options, the loader, the allocator.

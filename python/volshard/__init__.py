@@ -34,7 +34,13 @@ else:
     from .sampler import DistributedSampler  # noqa: F401
     from .seeds import WorkerInit, worker_init_fn  # noqa: F401
     from .fingerprint import Fingerprint  # noqa: F401
-    from .validation import ValidationLoader, read_volume, sliding_window_inference, write_volume  # noqa: F401
+    from .validation import (  # noqa: F401
+        ValidationLoader,
+        keep_largest_components,
+        read_volume,
+        sliding_window_inference,
+        write_volume,
+    )
 
 __version__ = "0.1.0"
 __all__ = [
@@ -50,6 +56,7 @@ __all__ = [
     "pairs_from_folder",
     "read_volume",
     "sliding_window_inference",
+    "keep_largest_components",
     "tune_allocator_for_volumes",
     "worker_init_fn",
     "write_volume",

@@ -67,25 +67,46 @@ class ValidationLoader:
                           "source": image, "affine": item["affine"]}, self.keys)
 
 
-def sliding_window_inference(inputs, roi_size, sw_batch_size, predictor, overlap=0.25):
+def sliding_window_inference(inputs, roi_size, sw_batch_size, predictor, overlap=0.25, mode="constant",
+                             sigma_scale=0.125, tta_flips=()):
     """MONAI's ``sliding_window_inference(inputs, roi_size, sw_batch_size,
-    predictor, overlap)`` with its defaults (mode "constant", zero padding),
-    through the C++ function `volshard train` validates and `volshard predict`
-    predicts with: windows at MONAI's scan interval, axes shorter than the
-    window padded symmetrically, overlapping outputs averaged. ``inputs`` is
-    N x C x X x Y x Z (each item on its own); ``roi_size`` an int or three,
-    a value <= 0 taking the input's size on that axis, as MONAI. Call it under
-    ``torch.no_grad()`` with the network in eval mode, as one validates."""
+    predictor, overlap, mode, sigma_scale)`` (zero padding), through the C++
+    function `volshard train` validates and `volshard predict` predicts with:
+    windows at MONAI's scan interval, axes shorter than the window padded
+    symmetrically, overlapping outputs averaged (``mode="constant"``) or
+    weighted by MONAI's Gaussian importance map (``mode="gaussian"``,
+    ``sigma_scale`` one value or three). ``tta_flips`` (axes 0, 1, 2 of X, Y,
+    Z; nnU-Net's default is all three) runs ``predictor`` on each window and on
+    its flips over every non-empty subset of those axes, flipped back and
+    averaged. ``inputs`` is N x C x X x Y x Z (each item on its own);
+    ``roi_size`` an int or three, a value <= 0 taking the input's size on that
+    axis, as MONAI. Call it under ``torch.no_grad()`` with the network in eval
+    mode, as one validates."""
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 5:
         raise ValueError("sliding_window_inference: inputs must be an N x C x X x Y x Z tensor")
     roi = [int(roi_size)] * 3 if isinstance(roi_size, int) else [int(r) for r in roi_size]
     if len(roi) != 3:
         raise ValueError(f"sliding_window_inference: roi_size={roi_size!r} must be an int or three ints")
     roi = [r if r > 0 else int(inputs.shape[2 + a]) for a, r in enumerate(roi)]
+    sigma = [float(sigma_scale)] * 3 if isinstance(sigma_scale, (int, float)) else [float(v) for v in sigma_scale]
+    if len(sigma) != 3:
+        raise ValueError(f"sliding_window_inference: sigma_scale={sigma_scale!r} must be a number or three")
+    mode = getattr(mode, "value", mode)  # MONAI's BlendMode enum, or its string
+    flips = [int(a) for a in tta_flips]
     outputs = [_volshard._sliding_window_inference(inputs[n:n + 1], roi, int(sw_batch_size), predictor,
-                                                    float(overlap))
+                                                    float(overlap), str(mode), sigma, flips)
                for n in range(inputs.shape[0])]
     return torch.cat(outputs, 0)
+
+
+def keep_largest_components(labels):
+    """MONAI's ``KeepLargestConnectedComponent`` (independent, full connectivity:
+    26 neighbours) on an X x Y x Z integer label map: each class > 0 keeps only
+    its largest connected component, the rest of its voxels set to 0."""
+    labels = torch.as_tensor(labels)
+    if labels.dim() != 3:
+        raise ValueError(f"keep_largest_components: labels must be X x Y x Z, got {tuple(labels.shape)}")
+    return _volshard._keep_largest_components(labels)
 
 
 def read_volume(path, as_float=False, apply_scaling=True, max_voxels=None):

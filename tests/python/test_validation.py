@@ -97,6 +97,54 @@ def test_sliding_window_inference_equals_monai(shape, roi, overlap, sw_batch):
     assert torch.allclose(got, want, rtol=0, atol=1e-6), (got - want).abs().max()
 
 
+@pytest.mark.parametrize("shape,roi,overlap,sw_batch,sigma", [
+    ((2, 2, 20, 17, 9), 8, 0.25, 1, 0.125),
+    ((1, 1, 12, 12, 12), (8, 6, 16), 0.5, 3, (0.2, 0.1, 0.3)),
+])
+def test_gaussian_blending_equals_monais_mode_gaussian(shape, roi, overlap, sw_batch, sigma):
+    torch.manual_seed(0)
+    net = torch.nn.Conv3d(shape[1], 3, 3, padding=1).eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        got = volshard.sliding_window_inference(x, roi, sw_batch, net, overlap=overlap, mode="gaussian",
+                                                sigma_scale=sigma)
+        want = monai_inferers.sliding_window_inference(x, roi, sw_batch, net, overlap=overlap, mode="gaussian",
+                                                       sigma_scale=sigma)
+        constant = volshard.sliding_window_inference(x, roi, sw_batch, net, overlap=overlap)
+    assert torch.allclose(got, want, rtol=0, atol=1e-5), (got - want).abs().max()
+    assert not torch.allclose(got, constant, rtol=0, atol=1e-3)  # the weights show
+
+
+def test_tta_flips_average_the_network_over_the_flips_as_nnunet():
+    torch.manual_seed(1)
+    net = torch.nn.Conv3d(1, 2, 3, padding=1).eval()
+    x = torch.randn(1, 1, 10, 9, 8)
+    with torch.no_grad():
+        got = volshard.sliding_window_inference(x, 16, 1, net, tta_flips=(0, 1, 2))
+        flips = [(), (2,), (3,), (4,), (2, 3), (2, 4), (3, 4), (2, 3, 4)]
+        want = sum(torch.flip(net(torch.flip(x, f)), f) if f else net(x) for f in flips) / len(flips)
+        plain = volshard.sliding_window_inference(x, 16, 1, net)
+    assert torch.allclose(got, want, rtol=0, atol=1e-5), (got - want).abs().max()
+    assert not torch.allclose(got, plain, rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match=r"axis 3 must be 0 \(X\), 1 \(Y\) or 2 \(Z\)"):
+        volshard.sliding_window_inference(x, 16, 1, net, tta_flips=(3,))
+
+
+def test_keep_largest_components_keeps_each_classes_largest_26_connected_piece():
+    labels = torch.zeros(6, 6, 6, dtype=torch.uint8)
+    labels[0, 0, 0] = labels[1, 1, 1] = labels[2, 2, 2] = 1  # one piece of 3, by corners
+    labels[5, 5, 5] = 1                                         # a piece of 1: dropped
+    labels[0, 5, 0] = labels[0, 5, 1] = 2                       # class 2: a piece of 2 ...
+    labels[3, 0, 5] = 2                                         # ... and one of 1
+    got = volshard.keep_largest_components(labels)
+    want = labels.clone()
+    want[5, 5, 5] = 0
+    want[3, 0, 5] = 0
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="X x Y x Z"):
+        volshard.keep_largest_components(labels[None])
+
+
 def test_sliding_window_inference_names_bad_arguments():
     net = torch.nn.Identity()
     with pytest.raises(ValueError, match="N x C x X x Y x Z"):
@@ -105,6 +153,10 @@ def test_sliding_window_inference_names_bad_arguments():
         volshard.sliding_window_inference(torch.zeros(1, 1, 8, 8, 8), 4, 1, net, overlap=1.0)
     with pytest.raises(ValueError, match=r"roi_size=\(4, 4\) must be an int or three ints"):
         volshard.sliding_window_inference(torch.zeros(1, 1, 8, 8, 8), (4, 4), 1, net)
+    with pytest.raises(ValueError, match="mode='gauss' must be 'constant' or 'gaussian'"):
+        volshard.sliding_window_inference(torch.zeros(1, 1, 8, 8, 8), 4, 1, net, mode="gauss")
+    with pytest.raises(ValueError, match="sigma_scale=0 must be in"):
+        volshard.sliding_window_inference(torch.zeros(1, 1, 8, 8, 8), 4, 1, net, mode="gaussian", sigma_scale=0)
 
 
 def test_write_volume_takes_numpy_data_and_affine(tmp_path):

@@ -265,6 +265,24 @@ class TrainJobTest(Base):
                 self.assertTrue(0 <= x.min() and x.max() <= 1)
         read = lambda name: np.asanyarray(nib.load(os.path.join(self.root, name + ".nii.gz")).dataobj)
         self.assertTrue(np.array_equal(read("config"), read("roi32")))
+        # The inference options: Gaussian blending, nnU-Net's mirroring, the largest component, said and
+        # applied (labels stay 0/1; the largest component is one piece); largest component needs labels.
+        pred = os.path.join(self.root, "tta.nii.gz")
+        p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
+                "--image", img, "--out", pred, "--roi", 32, "--overlap", 0.5, "--blend", "gaussian",
+                "--tta-flips", "0,1,2", "--largest-component")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("sliding window 32^3, overlap 0.5, 1 window a pass, gaussian blend (sigma 0.125 of the "
+                      "window), mirrored over 0,1,2 (8 passes a window), largest component per class", p.stdout)
+        self.assertTrue(set(np.unique(read("tta"))) <= {0, 1})
+        p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
+                "--image", img, "--out", pred, "--output", "prob", "--largest-component")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--largest-component keeps components of labels: it needs --output label", p.stderr)
+        p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
+                "--image", img, "--out", pred, "--tta-flips", "0,3")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--tta-flips=0,3: test-time mirroring: axis 3 must be 0 (X), 1 (Y) or 2 (Z)", p.stderr)
         p = run("predict", "--model", os.path.join(out, "model.pt"), "--image", img, "--out", pred)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("has shape [4, 1, 3, 3, 3], the model's is [16, 1, 3, 3, 3]", p.stderr)  # tutorial channels by default

@@ -295,6 +295,7 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
     visit(Field("activation", "sigmoid: channels on their own; softmax: argmax over classes"),
           o.activation);
     visit(Field("sw_batch_size", "sliding windows per forward pass").at_least(1), o.sw_batch_size);
+    for_each_inference_field(o.inference, visit);
     visit(Field("device", "where the network runs: auto (CUDA when there is a device), cpu, cuda"),
           o.device);
     for_each_prefix_field(o.prefix, visit);

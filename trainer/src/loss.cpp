@@ -11,6 +11,7 @@
 
 #include "volshard/core/error.h"
 #include "volshard/core/log.h"
+#include "volshard/transforms/inference.h"
 
 namespace volshard {
 
@@ -192,7 +193,7 @@ double dice_score(const at::Tensor& logits_in, const at::Tensor& label_in, bool 
 }
 
 std::vector<double> class_dice(const at::Tensor& logits_in, const at::Tensor& label_in,
-                               bool softmax) {
+                               bool softmax, bool largest_component) {
   const at::Tensor logits = logits_in.dim() == 5 ? logits_in.select(0, 0) : logits_in;
   const at::Tensor label = label_in.dim() == 5 ? label_in.select(0, 0) : label_in;
   const int64_t channels = logits.size(0);
@@ -217,7 +218,9 @@ std::vector<double> class_dice(const at::Tensor& logits_in, const at::Tensor& la
   }
   std::vector<double> out;
   for (int64_t c = first; c < channels; ++c) {
-    const at::Tensor p = pred[c].to(at::kDouble), g = truth[c].to(at::kDouble);
+    const at::Tensor p = (largest_component ? volshard::largest_component(pred[c]) : pred[c])
+                             .to(at::kDouble),
+                     g = truth[c].to(at::kDouble);
     const double gs = g.sum().item<double>();
     if (gs == 0) {  // MONAI ignore_empty: NaN, skipped by the means
       out.push_back(std::numeric_limits<double>::quiet_NaN());

@@ -53,6 +53,11 @@ const std::vector<std::pair<std::string, Activation>>& enum_names(Activation) {
       {"sigmoid", Activation::kSigmoid}, {"softmax", Activation::kSoftmax}};
   return kNames;
 }
+const std::vector<std::pair<std::string, BlendMode>>& enum_names(BlendMode) {
+  static const std::vector<std::pair<std::string, BlendMode>> kNames{
+      {"constant", BlendMode::kConstant}, {"gaussian", BlendMode::kGaussian}};
+  return kNames;
+}
 const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind) {
   static const std::vector<std::pair<std::string, LossKind>> kNames{{"dice", LossKind::kDice},
                                                                     {"dicece", LossKind::kDiceCE}};
@@ -105,12 +110,56 @@ const std::set<std::string>& TrainOptions::keys_with(Field::Role role) {
   return role == Field::Role::kKept ? kept : role == Field::Role::kLocal ? local : other;
 }
 
+void InferenceOptions::validate() const {
+  std::string text;
+  for (const double v : sigma_scale) text += (text.empty() ? "" : ",") + value_text(v);
+  bool ok = sigma_scale.size() == 1 || sigma_scale.size() == 3;
+  for (const double v : sigma_scale) ok = ok && v > 0 && v <= kMaxSigmaScale;
+  if (!ok)
+    throw std::invalid_argument("--sigma-scale=" + text + " must be one value or 3, each in (0, " +
+                                value_text(kMaxSigmaScale) + "]");
+  try {
+    (void)volshard::mirrored([](const at::Tensor& x) { return x; }, tta_flips);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--tta-flips=" + edges_text(tta_flips) + ": " + e.what());
+  }
+}
+
+SlidingWindowOptions InferenceOptions::blended(SlidingWindowOptions sw) const {
+  sw.blend = blend;
+  for (size_t a = 0; a < 3; ++a) sw.sigma_scale[a] = sigma_scale[sigma_scale.size() == 1 ? 0 : a];
+  return sw;
+}
+
+Predictor InferenceOptions::mirrored(Predictor predict) const {
+  return volshard::mirrored(std::move(predict), tta_flips);
+}
+
+std::string InferenceOptions::text() const {
+  std::vector<std::string> parts;
+  if (blend == BlendMode::kGaussian) {
+    std::string sigma;
+    for (const double v : sigma_scale) sigma += (sigma.empty() ? "" : ",") + value_text(v);
+    parts.push_back("gaussian blend (sigma " + sigma + " of the window)");
+  }
+  if (!tta_flips.empty()) {
+    const size_t passes = size_t{1} << tta_flips.size();
+    parts.push_back("mirrored over " + edges_text(tta_flips) + " (" + std::to_string(passes) +
+                    " passes a window)");
+  }
+  if (largest_component) parts.push_back("largest component per class");
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
 void TrainOptions::validate() const {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
   if (data_dir.empty() == datalist.empty())
     bad("train: give exactly one of --data DIR and --datalist FILE");
   if (out_dir.empty()) bad("train: --out RUN is required");
   for_each_field(*this, CheckFieldBounds{"train"});
+  inference.validate();
   // Refused here, with the other values, not when the first collective is
   // built (a single process never builds one and would train on the CPU).
 #ifndef VOLSHARD_WITH_NCCL
@@ -228,11 +277,13 @@ std::string TrainOptions::to_json() const {
 
 std::string PredictOptions::inference_text() const {
   const std::array<int64_t, 3> edges = window();
-  if (edges[0] <= 0) return "whole volume";
+  const std::string extra = inference.text();
+  if (edges[0] <= 0) return "whole volume" + (extra.empty() ? "" : ", " + extra);
   char overlap_text[32];
   std::snprintf(overlap_text, sizeof overlap_text, "%g", overlap);
   return "sliding window " + edges3_text(edges) + ", overlap " + overlap_text + ", " +
-         std::to_string(sw_batch_size) + (sw_batch_size == 1 ? " window" : " windows") + " a pass";
+         std::to_string(sw_batch_size) + (sw_batch_size == 1 ? " window" : " windows") + " a pass" +
+         (extra.empty() ? "" : ", " + extra);
 }
 
 void PredictOptions::validate() const {
@@ -258,6 +309,14 @@ void PredictOptions::validate() const {
   check_roi(crop, "predict: --crop");
   if (!(overlap >= 0 && overlap < 1))
     throw std::invalid_argument("predict: --overlap must be in [0, 1)");
+  try {
+    inference.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("predict: ") + e.what());
+  }
+  if (inference.largest_component && output != PredictOutput::kLabel)
+    throw std::invalid_argument(
+        "predict: --largest-component keeps components of labels: it needs --output label");
   model.validate();
   prefix.validate();
   const std::array<int64_t, 3> edges = window();

@@ -69,11 +69,13 @@ void predict(const PredictOptions& o) {
     rethrow_naming_out_of_memory(o.image_path, e);
   }
   torch::NoGradGuard no_grad;
-  const Predictor forward = [&](const at::Tensor& x) { return net.forward_from_cpu(x); };
+  const Predictor forward =
+      o.inference.mirrored([&](const at::Tensor& x) { return net.forward_from_cpu(x); });
   SlidingWindowOptions sw;
   sw.roi = o.window();
   sw.overlap = o.overlap;
   sw.sw_batch_size = o.sw_batch_size;
+  sw = o.inference.blended(sw);
   at::Tensor logits = infer_volume(image, sw, o.model.size_multiple(), forward, o.image_path);
   logits = logits.squeeze(0);  // C x X x Y x Z
   const bool softmax = o.activation == Activation::kSoftmax;
@@ -85,6 +87,13 @@ void predict(const PredictOptions& o) {
     out = invert_prefix(logits, trace, Interpolation::kBilinear);
     if (o.output == PredictOutput::kLabel)
       out = softmax ? out.argmax(0, true).to(at::kByte) : (out > 0).to(at::kByte);
+    if (o.inference.largest_component) {  // on the labels, each class (channel) on its own
+      if (softmax) {
+        out = keep_largest_components(out[0]).unsqueeze(0);
+      } else {
+        for (int64_t c = 0; c < out.size(0); ++c) out[c].copy_(largest_component(out[c]));
+      }
+    }
   }
   write_volume(o.out_path, out.contiguous(), volume.affine);
 }

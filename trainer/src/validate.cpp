@@ -43,6 +43,9 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
     sw.roi = o.val_window();
     sw.overlap = o.overlap;
     sw.sw_batch_size = o.sw_batch_size;
+    sw = o.inference.blended(sw);
+    const Predictor forward =
+        o.inference.mirrored([&](const at::Tensor& x) { return net.forward_from_cpu(x); });
     const PairOptions prefix = whole_volume_prefix(o.resolved_feed().prefix);
     // Rank 0 reports its share; the ranks' shares differ by at most one volume.
     Progress progress("validation (rank 0's share)", static_cast<int64_t>(indices.size()),
@@ -50,11 +53,10 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
     int64_t done = 0;
     for (const int64_t i : indices) {
       const Sample s = load_pair(val[static_cast<size_t>(i)], i, prefix);
-      const at::Tensor logits = infer_volume(
-          s.image.unsqueeze(0), sw, o.model.size_multiple(),
-          [&](const at::Tensor& x) { return net.forward_from_cpu(x); },
-          val[static_cast<size_t>(i)].image);
-      const std::vector<double> d = class_dice(logits, s.label.to(at::kFloat), softmax);
+      const at::Tensor logits = infer_volume(s.image.unsqueeze(0), sw, o.model.size_multiple(),
+                                             forward, val[static_cast<size_t>(i)].image);
+      const std::vector<double> d =
+          class_dice(logits, s.label.to(at::kFloat), softmax, o.inference.largest_component);
       for (int64_t c = 0; c < classes; ++c) {
         if (std::isnan(d[static_cast<size_t>(c)])) continue;
         scores[2 * c][i] = d[static_cast<size_t>(c)];

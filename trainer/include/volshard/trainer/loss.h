@@ -84,7 +84,10 @@ double dice_score(const at::Tensor& logits, const at::Tensor& label, bool softma
 /// (sigmoid > 0.5) against label channel c > 0.5, for every channel.
 /// softmax true: argmax one-hot against the one-hot of the label's class
 /// indices (one channel), classes 1..C-1 (include_background=False, as MONAI's
-/// spleen tutorial). NaN for a class whose label is empty.
-std::vector<double> class_dice(const at::Tensor& logits, const at::Tensor& label, bool softmax);
+/// spleen tutorial). NaN for a class whose label is empty. largest_component:
+/// each predicted class keeps only its largest connected component first
+/// (MONAI's KeepLargestConnectedComponent on the one-hot prediction).
+std::vector<double> class_dice(const at::Tensor& logits, const at::Tensor& label, bool softmax,
+                               bool largest_component = false);
 
 }  // namespace volshard

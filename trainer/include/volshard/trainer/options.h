@@ -15,6 +15,7 @@
 #include "volshard/trainer/device.h"
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/model.h"
+#include "volshard/transforms/inference.h"
 
 namespace volshard {
 
@@ -47,6 +48,7 @@ const std::vector<std::pair<std::string, ValBalance>>& enum_names(ValBalance);
 const std::vector<std::pair<std::string, Backend>>& enum_names(Backend);
 const std::vector<std::pair<std::string, Activation>>& enum_names(Activation);
 const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind);
+const std::vector<std::pair<std::string, BlendMode>>& enum_names(BlendMode);
 
 /// The network's fields, shared by train and predict.
 template <class Self, class Visit>
@@ -98,6 +100,46 @@ void for_each_model_field(Self& m, Visit&& visit) {
         m.dropout);
 }
 
+/// What inference does around the network's windows, shared by validation
+/// (train) and predict: how windows blend, test-time mirroring, and keeping
+/// each class's largest component.
+struct InferenceOptions {
+  BlendMode blend = BlendMode::kConstant;  ///< MONAI's sliding_window_inference `mode`
+  std::vector<double> sigma_scale{0.125};  ///< gaussian: one value or x,y,z (MONAI's)
+  std::vector<int64_t> tta_flips;          ///< axes mirrored (nnU-Net: 0,1,2); empty: none
+  bool largest_component = false;          ///< MONAI's KeepLargestConnectedComponent per class
+  /// Throws std::invalid_argument naming the flag.
+  void validate() const;
+  /// `sw` with this blend; `predict` wrapped in the mirroring (transforms/inference.h).
+  SlidingWindowOptions blended(SlidingWindowOptions sw) const;
+  Predictor mirrored(Predictor predict) const;
+  /// "gaussian blend (sigma 0.125), mirrored over 0,1,2 (8 passes), largest
+  /// component" or "" when none is set.
+  std::string text() const;
+};
+
+template <class Self, class Visit>
+void for_each_inference_field(Self& o, Visit&& visit) {
+  visit(Field("blend",
+              "how overlapping sliding windows combine: constant (averaged, MONAI's default) or "
+              "gaussian (each window weighted towards its centre: MONAI's mode=\"gaussian\", "
+              "nnU-Net's)"),
+        o.blend);
+  visit(Field("sigma_scale",
+              "gaussian blend: sigma as a fraction of the window's edge, one value or x,y,z "
+              "(MONAI's sigma_scale)"),
+        o.sigma_scale);
+  visit(Field("tta_flips",
+              "test-time mirroring: the network also on each window flipped over every non-empty "
+              "subset of these axes (0 X, 1 Y, 2 Z), averaged; 0,1,2 is nnU-Net's default (8 "
+              "passes a window)"),
+        o.tta_flips);
+  visit(Field("largest_component",
+              "keep only the largest connected component (26 neighbours) of each predicted class "
+              "(MONAI's KeepLargestConnectedComponent); labels only"),
+        o.largest_component);
+}
+
 struct TrainOptions {
   // Data
   std::string data_dir;  ///< image/label pairs (see image_glob, label_glob)
@@ -141,6 +183,7 @@ struct TrainOptions {
   std::vector<int64_t> roi{0};
   double overlap = 0.25;
   int64_t sw_batch_size = 1;
+  InferenceOptions inference;  ///< blend, mirroring, largest component
   ValBalance val_balance = ValBalance::kCost;
   // Checkpoints and faults
   int64_t checkpoint_every = 0;  ///< also every k steps (mid-epoch); 0: at epoch ends only
@@ -293,6 +336,7 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
   visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
   visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
         o.sw_batch_size);
+  for_each_inference_field(o.inference, visit);
   visit(F("val_balance",
           "validation volumes to ranks (cost: by sliding-window cost, longest first to the least "
           "loaded rank; count: MONAI's split, r, r + W, ...); the metric is the same either way"),
@@ -392,6 +436,7 @@ struct PredictOptions {
   int64_t sw_batch_size = 1;
   std::vector<int64_t> crop{0};  ///< the training crop (a run's config.json), for roi 0
   bool whole_volume = false;     ///< the whole volume in one pass, whatever roi and crop say
+  InferenceOptions inference;    ///< blend, mirroring, largest component (a run's, or flags)
   /// The sliding window these options give (roi, else crop), or {0, 0, 0}
   /// for the whole volume in one pass.
   std::array<int64_t, 3> window() const;
