@@ -1158,6 +1158,11 @@ TEST(InferenceTest, MirroringEqualsNnUNetsTestTimeMirroring) {
   // No axes: the predictor itself; a bad or repeated axis is refused by name.
   const at::Tensor x = at::rand({1, 1, 4, 3, 2});
   EXPECT_TRUE(mirrored(place_predictor, {})(x).equal(place_predictor(x)));
+  // A predictor that hands back its input (an identity) leaves the caller's tensor as it was.
+  const at::Tensor before = x.clone();
+  const at::Tensor same = mirrored([](const at::Tensor& t) { return t; }, {0, 2})(x);
+  EXPECT_TRUE(x.equal(before));
+  EXPECT_TRUE(same.allclose(x));
   EXPECT_THAT([] { (void)mirrored(place_predictor, {3}); },
               ::testing::ThrowsMessage<std::invalid_argument>(
                   ::testing::HasSubstr("axis 3 must be 0 (X), 1 (Y) or 2 (Z)")));

@@ -195,9 +195,10 @@ Predictor mirrored(Predictor predict, const std::vector<int64_t>& axes) {
     }
   }
   return [predict = std::move(predict), subsets](const at::Tensor& x) {
+    // Out of place: the predictor's output may be its input (an identity).
     at::Tensor sum = predict(x);
     for (const std::vector<int64_t>& dims : subsets)
-      sum += at::flip(predict(at::flip(x, dims)), dims);
+      sum = sum + at::flip(predict(at::flip(x, dims)), dims);
     return sum / static_cast<double>(subsets.size() + 1);
   };
 }
