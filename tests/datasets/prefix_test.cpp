@@ -21,7 +21,6 @@ namespace volshard {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::in_child_with_address_limit;
 using testing::test_dir;
 
 // An LPS CT-like volume at 0.8 x 0.8 x 5 mm: air around a body, a bright organ labelled 1.
@@ -182,78 +181,38 @@ TEST(PrefixTest, InvertPrefixBringsAPredictionBackOntoTheFilesGrid) {
 // Spacing to a grid that passes the up-front check (the machine's memory)
 // but not what the process can have: the error names the file, the step and
 // its grid, and the size asked (it was "DataLoader: dataset index 1:
-// std::bad_alloc").
-TEST(PrefixTest, AnAllocationThatFailsNamesTheFileTheStepAndTheSize) {
+// std::bad_alloc"), from volshard's allocator as the command-line tools run,
+// and from c10's own where it is not installed (a Python user who did not call
+// tune_allocator_for_volumes, or an allocation below the large blocks: that
+// was c10's "DefaultCPUAllocator: can't allocate memory" with a C++ backtrace,
+// naming neither the file nor the step).
+TEST(PrefixTest, AnAllocationThatFailsNamesTheFileTheStepAndTheSizeWhicheverAllocatorRefused) {
   const std::string dir = test_dir();
   const CtPair ct = write_ct(dir);
   PairOptions o;
   o.prefix = spleen_prefix();
   o.prefix.pixdim = {0.01, 0.01,
                      0.05};  // 1761 x 1441 x 501 (after CropForeground): 5.1 GB of float32
-  const std::string text = in_child_with_address_limit(dir, size_t{1} << 30, [&]() -> std::string {
-    at::set_num_threads(1);        // no OpenMP pool in a forked child
-    tune_allocator_for_volumes();  // as the command-line tools run
-    try {
+  for (const bool tuned : {true, false}) {
+    SCOPED_TRACE(tuned ? "volshard's allocator" : "c10's allocator");
+    const std::string text = testing::out_of_memory_in_child(dir, [&] {
+      at::set_num_threads(1);  // no OpenMP pool in a forked child
+      if (tuned) tune_allocator_for_volumes();
       (void)load_pair(ct.pair, 0, o);
-      return "loaded";
-    } catch (const OutOfMemoryError& e) {
-      return e.what();
-    } catch (const std::exception& e) {
-      return std::string("not an OutOfMemoryError: ") + e.what();
-    }
-  });
-  EXPECT_THAT(text, HasSubstr(ct.pair.image +
-                              ": Spacing to a 1761x1441x501 grid: could not allocate 5.1 GB "));
-}
-
-// The same where c10's own allocator refuses (a Python user who did not call
-// tune_allocator_for_volumes, or an allocation below the large blocks): it was
-// c10's "DefaultCPUAllocator: not enough memory" with a C++ backtrace, naming
-// neither the file nor the step.
-TEST(PrefixTest, AnAllocationThatC10sAllocatorRefusesIsNamedAsWell) {
-  const std::string dir = test_dir();
-  const CtPair ct = write_ct(dir);
-  PairOptions o;
-  o.prefix = spleen_prefix();
-  o.prefix.pixdim = {0.01, 0.01, 0.05};
-  const std::string text = in_child_with_address_limit(dir, size_t{1} << 30, [&]() -> std::string {
-    at::set_num_threads(1);
-    try {
-      (void)load_pair(ct.pair, 0, o);
-      return "loaded";
-    } catch (const OutOfMemoryError& e) {
-      return e.what();
-    } catch (const std::exception& e) {
-      return std::string("not an OutOfMemoryError: ") + e.what();
-    }
-  });
-  EXPECT_THAT(text, HasSubstr(ct.pair.image +
-                              ": Spacing to a 1761x1441x501 grid: could not allocate 5.1 GB "));
-  EXPECT_THAT(text, ::testing::Not(HasSubstr("DefaultCPUAllocator")));
+    });
+    EXPECT_THAT(text, HasSubstr(ct.pair.image +
+                                ": Spacing to a 1761x1441x501 grid: could not allocate 5.1 GB "));
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("DefaultCPUAllocator")));
+  }
 }
 
 // read_volume names the file and the header's volume once (read_nifti had
 // named them, and read_volume named them again).
 TEST(PrefixTest, AVolumeTooLargeToReadIsNamedOnce) {
-  NiftiWriteSpec spec;
-  spec.shape = {2000, 1000, 1000};
-  spec.datatype = NiftiDatatype::kInt16;
-  const std::vector<uint8_t> header = encode_nifti_header(spec);
-  std::vector<uint8_t> bytes = gzip_compress(header.data(), header.size(), 1);
-  bytes.resize(bytes.size() + (size_t{4} << 20), 0x5a);
   const std::string dir = test_dir();
   const std::string path = dir + "/big.nii.gz";
-  testing::write_bytes(path, bytes);
-  const std::string text = in_child_with_address_limit(dir, size_t{1} << 30, [&]() -> std::string {
-    try {
-      (void)read_volume(path);
-      return "read";
-    } catch (const OutOfMemoryError& e) {
-      return e.what();
-    } catch (const std::exception& e) {
-      return std::string("not an OutOfMemoryError: ") + e.what();
-    }
-  });
+  testing::write_huge_nifti_gz(path);
+  const std::string text = testing::out_of_memory_in_child(dir, [&] { (void)read_volume(path); });
   const std::string named = path + ": its header gives 2000 x 1000 x 1000 int16 voxels (4.0 GB): ";
   EXPECT_THAT(text, ::testing::StartsWith(named + "could not allocate 4.0 GB (4000000352 bytes)"));
   EXPECT_EQ(text.find(named, 1), std::string::npos) << text;

@@ -877,22 +877,13 @@ TEST_F(TrainTest, AValidationWindowThatFindsNoMemoryNamesItsVolume) {
   o.model.in_channels = 1;  // as train resolves it from the images
   const DataSplit d = list_data(o);
   ASSERT_FALSE(d.val.empty());
-  const std::string text =
-      testing::in_child_with_address_limit(dir_.string(), size_t{1} << 30, [&]() -> std::string {
-        at::set_num_threads(1);
-        std::string said = "scored";
-        run_ranks(1, [&](Communicator& comm) {
-          try {
-            Model net(o.model);
-            (void)validation_scores(net, d.val, o, comm);
-          } catch (const OutOfMemoryError& e) {
-            said = e.what();
-          } catch (const std::exception& e) {
-            said = std::string("not an OutOfMemoryError: ") + e.what();
-          }
-        });
-        return said;
-      });
+  const std::string text = testing::out_of_memory_in_child(dir_.string(), [&] {
+    at::set_num_threads(1);
+    run_ranks(1, [&](Communicator& comm) {  // rethrows the rank's error
+      Model net(o.model);
+      (void)validation_scores(net, d.val, o, comm);
+    });
+  });
   EXPECT_THAT(text, ::testing::StartsWith(d.val[0].image +
                                           ": the network on windows of 400^3, 1 at a time (a "
                                           "smaller --roi or --sw-batch-size needs less): could "

@@ -478,25 +478,10 @@ TEST(VoxelCopyTest, RefusesNarrowingOrScaledIntegerOutputs) {
 // limit 1 GB above what the process maps) is refused naming the file, the
 // header's volume and the size asked; it was a bare "std::bad_alloc".
 TEST(NiftiReadTest, AVolumeTooLargeToAllocateIsNamedWithItsFileAndSize) {
-  NiftiWriteSpec spec;
-  spec.shape = {2000, 1000, 1000};
-  spec.datatype = NiftiDatatype::kInt16;
-  const std::vector<uint8_t> header = encode_nifti_header(spec);
-  std::vector<uint8_t> bytes = gzip_compress(header.data(), header.size(), 1);
-  bytes.resize(bytes.size() + (size_t{4} << 20), 0x5a);  // a file the volume's size can come from
   const std::string dir = test_dir();
   const std::string path = dir + "/big.nii.gz";
-  write_bytes(path, bytes);
-  const std::string text = in_child_with_address_limit(dir, size_t{1} << 30, [&]() -> std::string {
-    try {
-      (void)read_nifti(path);
-      return "read";
-    } catch (const OutOfMemoryError& e) {
-      return e.what();
-    } catch (const std::exception& e) {
-      return std::string("not an OutOfMemoryError: ") + e.what();
-    }
-  });
+  write_huge_nifti_gz(path);
+  const std::string text = out_of_memory_in_child(dir, [&] { (void)read_nifti(path); });
   EXPECT_THAT(text,
               AllOf(HasSubstr(path + ": its header gives 2000 x 1000 x 1000 int16 voxels (4.0 GB): "
                                      "could not allocate 4.0 GB (4000000352 bytes)"),

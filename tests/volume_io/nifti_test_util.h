@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/limits.h"
 #include "volshard/volume_io/nifti_header.h"
 
 namespace volshard::testing {
@@ -145,6 +146,35 @@ std::string in_child_with_address_limit(const std::string& dir, size_t extra_byt
   if (WEXITSTATUS(status) != 0) return "the child exited " + std::to_string(WEXITSTATUS(status));
   const std::vector<uint8_t> text = read_bytes(said);
   return std::string(text.begin(), text.end());
+}
+
+/// What `fn` (an allocation expected to fail) says in such a child, 1 GB
+/// above what it maps: OutOfMemoryError's text, or "not an
+/// OutOfMemoryError: ..." for another error, or that nothing failed.
+template <class Fn>
+std::string out_of_memory_in_child(const std::string& dir, const Fn& fn) {
+  return in_child_with_address_limit(dir, size_t{1} << 30, [&]() -> std::string {
+    try {
+      fn();
+      return "nothing failed";
+    } catch (const OutOfMemoryError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not an OutOfMemoryError: ") + e.what();
+    }
+  });
+}
+
+/// A 4 MB .nii.gz at `path` whose header asks for a 2000 x 1000 x 1000 int16
+/// volume (4.0 GB): too large to allocate under out_of_memory_in_child.
+inline void write_huge_nifti_gz(const std::string& path) {
+  NiftiWriteSpec spec;
+  spec.shape = {2000, 1000, 1000};
+  spec.datatype = NiftiDatatype::kInt16;
+  const std::vector<uint8_t> header = encode_nifti_header(spec);
+  std::vector<uint8_t> bytes = gzip_compress(header.data(), header.size(), 1);
+  bytes.resize(bytes.size() + (size_t{4} << 20), 0x5a);  // a file the volume's size can come from
+  write_bytes(path, bytes);
 }
 
 }  // namespace volshard::testing
