@@ -65,9 +65,11 @@ def main():
     records = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
     epochs = [r for r in records if r.get("type") == "epoch"]
     validated = [r for r in epochs if r.get("val_dice") is not None]
+    flags = [str(f) for f in a.train_flags]
+    device = flags[flags.index("--device") + 1] if "--device" in flags[:-1] else "CPU"
     crops_per_s = sum(r["samples_per_s"] for r in epochs) / max(len(epochs), 1)  # over the training steps
     print(f"\nHippocampus (MSD Task04): {len(cases) - len(held_out)} training cases, {len(held_out)} held out, "
-          f"{a.nproc} ranks on CPU, {os.path.basename(a.config)}")
+          f"{a.nproc} ranks on {device}, {os.path.basename(a.config)}")
     print("| epoch | " + " | ".join(names) + " | mean |")
     print("|---|" + "---|" * (len(names) + 1))
     for r in validated:

@@ -8,7 +8,9 @@
 # travel (its Debian dependencies are hundreds of MB): that build reads no 2D
 # images, which the GPU path does not need.
 #
-#   scripts/gpu/prepare.sh          writes .gpu/debs/*.deb and .gpu/wheels/{monai,nibabel}-*.whl, prints their size
+#   scripts/gpu/prepare.sh          writes .gpu/debs/*.deb and .gpu/wheels/{monai,nibabel}-*.whl, prints their size,
+#                                   and copies ../shared/data/msd_hippocampus to .gpu/data (20 MB) where it is
+#                                   here (run.sh's hippocampus stage; ../shared does not travel)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -39,3 +41,15 @@ if ((bytes > 32 * 1024 * 1024)); then
   echo "gpu: .gpu/debs is over 32 MiB: leave room for the working tree" >&2
   exit 1
 fi
+# The Decathlon's Hippocampus (real MRI, 20 MB) for the same recipe on the GPU (run.sh's hippocampus
+# stage): ../shared beside the clone does not travel, a folder under .gpu does.
+hippocampus=../shared/data/msd_hippocampus
+rm -rf .gpu/data
+if [[ -e "$hippocampus/dataset.json" ]]; then
+  mkdir -p .gpu/data/msd_hippocampus
+  cp -r "$hippocampus"/dataset.json "$hippocampus"/imagesTr "$hippocampus"/labelsTr .gpu/data/msd_hippocampus/
+  echo "gpu: $(du -sh .gpu/data | cut -f1) of Hippocampus in .gpu/data"
+else
+  echo "gpu: $hippocampus is absent: the hippocampus stage will skip"
+fi
+echo "gpu: .gpu is $(du -sh .gpu | cut -f1) (with the tree: 64 MiB at most)"

@@ -6,9 +6,9 @@
 # the tests that need a GPU, the GPU benchmarks, the rest of the suite with
 # the time left. Each stage is bounded by `timeout`, so a slow one cannot take
 # the others' time or the logs. Logs, a summary and the benchmarks' metrics
-# (bench_runs.tar.gz) go to $OUT (or .gpu/out): six files. A second call on
+# (bench_runs.tar.gz, hippocampus_run.tar.gz) go to $OUT (or .gpu/out): seven files. A second call on
 # the same warm machine finds the build made and reuses it; STAGES picks what
-# runs after the build (default: "gpu-tests bench rest").
+# runs after the build (default: "gpu-tests bench hippocampus rest").
 # Prepare here first with scripts/gpu/prepare.sh.
 #
 #   bash scripts/gpu/run.sh                 build, test, bench
@@ -19,7 +19,8 @@
 #                                           benchmark small on the CPU (DEVICE=cpu QUICK=1)
 #
 # Environment: COMMIT (what the summary names; the tree travels without .git), PYTHON (default: python3, the one with torch there), JOBS (default: nproc),
-# BUDGET (seconds for the whole script, default 560), AFTER_BUILD (a script to run once built),
+# BUDGET (seconds for the whole script, default 465), BUILD_CAP (seconds the build may take, default 200),
+# AFTER_BUILD (a script to run once built),
 # VOLSHARD_GPU_TESTS (a ctest -R regex of the tests that need a GPU, run first).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +40,7 @@ started=$(date +%s)
 elapsed() { echo $(($(date +%s) - started)); }
 budget=${BUDGET:-465}
 ((dry_run)) && budget=${BUDGET:-100000}  # here, on 2 cores, the build takes what it takes
-stages=" ${STAGES:-gpu-tests bench rest} "
+stages=" ${STAGES:-gpu-tests bench hippocampus rest} "
 stage() { [[ "$stages" == *" $1 "* ]]; }
 # left CAP: the seconds a stage may take, at most CAP, keeping 15 s to write the summary.
 left() { local l=$((budget - $(elapsed) - 15)); ((l > $1)) && l=$1; ((l < 1)) && l=1; echo $l; }
@@ -119,7 +120,7 @@ if ((dry_run)); then
 fi
 say "gpu: build ${targets[*]:-all} with $jobs jobs ($(elapsed) s)"
 # -k 0: a file that fails to compile there leaves every target that does not need it built and tested.
-timeout "$(left 200)" cmake --build "$build" -j "$jobs" ${targets[@]:+--target "${targets[@]}"} -- -k 0 \
+timeout "$(left "${BUILD_CAP:-200}")" cmake --build "$build" -j "$jobs" ${targets[@]:+--target "${targets[@]}"} -- -k 0 \
   >"$out/build.log" 2>&1
 build_rc=$?
 if ((build_rc != 0)); then
@@ -185,6 +186,34 @@ for b in "${benches[@]}"; do
 done
 # The runs' metrics and tables (no volumes): at most 8 files come back from $OUT.
 stage bench && (cd "$work" && find bench -name '*.md' -o -name 'metrics.jsonl' -o -name 'config.json' | tar -czf "$out/bench_runs.tar.gz" -T -)
+
+# The Decathlon's Hippocampus recipe (configs/hippocampus.json, 2 ranks over Gloo on the one GPU) where
+# prepare.sh copied it: Dice and wall time beside the CPU figure (#44). Bounded by HIPPOCAMPUS_CAP (180 s); a
+# run the bound stops still prints the validations it reached, from its metrics.
+data=.gpu/data/msd_hippocampus
+if stage hippocampus; then
+  if [[ -e "$data/dataset.json" ]]; then
+    say "gpu: hippocampus on the GPU ($(elapsed) s)"
+    hout=$work/hippocampus
+    timeout "$(left "${HIPPOCAMPUS_CAP:-180}")" "$python" bench/hippocampus.py --bin "$build/bin/volshard" --data "$data" \
+      --out "$hout" --nproc 2 -- --device cuda 2>&1 | grep -v "^\$ " | tee -a "$summary"
+    "$python" - "$hout/run/metrics.jsonl" <<'PY' 2>&1 | tee -a "$summary"
+import json, sys
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1])]
+except OSError:
+    sys.exit("gpu: hippocampus wrote no metrics")
+epochs = [r for r in rows if r.get("type") == "epoch"]
+val = [r for r in epochs if r.get("val_dice") is not None]
+print(f"gpu: hippocampus metrics: {len(epochs)} epochs, validations " +
+      ", ".join(f"{r['epoch'] + 1}: {r['val_dice']:.4f}" for r in val))
+PY
+    (cd "$work" && find hippocampus -name 'metrics.jsonl' -o -name 'config.json' -o -name 'train.log' |
+      tar -czf "$out/hippocampus_run.tar.gz" -T -)
+  else
+    say "gpu: hippocampus skipped: no $data (scripts/gpu/prepare.sh copies it where ../shared has it)"
+  fi
+fi
 
 # The rest of the suite with the time left (a stopped run says which tests it did not reach).
 stage rest || { say "gpu: done in $(elapsed) s"; exit $rc; }
