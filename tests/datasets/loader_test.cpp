@@ -197,7 +197,14 @@ TEST(DataLoaderTest, BatchesMadeOnADeviceEqualTheHostPathsOnTheCpu) {
 // path's tensor ops there) chooses the host path's crops exactly (volume,
 // start, centre, quarter turns, flips) and its voxels agree within one ulp of
 // float32 (the GPU may round a per-crop normalisation's sums otherwise).
-TEST(DataLoaderTest, BatchesMadeOnTheGpuHoldTheHostPathsCropsWithinOneUlp) {
+// On the GPU the crops chosen (volume, start, flips, rotations) are the host
+// path's exactly; the voxels agree within the rounding of the per-crop
+// normalisation's mean and standard deviation, which the GPU sums in another
+// order: the tolerance of RandAugmentationTest's intensity steps. (One float32
+// ulp at each voxel, the bound this test had, failed on the H100 on
+// 2026-11-27: a voxel near zero after the normalisation has an ulp far below
+// the error of the mean it was shifted by.)
+TEST(DataLoaderTest, BatchesMadeOnTheGpuHoldTheHostPathsCropsWithinRounding) {
   if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
   FeedOptions feed;
   feed.crop = {4};
@@ -235,10 +242,8 @@ TEST(DataLoaderTest, BatchesMadeOnTheGpuHoldTheHostPathsCropsWithinOneUlp) {
     }
     const at::Tensor gpu = batches[b].image.cpu(), cpu = reference[b].image;
     ASSERT_EQ(gpu.sizes(), cpu.sizes());
-    // One ulp at each voxel: |a - b| <= spacing(max(|a|, |b|)) of float32.
-    const at::Tensor larger = at::maximum(gpu.abs(), cpu.abs());
-    const at::Tensor ulp = at::nextafter(larger, at::full_like(larger, INFINITY)) - larger;
-    EXPECT_TRUE(((gpu - cpu).abs() <= ulp).all().item<bool>()) << "batch " << b;
+    EXPECT_TRUE(at::allclose(gpu, cpu, 1e-5, 1e-4))
+        << "batch " << b << ": largest difference " << (gpu - cpu).abs().max().item<double>();
     EXPECT_TRUE(at::equal(batches[b].label.cpu(), reference[b].label));
   }
 }
