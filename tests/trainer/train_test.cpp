@@ -278,10 +278,17 @@ TEST_F(TrainTest, DeviceAutoIsTheCpuWithoutCudaAndCudaIsRefusedByName) {
 // On a GPU (skipped without one): one rank trains on cuda:0, with the
 // deterministic algorithms the trainer asks for by default, and ends where
 // the CPU run does within float tolerance (cuDNN sums in another order).
+// With SGD: Adam divides each step by sqrt(v), so a weight whose gradient is
+// near zero moves by up to lr a step in whichever direction rounding picks
+// (on the H100, 2026-11-27, Adam's 8 steps ended 3.8e-3 apart at one weight);
+// SGD's step is proportional to the gradient, so the runs stay at rounding's
+// distance.
 TEST_F(TrainTest, CudaTrainsWhereTheCpuDoesWithinTolerance) {
   if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
   const auto one_rank = [this](const std::string& run, DeviceKind device) {
     TrainOptions o = options(run);
+    o.optimizer = Optimizer::kSgd;
+    o.lr = 0.01;
     o.device = device;
     run_ranks(1, [&](Communicator& comm) { train(o, comm); });
   };
@@ -888,6 +895,58 @@ TEST_F(TrainTest, AValidationWindowThatFindsNoMemoryNamesItsVolume) {
                                           ": the network on windows of 400^3, 1 at a time (a "
                                           "smaller --roi or --sw-batch-size needs less): could "
                                           "not allocate "));
+}
+
+// Each rank keeps its validation volumes from the first validation to the
+// next (ValidationCache, as MONAI's tutorials cache their validation set): a
+// second validation scores the same though every image file has been
+// overwritten since; without the cache, or with --cache-rate 0, it reads the
+// files again and names the one it cannot read.
+TEST_F(TrainTest, ValidationKeepsEachRanksVolumesBetweenValidations) {
+  TrainOptions o = options("kept");
+  o.model.in_channels = 1;
+  o.roi = {16};
+  const DataSplit d = list_data(o);
+  ASSERT_GE(d.val.size(), 2u);
+  std::vector<ValidationScores> before(2), after(2), unkept(1);
+  std::vector<int64_t> kept(2);
+  const auto overwrite_images = [&] {
+    for (const auto& pair : d.val) std::ofstream(pair.image, std::ios::binary | std::ios::trunc) << "not a volume";
+  };
+  run_ranks(1, [&](Communicator& comm) {
+    Model net(o.model, 3);
+    unkept[0] = validation_scores(net, d.val, o, comm);
+  });
+  run_ranks(2, [&](Communicator& comm) {
+    Model net(o.model, 3);
+    ValidationCache cache{CacheOptions{}};
+    const auto r = static_cast<size_t>(comm.rank());
+    before[r] = validation_scores(net, d.val, o, comm, &cache);
+    comm.barrier();  // every rank has read its share
+    if (comm.rank() == 0) overwrite_images();
+    comm.barrier();
+    after[r] = validation_scores(net, d.val, o, comm, &cache);
+    kept[r] = cache.cached_items();
+  });
+  EXPECT_EQ(before[0].mean, unkept[0].mean);  // the cache changes no value
+  EXPECT_EQ(before[0].per_class, unkept[0].per_class);
+  EXPECT_EQ(after[0].mean, before[0].mean);
+  EXPECT_EQ(after[1].mean, before[0].mean);
+  EXPECT_EQ(kept[0] + kept[1], static_cast<int64_t>(d.val.size()));
+  for (const bool with_cache : {false, true}) {
+    try {
+      run_ranks(1, [&](Communicator& comm) {
+        Model net(o.model, 3);
+        CacheOptions none;
+        none.cache_rate = 0;  // --cache-rate 0: read at every validation
+        ValidationCache cache{none};
+        (void)validation_scores(net, d.val, o, comm, with_cache ? &cache : nullptr);
+      });
+      ADD_FAILURE() << "read an overwritten file";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(d.val[0].image)) << with_cache;
+    }
+  }
 }
 
 // Validation with the inference options (Gaussian blending, nnU-Net's

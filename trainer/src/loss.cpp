@@ -218,8 +218,9 @@ std::vector<double> class_dice(const at::Tensor& logits_in, const at::Tensor& la
   }
   std::vector<double> out;
   for (int64_t c = first; c < channels; ++c) {
+    // largest_component labels on the host; the sums run where the logits are.
     const at::Tensor p = (largest_component ? volshard::largest_component(pred[c]) : pred[c])
-                             .to(at::kDouble),
+                             .to(pred.device(), at::kDouble),
                      g = truth[c].to(at::kDouble);
     const double gs = g.sum().item<double>();
     if (gs == 0) {  // MONAI ignore_empty: NaN, skipped by the means

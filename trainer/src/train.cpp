@@ -25,6 +25,7 @@
 #include "resume.h"
 #include "run_folder.h"
 #include "volshard/core/seed_streams.h"
+#include "volshard/datasets/cache.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/load_pair.h"
 #include "volshard/datasets/loader.h"
@@ -36,6 +37,7 @@
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/model.h"
 #include "volshard/trainer/serialize.h"
+#include "volshard/trainer/validate.h"
 
 namespace volshard {
 
@@ -70,16 +72,23 @@ Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& de
   return net;
 }
 
+// What a rank keeps in memory, and where (--cache-rate, --cache-device): the
+// training cache's and the validation volumes' options.
+CacheOptions cache_options(const TrainOptions& o, int64_t threads, const at::Device& device) {
+  CacheOptions c;
+  c.device = resolve_cache_device(o.cache_device, device);
+  c.cache_rate = o.cache_rate;
+  c.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
+  return c;
+}
+
 // One rank's cache and loader: the training pairs, the feed the network
 // implies, and where the cache and augmentation run.
 std::unique_ptr<RankPipeline> make_pipeline(const TrainOptions& o,
                                             const std::vector<ImageLabelPair>& pairs,
                                             int64_t threads, bool progress,
                                             const at::Device& device) {
-  CacheOptions c;
-  c.device = resolve_cache_device(o.cache_device, device);
-  c.cache_rate = o.cache_rate;
-  c.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
+  CacheOptions c = cache_options(o, threads, device);
   c.progress = progress;
   c.cache_dir = o.cache_dir;
   LoaderOptions lo;
@@ -264,6 +273,7 @@ struct Engine {
   std::deque<StepPlan> plan;
   int64_t loading_epoch = -1;  // the epoch the loader was started on ahead, and its plan
   std::deque<StepPlan> loading_plan;
+  ValidationCache val_cache;  // this rank's validation volumes, kept between validations
 };
 
 Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, int64_t threads)
@@ -297,7 +307,8 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
                          o.accumulate - 1) /
                             o.accumulate),
       total_steps(planned_total_steps()),
-      t_start(Clock::now()) {
+      t_start(Clock::now()),
+      val_cache(cache_options(o, threads, device)) {
   if (graph)
     static_cast<FusedAdam&>(*opt).use_lr_tensor();  // a replay reads the rate set before it
   if (lead && o.fingerprints &&
@@ -595,7 +606,7 @@ void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& s
   double val_dice = NAN;
   ValidationScores scores;
   if (o.val_every > 0 && (epoch + 1) % o.val_every == 0 && !data.val.empty()) {
-    scores = validation_scores(net, data.val, o, comm);
+    scores = validation_scores(net, data.val, o, comm, &val_cache);
     val_dice = scores.mean;
     summary.last_val_dice = std::isnan(val_dice) ? -1 : val_dice;
   }

@@ -2,8 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 #include "volshard/core/progress.h"
 #include "volshard/datasets/feed.h"
@@ -15,12 +17,49 @@
 
 namespace volshard {
 
+ValidationCache::ValidationCache(CacheOptions options) : options_(std::move(options)) {
+  options_.validate();
+}
+
+const std::vector<int64_t>& ValidationCache::share(
+    const std::function<std::vector<int64_t>()>& assign) {
+  if (!share_) {
+    share_ = assign();
+    const int64_t most = share_->empty() ? -1 : *std::max_element(share_->begin(), share_->end());
+    position_.assign(static_cast<size_t>(most + 1), -1);
+    for (size_t p = 0; p < share_->size(); ++p)
+      position_[static_cast<size_t>((*share_)[p])] = static_cast<int64_t>(p);
+  }
+  return *share_;
+}
+
+Sample ValidationCache::get(int64_t index, const SampleSource& prepare) {
+  if (!share_) throw std::logic_error("ValidationCache: get() before share()");
+  const int64_t p = index >= 0 && index < static_cast<int64_t>(position_.size())
+                        ? position_[static_cast<size_t>(index)]
+                        : -1;
+  if (p < 0)
+    throw std::out_of_range("ValidationCache: volume " + std::to_string(index) +
+                            " is not in this rank's share");
+  // Volumes past cache_rate are prepared at each call, by this call's `prepare`
+  // (the first call's may refer to what is gone by now).
+  prepare_ = prepare;
+  if (!cache_)
+    cache_ = std::make_unique<SampleCache>(
+        [this](int64_t k) { return prepare_((*share_)[static_cast<size_t>(k)]); },
+        static_cast<int64_t>(share_->size()), options_);
+  return cache_->get(p);
+}
+
+int64_t ValidationCache::cached_items() const { return cache_ ? cache_->cached_items() : 0; }
+
 // Each rank scores its share (assign_validation); the per-volume scores are summed into one
 // vector indexed by dataset index (every other rank adds exact zeros), and the
 // mean is taken in index order, so the result equals a single process's bit
 // for bit.
 ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>& val,
-                                   const TrainOptions& o, Communicator& comm) {
+                                   const TrainOptions& o, Communicator& comm,
+                                   ValidationCache* cache) {
   const auto n = static_cast<int64_t>(val.size());
   ValidationScores out;
   const bool softmax = o.activation == Activation::kSoftmax;
@@ -28,10 +67,13 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
   out.per_class.assign(static_cast<size_t>(classes), NAN);
   if (n == 0) return out;
   // By sliding-window cost (or MONAI's split): every volume once.
-  const std::vector<int64_t> indices = assign_validation(
-      o.val_balance == ValBalance::kCost ? validation_costs(o, val)
-                                         : std::vector<int64_t>(static_cast<size_t>(n), 1),
-      comm.world_size(), o.val_balance)[static_cast<size_t>(comm.rank())];
+  const auto assign = [&] {
+    return assign_validation(
+        o.val_balance == ValBalance::kCost ? validation_costs(o, val)
+                                           : std::vector<int64_t>(static_cast<size_t>(n), 1),
+        comm.world_size(), o.val_balance)[static_cast<size_t>(comm.rank())];
+  };
+  const std::vector<int64_t> indices = cache ? cache->share(assign) : assign();
   // Row 2c: class c's Dice per volume; row 2c + 1: 1 where it was scored.
   at::Tensor scores = at::zeros({2 * classes, n}, at::kDouble);
   const auto started = std::chrono::steady_clock::now();
@@ -44,19 +86,24 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
     sw.overlap = o.overlap;
     sw.sw_batch_size = o.sw_batch_size;
     sw = o.inference.blended(sw);
-    const Predictor forward =
-        o.inference.mirrored([&](const at::Tensor& x) { return net.forward_from_cpu(x); });
+    // The logits stay on the network's device: the windows are blended and scored there.
+    const at::Device device = net.device();
+    const Predictor forward = o.inference.mirrored(
+        [&](const at::Tensor& x) { return net.forward(x.to(device, /*non_blocking=*/true)); });
     const PairOptions prefix = whole_volume_prefix(o.resolved_feed().prefix);
     // Rank 0 reports its share; the ranks' shares differ by at most one volume.
     Progress progress("validation (rank 0's share)", static_cast<int64_t>(indices.size()),
                       "volumes", comm.rank() == 0 ? ProgressStyle::kAuto : ProgressStyle::kOff);
     int64_t done = 0;
     for (const int64_t i : indices) {
-      const Sample s = load_pair(val[static_cast<size_t>(i)], i, prefix);
+      const SampleSource load = [&](int64_t k) {
+        return load_pair(val[static_cast<size_t>(k)], k, prefix);
+      };
+      const Sample s = cache ? cache->get(i, load) : load(i);
       const at::Tensor logits = infer_volume(s.image.unsqueeze(0), sw, o.model.size_multiple(),
                                              forward, val[static_cast<size_t>(i)].image);
-      const std::vector<double> d =
-          class_dice(logits, s.label.to(at::kFloat), softmax, o.inference.largest_component);
+      const std::vector<double> d = class_dice(logits, s.label.to(logits.device(), at::kFloat),
+                                               softmax, o.inference.largest_component);
       for (int64_t c = 0; c < classes; ++c) {
         if (std::isnan(d[static_cast<size_t>(c)])) continue;
         scores[2 * c][i] = d[static_cast<size_t>(c)];

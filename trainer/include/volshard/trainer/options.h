@@ -147,7 +147,7 @@ struct TrainOptions {
   std::string image_glob = "img*";
   std::string label_glob = "seg*";
   double val_fraction = 0.2;  ///< --data only: the last fraction of pairs validates
-  double cache_rate = 1.0;    ///< fraction of training volumes whose prefix stays in memory
+  double cache_rate = 1.0;    ///< fraction of training (and validation) volumes kept in memory
   std::string cache_dir;      ///< also persist the prepared prefix here (warm restarts)
   CacheDevice cache_device = CacheDevice::kHost;  ///< where the cache and augmentation live
   int64_t workers = 2;                            ///< loader threads per rank
@@ -247,7 +247,10 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
             .at_least(0)
             .below(1),
         o.val_fraction);
-  visit(F("cache_rate", "fraction of training volumes kept in memory")
+  visit(F("cache_rate",
+          "fraction of training volumes kept in memory, and of each rank's validation volumes "
+          "(after the whole-volume prefix, from the first validation on; where --cache-device "
+          "puts the training cache)")
             .run_local()
             .at_least(0)
             .at_most(1),
