@@ -5,7 +5,7 @@ CMAKE_ARGS ?=
 # The pinned Python environment (torch 2.11, MONAI, nibabel) that `make deps` makes outside the clone.
 PYTHON = $(shell scripts/pyenv.sh --path)/bin/python
 
-.PHONY: all deps configure build python test demo bench bench-hippocampus clean
+.PHONY: all deps configure build python test demo bench bench-hippocampus bench-hippocampus-monai clean
 
 all: build
 
@@ -81,6 +81,11 @@ bench: build
 # 15 minutes; the table goes to bench/README.md.
 bench-hippocampus: build
 	@$(PYTHON) bench/hippocampus.py --bin $(BUILD)/bin/volshard --out $(BUILD)/bench_hippocampus
+
+# The same recipe in MONAI and PyTorch DDP beside volshard's run of it (issue 44),
+# one seed a side, about an hour on 2 cores: --seeds N for seed intervals.
+bench-hippocampus-monai: build
+	@$(PYTHON) bench/hippocampus_monai.py --bin $(BUILD)/bin/volshard --out $(BUILD)/bench_hippocampus_monai
 
 clean:
 	rm -rf $(BUILD)

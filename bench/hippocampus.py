@@ -4,14 +4,16 @@ with `volshard train --config configs/hippocampus.json` on 2 ranks of this
 machine's CPU, against nnU-Net's published Dice (`make bench-hippocampus`).
 
     bench/hippocampus.py --bin build/bin/volshard [--data ../shared/data/msd_hippocampus]
-                         [--out build/bench_hippocampus] [--nproc 2] [-- extra train flags]
+                         [--out build/bench_hippocampus] [--nproc 2] [--seeds N] [-- extra train flags]
 
 The split: the trainer's Decathlon rule, the last fifth of dataset.json's
 `training` list validates (52 of 260 cases) and the first four fifths train;
 the script writes the held-out names to OUT/split.json. Prints the Dice per
 class at every validation, the best epoch, wall time, the peak RSS of the
 largest process (a rank), and crops per second; then predicts one held-out
-case with the best weights and draws it (OUT/prediction.png).
+case with the best weights and draws it (OUT/prediction.png). With --seeds N (N > 1) it trains
+seeds 0..N-1 into OUT/seed<k> and ends with the mean, standard deviation and 95 % interval of the
+final and best Dice per class over the seeds (bench/seed_interval.py).
 """
 import argparse
 import json
@@ -20,6 +22,8 @@ import resource
 import subprocess
 import sys
 import time
+
+import seed_interval
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -33,8 +37,15 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench_hippocampus"))
     ap.add_argument("--config", default=os.path.join(ROOT, "configs", "hippocampus.json"))
     ap.add_argument("--nproc", type=int, default=2, help="ranks (--nproc-per-node)")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="trainings with --seed 0..N-1 (OUT/seed<k>), then the seed interval of their Dice")
     ap.add_argument("train_flags", nargs="*", help="after --: more `volshard train` flags")
     a = ap.parse_args()
+    if a.seeds < 1:
+        ap.error(f"--seeds {a.seeds}: at least 1")
+    flags = [str(f) for f in a.train_flags]
+    if a.seeds > 1 and "--seed" in flags:
+        ap.error("--seeds N sets each run's --seed: leave --seed out of the train flags")
     datalist = os.path.join(a.data, "dataset.json")
     if not os.path.exists(datalist):
         print(f"hippocampus bench: skipped: {datalist} is absent (the Decathlon's Task04; "
@@ -49,19 +60,43 @@ def main():
         json.dump({"rule": "the last fifth of dataset.json's training list validates (val_fraction 0.2)",
                    "training": len(cases) - len(held_out),
                    "validation": [os.path.basename(c["image"]) for c in held_out]}, f, indent=1)
-    run = os.path.join(a.out, "run")
+    results = []
+    for seed in range(a.seeds):
+        out = a.out if a.seeds == 1 else os.path.join(a.out, f"seed{seed}")
+        extra = [] if a.seeds == 1 else ["--seed", str(seed)]
+        if a.seeds > 1:
+            print(f"\n## seed {seed}", flush=True)
+        result = one_run(a, out, extra, datalist, cases, held_out, names)
+        if result is None:
+            return 1
+        results.append(result)
+    if a.seeds > 1:
+        print(f"\nSeed interval over {a.seeds} seeds (mean, sample sd, Student's t 95 % interval of the mean):")
+        for label, key in (("final", "final"), ("best", "best")):
+            print(f"- {label} mean foreground Dice: " + seed_interval.text(r[key]["val_dice"] for r in results))
+            for c, n in enumerate(names):
+                print(f"  - {n}: " + seed_interval.text(r[key]["val_dice_per_class"][c] for r in results))
+        print("- wall: " + seed_interval.text((r["wall"] for r in results), digits=0) + " (seconds)")
+    return 0
+
+
+def one_run(a, out, extra, datalist, cases, held_out, names):
+    """One `volshard train` of the config into OUT/run, its table printed; returns the final and
+    best validation records and the wall time (None where the run failed)."""
+    os.makedirs(out, exist_ok=True)
+    run = os.path.join(out, "run")
     cmd = [a.bin, "train", "--config", a.config, "--datalist", datalist, "--out", run, "--overwrite",
-           "--nproc-per-node", str(a.nproc), *a.train_flags]
-    print("$ " + " ".join(cmd), flush=True)
+           "--nproc-per-node", str(a.nproc), *extra, *a.train_flags]
+    print("$ " + " ".join(map(str, cmd)), flush=True)
     t0 = time.monotonic()
-    with open(os.path.join(a.out, "train.log"), "w") as log:
+    with open(os.path.join(out, "train.log"), "w") as log:
         code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
     wall = time.monotonic() - t0
     peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB -> MiB
     if code != 0:
-        print(open(os.path.join(a.out, "train.log")).read()[-3000:])
+        print(open(os.path.join(out, "train.log")).read()[-3000:])
         print(f"hippocampus bench: volshard train exited with {code}")
-        return 1
+        return None
     records = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
     epochs = [r for r in records if r.get("type") == "epoch"]
     validated = [r for r in epochs if r.get("val_dice") is not None]
@@ -90,17 +125,20 @@ def main():
     weights = os.path.join(run, "best_model.pt")
     if not os.path.exists(weights):
         weights = os.path.join(run, "model.pt")
-    pred = os.path.join(a.out, "prediction.nii.gz")
-    png = os.path.join(a.out, "prediction.png")
+    pred = os.path.join(out, "prediction.nii.gz")
+    png = os.path.join(out, "prediction.png")
     for step in ([a.bin, "predict", "--model", weights, "--config", os.path.join(run, "config.json"),
                   "--image", image, "--out", pred],
                  [a.bin, "preview", "--image", image, "--label", label, "--prediction", pred, "--out", png]):
         p = subprocess.run(step, capture_output=True, text=True)
         if p.returncode != 0:
             print(p.stdout + p.stderr)
-            return 1
+            return None
     print(f"held-out {os.path.basename(image)}: {p.stdout.strip()}")
-    return 0
+    if not validated:
+        print("hippocampus bench: the run validated no epoch (--val-every)")
+        return None
+    return {"final": validated[-1], "best": best, "wall": wall}
 
 
 if __name__ == "__main__":
