@@ -33,14 +33,10 @@ at::Tensor infer_volume(const at::Tensor& image, const SlidingWindowOptions& sw,
                     : std::string("the network on the whole volume at once (--roi E slides a "
                                   "window of E^3 instead)"));
   };
-  try {
+  return naming_allocation_failures(doing, [&] {
     return sliding ? sliding_window_inference(image, sw, forward)
                    : whole_volume_inference(image, size_multiple, forward);
-  } catch (const std::bad_alloc& e) {
-    throw OutOfMemoryError(doing(), e);
-  } catch (const c10::Error& e) {
-    rethrow_naming_out_of_memory(doing(), e);
-  }
+  });
 }
 
 void predict(const PredictOptions& o) {
@@ -60,14 +56,9 @@ void predict(const PredictOptions& o) {
   // (MONAI's Invertd: logits resampled trilinearly, then argmax or threshold).
   const PairOptions prepare = whole_volume_prefix(o.prefix);
   PrefixTrace trace;
-  at::Tensor image;
-  try {
-    image = prepare_image(volume, prepare, &trace).data.unsqueeze(0);
-  } catch (const std::bad_alloc& e) {
-    throw OutOfMemoryError(o.image_path, e);
-  } catch (const c10::Error& e) {
-    rethrow_naming_out_of_memory(o.image_path, e);
-  }
+  const at::Tensor image = naming_allocation_failures(
+      [&] { return o.image_path; },
+      [&] { return prepare_image(volume, prepare, &trace).data.unsqueeze(0); });
   torch::NoGradGuard no_grad;
   const Predictor forward =
       o.inference.mirrored([&](const at::Tensor& x) { return net.forward_from_cpu(x); });

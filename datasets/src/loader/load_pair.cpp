@@ -183,36 +183,34 @@ SpatialImage prepare_image(const Volume& image, const PairOptions& o, PrefixTrac
     const Grid before = grid_of(v);
     VoxelBox box;
     std::string doing;  // for an allocation that fails: the step, and the grid it makes
-    try {
-      switch (step) {
-        case PrefixStep::kOrientation:
-          if (!p.orientation.empty() && axcodes(v.affine) != p.orientation)
-            v = orient(v, p.orientation);
-          break;
-        case PrefixStep::kSpacing:
-          if (!p.pixdim.empty()) {
-            const Grid grid =
-                spacing_grid(before.shape, v.affine, {p.pixdim[0], p.pixdim[1], p.pixdim[2]});
-            doing = "Spacing to a " + shape_text(grid.shape) + " grid";
-            if (grid.shape != before.shape || grid.affine != v.affine)
-              v = resample(v, grid, Interpolation::kBilinear);
+    naming_allocation_failures(
+        [&] { return doing.empty() ? step_name(step) : doing; },
+        [&] {
+          switch (step) {
+            case PrefixStep::kOrientation:
+              if (!p.orientation.empty() && axcodes(v.affine) != p.orientation)
+                v = orient(v, p.orientation);
+              break;
+            case PrefixStep::kSpacing:
+              if (!p.pixdim.empty()) {
+                const Grid grid =
+                    spacing_grid(before.shape, v.affine, {p.pixdim[0], p.pixdim[1], p.pixdim[2]});
+                doing = "Spacing to a " + shape_text(grid.shape) + " grid";
+                if (grid.shape != before.shape || grid.affine != v.affine)
+                  v = resample(v, grid, Interpolation::kBilinear);
+              }
+              break;
+            case PrefixStep::kIntensity:
+              apply_intensity(v.data, o);
+              break;
+            case PrefixStep::kCropForeground:
+              if (p.crop_foreground) {
+                box = foreground_box(v.data, p.foreground_margin);
+                v = crop_box(v, box);
+              }
+              break;
           }
-          break;
-        case PrefixStep::kIntensity:
-          apply_intensity(v.data, o);
-          break;
-        case PrefixStep::kCropForeground:
-          if (p.crop_foreground) {
-            box = foreground_box(v.data, p.foreground_margin);
-            v = crop_box(v, box);
-          }
-          break;
-      }
-    } catch (const std::bad_alloc& e) {
-      throw OutOfMemoryError(doing.empty() ? step_name(step) : doing, e);
-    } catch (const c10::Error& e) {  // c10's allocator (not tuned for volumes)
-      rethrow_naming_out_of_memory(doing.empty() ? step_name(step) : doing, e);
-    }
+        });
     const Grid after = grid_of(v);
     if (after.shape != before.shape || after.affine != before.affine)
       t.moves.push_back({step, before, after, box});
@@ -263,15 +261,13 @@ Sample prepare_pair(Volume image, Volume label, const ImageLabelPair& pair, int6
   PrefixTrace trace;
   SpatialImage img = prepare_image(image, options, &trace);
   SpatialImage lab;
-  try {
-    lab = follow_trace({label.data, image.affine}, p.orientation, trace);
-  } catch (const std::bad_alloc& e) {
-    throw OutOfMemoryError(
-        "its label " + pair.label + " moved onto the " + spatial_text(img.data) + " grid", e);
-  } catch (const c10::Error& e) {
-    rethrow_naming_out_of_memory(
-        "its label " + pair.label + " moved onto the " + spatial_text(img.data) + " grid", e);
-  }
+  lab = naming_allocation_failures(
+      [&] {
+        return "its label " + pair.label + " moved onto the " + spatial_text(img.data) + " grid";
+      },
+      [&] {
+        return follow_trace({label.data, image.affine}, p.orientation, trace);
+      });
   const std::array<int64_t, 3> pad = p.pad_size();
   if (pad != std::array<int64_t, 3>{}) {  // training's batching step: not in the trace
     img = spatial_pad(img, pad);
@@ -313,13 +309,9 @@ Sample load_pair(const ImageLabelPair& pair, int64_t index, const PairOptions& o
     fail_file(pair.label, "has " + std::to_string(label.data.size(0)) +
                               " channels; the BraTS label mapping needs one map of labels");
   check_label_values(label.data, p.num_classes, pair.label);
-  try {
-    return prepare_pair(std::move(image), std::move(label), pair, index, options);
-  } catch (const std::bad_alloc& e) {
-    throw OutOfMemoryError(pair.image, e);
-  } catch (const c10::Error& e) {
-    rethrow_naming_out_of_memory(pair.image, e);
-  }
+  return naming_allocation_failures(
+      [&] { return pair.image; },
+      [&] { return prepare_pair(std::move(image), std::move(label), pair, index, options); });
 }
 
 }  // namespace volshard

@@ -1,12 +1,16 @@
 #pragma once
 // c10's allocation failures named as volshard's own (core/limits.h): where a
-// caller knows the file or the step, it catches both std::bad_alloc and
-// c10::Error and says which.
+// caller knows the file or the step, it runs the work through
+// naming_allocation_failures, which catches both std::bad_alloc and c10::Error
+// and says which.
 
 #include <c10/util/Exception.h>
 
 #include <cstddef>
+#include <new>
 #include <string>
+
+#include "volshard/core/limits.h"
 
 namespace volshard {
 
@@ -27,5 +31,21 @@ size_t bytes_asked(const c10::Error& e);
 /// device's (CUDA) as std::runtime_error "context: <c10's text>", without its
 /// C++ backtrace. Any other error is rethrown as it is.
 [[noreturn]] void rethrow_naming_out_of_memory(const std::string& context, const c10::Error& e);
+
+/// Runs `body` and returns what it returns; an allocation it cannot make,
+/// volshard's (std::bad_alloc) or c10's, is thrown as what it means in
+/// `context()` (OutOfMemoryError, or as rethrow_naming_out_of_memory says).
+/// `context` (a callable giving the file or the step) is called on a failure
+/// only; any other error passes as it is.
+template <typename Context, typename Body>
+decltype(auto) naming_allocation_failures(const Context& context, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc& e) {
+    throw OutOfMemoryError(context(), e);
+  } catch (const c10::Error& e) {
+    rethrow_naming_out_of_memory(context(), e);
+  }
+}
 
 }  // namespace volshard
