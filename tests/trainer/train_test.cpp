@@ -911,7 +911,8 @@ TEST_F(TrainTest, ValidationKeepsEachRanksVolumesBetweenValidations) {
   std::vector<ValidationScores> before(2), after(2), unkept(1);
   std::vector<int64_t> kept(2);
   const auto overwrite_images = [&] {
-    for (const auto& pair : d.val) std::ofstream(pair.image, std::ios::binary | std::ios::trunc) << "not a volume";
+    for (const auto& pair : d.val)
+      std::ofstream(pair.image, std::ios::binary | std::ios::trunc) << "not a volume";
   };
   run_ranks(1, [&](Communicator& comm) {
     Model net(o.model, 3);

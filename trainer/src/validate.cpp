@@ -68,10 +68,10 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
   if (n == 0) return out;
   // By sliding-window cost (or MONAI's split): every volume once.
   const auto assign = [&] {
-    return assign_validation(
-        o.val_balance == ValBalance::kCost ? validation_costs(o, val)
-                                           : std::vector<int64_t>(static_cast<size_t>(n), 1),
-        comm.world_size(), o.val_balance)[static_cast<size_t>(comm.rank())];
+    return assign_validation(o.val_balance == ValBalance::kCost
+                                 ? validation_costs(o, val)
+                                 : std::vector<int64_t>(static_cast<size_t>(n), 1),
+                             comm.world_size(), o.val_balance)[static_cast<size_t>(comm.rank())];
   };
   const std::vector<int64_t> indices = cache ? cache->share(assign) : assign();
   // Row 2c: class c's Dice per volume; row 2c + 1: 1 where it was scored.
