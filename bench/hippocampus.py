@@ -24,6 +24,7 @@ import sys
 import time
 
 import seed_interval
+from scoring import decathlon_split
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -52,13 +53,12 @@ def main():
               "CI has it in ../shared/data beside the clone)")
         return 2
     os.makedirs(a.out, exist_ok=True)
-    decathlon = json.load(open(datalist))
-    cases = decathlon["training"]
-    held_out = cases[len(cases) - round(0.2 * len(cases)):]
-    names = [decathlon["labels"][k] for k in sorted(decathlon["labels"], key=int) if k != "0"]
+    val_fraction = json.load(open(a.config)).get("val_fraction", 0.2)
+    training, held_out, names = decathlon_split(a.data, val_fraction)
+    device = flags[flags.index("--device") + 1] if "--device" in flags[:-1] else "CPU"
     with open(os.path.join(a.out, "split.json"), "w") as f:
-        json.dump({"rule": "the last fifth of dataset.json's training list validates (val_fraction 0.2)",
-                   "training": len(cases) - len(held_out),
+        json.dump({"rule": f"the last round({val_fraction} n) of dataset.json's training list validate",
+                   "training": len(training),
                    "validation": [os.path.basename(c["image"]) for c in held_out]}, f, indent=1)
     results = []
     for seed in range(a.seeds):
@@ -66,7 +66,7 @@ def main():
         extra = [] if a.seeds == 1 else ["--seed", str(seed)]
         if a.seeds > 1:
             print(f"\n## seed {seed}", flush=True)
-        result = one_run(a, out, extra, datalist, cases, held_out, names)
+        result = one_run(a, out, extra, datalist, device, len(training), held_out, names)
         if result is None:
             return 1
         results.append(result)
@@ -80,9 +80,10 @@ def main():
     return 0
 
 
-def one_run(a, out, extra, datalist, cases, held_out, names):
-    """One `volshard train` of the config into OUT/run, its table printed; returns the final and
-    best validation records and the wall time (None where the run failed)."""
+def one_run(a, out, extra, datalist, device, n_training, held_out, names):
+    """One `volshard train` of the config into OUT/run on DEVICE (the label printed), its table
+    printed; returns the final and best validation records and the wall time (None where the run
+    failed)."""
     os.makedirs(out, exist_ok=True)
     run = os.path.join(out, "run")
     cmd = [a.bin, "train", "--config", a.config, "--datalist", datalist, "--out", run, "--overwrite",
@@ -100,10 +101,8 @@ def one_run(a, out, extra, datalist, cases, held_out, names):
     records = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
     epochs = [r for r in records if r.get("type") == "epoch"]
     validated = [r for r in epochs if r.get("val_dice") is not None]
-    flags = [str(f) for f in a.train_flags]
-    device = flags[flags.index("--device") + 1] if "--device" in flags[:-1] else "CPU"
     crops_per_s = sum(r["samples_per_s"] for r in epochs) / max(len(epochs), 1)  # over the training steps
-    print(f"\nHippocampus (MSD Task04): {len(cases) - len(held_out)} training cases, {len(held_out)} held out, "
+    print(f"\nHippocampus (MSD Task04): {n_training} training cases, {len(held_out)} held out, "
           f"{a.nproc} ranks on {device}, {os.path.basename(a.config)}")
     print("| epoch | " + " | ".join(names) + " | mean |")
     print("|---|" + "---|" * (len(names) + 1))
@@ -120,8 +119,7 @@ def one_run(a, out, extra, datalist, cases, held_out, names):
           f"{crops_per_s:.0f} crops/s in the training steps, peak RSS {peak_rss:.0f} MiB (largest process)")
     # One held-out case predicted with the best weights (model.pt without them) and drawn.
     case = held_out[0]
-    image = os.path.join(a.data, case["image"])
-    label = os.path.join(a.data, case["label"])
+    image, label = case["image"], case["label"]
     weights = os.path.join(run, "best_model.pt")
     if not os.path.exists(weights):
         weights = os.path.join(run, "model.pt")

@@ -29,19 +29,11 @@ import sys
 import time
 
 import seed_interval
+from scoring import DiceSums, decathlon_split
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONFIG = os.path.join(ROOT, "configs", "hippocampus.json")
-
-
-def split(data):
-    decathlon = json.load(open(os.path.join(data, "dataset.json")))
-    cases = [{"image": os.path.normpath(os.path.join(data, c["image"])),
-              "label": os.path.normpath(os.path.join(data, c["label"]))} for c in decathlon["training"]]
-    n_val = round(0.2 * len(cases))
-    names = [decathlon["labels"][k] for k in sorted(decathlon["labels"], key=int) if k != "0"]
-    return cases[:-n_val], cases[-n_val:], names
 
 
 def monai_rank(rank, world, args, config, seed, queue):
@@ -61,7 +53,7 @@ def monai_rank(rank, world, args, config, seed, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    train_items, val_items, names = split(args.data)
+    train_items, val_items, names = decathlon_split(args.data, config["val_fraction"])
     keys = ["image", "label"]
     crop = config["crop"][0]
     prefix = [LoadImaged(keys=keys, image_only=True), EnsureChannelFirstd(keys=keys),
@@ -111,22 +103,20 @@ def monai_rank(rank, world, args, config, seed, queue):
         if (epoch + 1) % config["val_every"] != 0:
             continue
         model.eval()
-        sums = torch.zeros(2, classes - 1, dtype=torch.float64)  # per class: Dice summed, volumes counted
+        scores = DiceSums(classes - 1)
         with torch.no_grad():
             for v in val_ds:
                 logits = sliding_window_inference(v["image"][None], [config["roi"][0]] * 3, config["sw_batch_size"],
                                                   net, overlap=config["overlap"])
                 pred = one_hot(logits.argmax(1, keepdim=True), classes)
-                d = dice(y_pred=pred, y=one_hot(v["label"][None].round().long(), classes))[0].double()
-                seen = ~torch.isnan(d)
-                sums[0] += torch.where(seen, d, torch.zeros_like(d))
-                sums[1] += seen.double()
+                scores.add(dice(y_pred=pred, y=one_hot(v["label"][None].round().long(), classes))[0])
         dice.reset()
-        dist.all_reduce(sums)
+        rows = torch.tensor(scores.rows(), dtype=torch.float64)
+        dist.all_reduce(rows)
+        scores = DiceSums.from_rows(rows.tolist())
         if rank == 0:
-            per_class = (sums[0] / sums[1]).tolist()
-            queue.put({"epoch": epoch, "val_dice": (sums[0].sum() / sums[1].sum()).item(),
-                       "val_dice_per_class": per_class, "t": time.perf_counter() - t0})
+            queue.put({"epoch": epoch, "val_dice": scores.mean(), "val_dice_per_class": scores.per_class(),
+                       "t": time.perf_counter() - t0})
     if rank == 0:
         queue.put({"done": True, "cache_seconds": cache_seconds})
     dist.destroy_process_group()
@@ -210,10 +200,11 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     config = json.load(open(CONFIG))
     config.setdefault("nonzero", False)
+    config.setdefault("val_fraction", 0.2)
     config.setdefault("channel_wise", False)
     config = {k: (v if not isinstance(v, int) or k not in ("crop", "roi", "spatial_pad") else [v])
               for k, v in config.items()}
-    _, _, names = split(args.data)
+    _, _, names = decathlon_split(args.data, config["val_fraction"])
     if args.one:  # one run in a process of its own, so that its peak RSS is its own
         side, seed = args.one.split(":")
         r = run_volshard(args, int(seed)) if side == "volshard" else run_monai(args, config, int(seed))

@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+from scoring import DiceSums
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -53,7 +55,7 @@ def main():
                 ("mirroring over x, y, z (8 passes)", config["blend"], (0, 1, 2), False),
                 ("largest component per class", config["blend"], (), True),
                 ("all three", "gaussian", (0, 1, 2), True)]
-    sums = {name: torch.zeros(2, classes - 1, dtype=torch.float64) for name, *_ in variants}
+    scores = {name: DiceSums(classes - 1) for name, *_ in variants}
     seconds = {name: 0.0 for name, *_ in variants}
     dice = DiceMetric(include_background=False, reduction="none")
     volumes = 0
@@ -72,10 +74,7 @@ def main():
                 if largest:
                     labels = volshard.keep_largest_components(labels)
                 seconds[name] += time.perf_counter() - t0
-                d = dice(y_pred=one_hot(labels[None, None], classes), y=truth)[0].double()
-                seen = ~torch.isnan(d)
-                sums[name][0] += torch.where(seen, d, torch.zeros_like(d))
-                sums[name][1] += seen.double()
+                scores[name].add(dice(y_pred=one_hot(labels[None, None], classes), y=truth)[0])
     names = config.get("label_names") or [f"class {c}" for c in range(1, classes)]
     print(f"{a.run} ({a.weights}), {volumes} validation volumes, window {'x'.join(map(str, roi))}, "
           f"overlap {config['overlap']}:")
@@ -83,10 +82,9 @@ def main():
     print("| --- |" + " --- |" * (len(names) + 3))
     plain = None
     for name, *_ in variants:
-        s = sums[name]
-        mean = (s[0].sum() / s[1].sum()).item()
+        mean = scores[name].mean()
         plain = mean if plain is None else plain
-        print(f"| {name} | " + " | ".join(f"{v:.4f}" for v in (s[0] / s[1]).tolist()) +
+        print(f"| {name} | " + " | ".join(f"{v:.4f}" for v in scores[name].per_class()) +
               f" | {mean:.4f} | {mean - plain:+.4f} | {seconds[name]:.1f} |")
     return 0
 
