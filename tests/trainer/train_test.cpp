@@ -910,6 +910,7 @@ TEST_F(TrainTest, ValidationKeepsEachRanksVolumesBetweenValidations) {
   ASSERT_GE(d.val.size(), 2u);
   std::vector<ValidationScores> before(2), after(2), unkept(1);
   std::vector<int64_t> kept(2);
+  std::vector<at::ScalarType> label_types(2, at::kFloat);
   const auto overwrite_images = [&] {
     for (const auto& pair : d.val)
       std::ofstream(pair.image, std::ios::binary | std::ios::trunc) << "not a volume";
@@ -928,12 +929,18 @@ TEST_F(TrainTest, ValidationKeepsEachRanksVolumesBetweenValidations) {
     comm.barrier();
     after[r] = validation_scores(net, d.val, o, comm, &cache);
     kept[r] = cache.cached_items();
+    // The kept labels are uint8 (integers in [0, 255]): a quarter of float32's memory.
+    const std::vector<int64_t>& share = cache.share([] { return std::vector<int64_t>{}; });
+    label_types[r] =
+        cache.get(share.front(), [](int64_t) -> Sample { throw std::logic_error("not kept"); })
+            .label.scalar_type();
   });
   EXPECT_EQ(before[0].mean, unkept[0].mean);  // the cache changes no value
   EXPECT_EQ(before[0].per_class, unkept[0].per_class);
   EXPECT_EQ(after[0].mean, before[0].mean);
   EXPECT_EQ(after[1].mean, before[0].mean);
   EXPECT_EQ(kept[0] + kept[1], static_cast<int64_t>(d.val.size()));
+  EXPECT_EQ(label_types, std::vector<at::ScalarType>(2, at::kByte));
   for (const bool with_cache : {false, true}) {
     try {
       run_ranks(1, [&](Communicator& comm) {

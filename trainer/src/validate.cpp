@@ -90,7 +90,8 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
     const at::Device device = net.device();
     const Predictor forward = o.inference.mirrored(
         [&](const at::Tensor& x) { return net.forward(x.to(device, /*non_blocking=*/true)); });
-    const PairOptions prefix = whole_volume_prefix(o.resolved_feed().prefix);
+    PairOptions prefix = whole_volume_prefix(o.resolved_feed().prefix);
+    prefix.compact_label = true;  // kept uint8 where the values fit: a quarter of float32's memory
     // Rank 0 reports its share; the ranks' shares differ by at most one volume.
     Progress progress("validation (rank 0's share)", static_cast<int64_t>(indices.size()),
                       "volumes", comm.rank() == 0 ? ProgressStyle::kAuto : ProgressStyle::kOff);
@@ -102,8 +103,8 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
       const Sample s = cache ? cache->get(i, load) : load(i);
       const at::Tensor logits = infer_volume(s.image.unsqueeze(0), sw, o.model.size_multiple(),
                                              forward, val[static_cast<size_t>(i)].image);
-      const std::vector<double> d = class_dice(logits, s.label.to(logits.device(), at::kFloat),
-                                               softmax, o.inference.largest_component);
+      const std::vector<double> d =
+          class_dice(logits, s.label.to(logits.device()), softmax, o.inference.largest_component);
       for (int64_t c = 0; c < classes; ++c) {
         if (std::isnan(d[static_cast<size_t>(c)])) continue;
         scores[2 * c][i] = d[static_cast<size_t>(c)];
