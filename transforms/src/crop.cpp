@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "pad.h"
 #include "volshard/core/error.h"
 #include "volshard/core/log.h"
 
@@ -371,20 +372,32 @@ SpatialImage crop_box(const SpatialImage& image, const VoxelBox& box) {
   return out;
 }
 
-SpatialImage spatial_pad(const SpatialImage& image, const std::array<int64_t, 3>& size) {
-  const std::array<int64_t, 3> shape = spatial_shape(image.data);
+namespace detail {
+
+at::Tensor pad_spatial(const at::Tensor& x, const std::array<int64_t, 3>& target, PadAt at,
+                       std::array<int64_t, 3>* before) {
+  const int64_t first_axis = x.dim() - 3;
   std::vector<int64_t> widths;  // last axis first, as at::constant_pad_nd wants
-  std::array<int64_t, 3> before{};
   bool any = false;
   for (size_t a = 3; a-- > 0;) {
-    const int64_t width = std::max<int64_t>(size[a] - shape[a], 0);
-    before[a] = width / 2;
-    widths.push_back(before[a]);
-    widths.push_back(width - before[a]);
+    const int64_t width =
+        std::max<int64_t>(target[a] - x.size(first_axis + static_cast<int64_t>(a)), 0);
+    const int64_t first = at == PadAt::kSymmetric ? width / 2 : 0;
+    if (before) (*before)[a] = first;
+    widths.push_back(first);
+    widths.push_back(width - first);
     any = any || width > 0;
   }
-  if (!any) return image;
-  SpatialImage out{at::constant_pad_nd(image.data, widths, 0.0), image.affine};
+  return any ? at::constant_pad_nd(x, widths, 0.0) : x;
+}
+
+}  // namespace detail
+
+SpatialImage spatial_pad(const SpatialImage& image, const std::array<int64_t, 3>& size) {
+  (void)spatial_shape(image.data);  // C x X x Y x Z
+  std::array<int64_t, 3> before{};
+  SpatialImage out{detail::pad_spatial(image.data, size, detail::PadAt::kSymmetric, &before),
+                   image.affine};
   for (size_t r = 0; r < 3; ++r)
     for (size_t c = 0; c < 3; ++c)
       out.affine[r][3] -= image.affine[r][c] * static_cast<double>(before[c]);

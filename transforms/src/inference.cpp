@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pad.h"
 #include "volshard/core/error.h"
 
 namespace volshard {
@@ -63,24 +64,6 @@ std::vector<int64_t> window_starts(int64_t length, int64_t roi, double overlap) 
 
 namespace {
 
-// Zero-pads the spatial axes up to `target`: at their end, or (symmetric)
-// half of it before, as MONAI's sliding_window_inference. `before` gets the
-// zeros put before each axis.
-at::Tensor pad_to(const at::Tensor& x, const std::array<int64_t, 3>& target, bool symmetric,
-                  std::array<int64_t, 3>* before = nullptr) {
-  std::vector<int64_t> pad;  // last axis first, as at::constant_pad_nd wants
-  bool any = false;
-  for (int a = 2; a >= 0; --a) {
-    const int64_t extra = std::max<int64_t>(0, target[static_cast<size_t>(a)] - x.size(2 + a));
-    const int64_t first = symmetric ? extra / 2 : 0;
-    if (before) (*before)[static_cast<size_t>(a)] = first;
-    pad.push_back(first);
-    pad.push_back(extra - first);
-    any = any || extra > 0;
-  }
-  return any ? at::constant_pad_nd(x, pad, 0.0) : x;
-}
-
 void check_image(const at::Tensor& image) {
   if (image.dim() != 5 || image.size(0) != 1)
     throw std::invalid_argument("inference: image must be 1 x C x X x Y x Z, got " +
@@ -97,7 +80,7 @@ at::Tensor sliding_window_inference(const at::Tensor& image, const SlidingWindow
   std::array<int64_t, 3> padded{};
   for (size_t a = 0; a < 3; ++a) padded[a] = std::max(size[a], options.roi[a]);
   std::array<int64_t, 3> before{};
-  const at::Tensor x = pad_to(image, padded, /*symmetric=*/true, &before);
+  const at::Tensor x = detail::pad_spatial(image, padded, detail::PadAt::kSymmetric, &before);
   std::array<std::vector<int64_t>, 3> starts;
   for (size_t a = 0; a < 3; ++a)
     starts[a] = window_starts(padded[a], options.roi[a], options.overlap);
@@ -158,7 +141,7 @@ at::Tensor whole_volume_inference(const at::Tensor& image, int64_t multiple,
   std::array<int64_t, 3> target{};
   for (size_t a = 0; a < 3; ++a)
     target[a] = (image.size(2 + static_cast<int64_t>(a)) + multiple - 1) / multiple * multiple;
-  const at::Tensor out = predict(pad_to(image, target, /*symmetric=*/false));
+  const at::Tensor out = predict(detail::pad_spatial(image, target, detail::PadAt::kEnd));
   return out.narrow(2, 0, image.size(2))
       .narrow(3, 0, image.size(3))
       .narrow(4, 0, image.size(4))
