@@ -138,7 +138,8 @@ def run_monai(args, config, seed):
             break
         records.append(item)
         print(f"  MONAI seed {seed} epoch {item['epoch'] + 1}: " +
-              " ".join(f"{d:.4f}" for d in item["val_dice_per_class"]) + f" mean {item['val_dice']:.4f}", flush=True)
+              " ".join(f"{d:.4f}" for d in item["val_dice_per_class"]) + f" mean {item['val_dice']:.4f} "
+              f"at {item['t']:.0f} s", flush=True)
     for p in procs:
         p.join()
     if any(p.exitcode != 0 for p in procs):
@@ -170,7 +171,8 @@ def run_volshard(args, seed):
             records.append({"epoch": r["epoch"], "val_dice": r["val_dice"],
                             "val_dice_per_class": r["val_dice_per_class"], "t": t})
             print(f"  volshard seed {seed} epoch {r['epoch'] + 1}: " +
-                  " ".join(f"{d:.4f}" for d in r["val_dice_per_class"]) + f" mean {r['val_dice']:.4f}", flush=True)
+                  " ".join(f"{d:.4f}" for d in r["val_dice_per_class"]) + f" mean {r['val_dice']:.4f} at {t:.0f} s",
+                  flush=True)
     return {"validations": records, "wall": wall, "peak_rss": rss, "setup": math.nan}
 
 
