@@ -1,8 +1,8 @@
 // The CT/MRI transforms against what MONAI 1.4.0 itself computed on the same
 // inputs (tests/transforms/oracle/make_monai_goldens.py): LPS, oblique and
 // permuted affines, anisotropic spacing, odd sizes, one and four channels.
-// The random intensity augmentations and RandAffine against MONAI given the
-// same draws.
+// The random intensity augmentations, RandAffine and Rand3DElastic against
+// MONAI given the same draws.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -372,6 +372,67 @@ TEST(MonaiGoldenTest, RandAffineGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop
       }
     }
     std::cout << "RandAffine vs MONAI ("
+              << (how == Gather::kAuto ? "host kernel" : "tensor ops, the GPU's code")
+              << "): " << cases.size()
+              << " cases, largest |difference| relative to the image's range " << worst << "; "
+              << label_differ << " of " << label_voxels << " label voxels differ\n";
+    EXPECT_EQ(label_differ, 0);
+  }
+}
+
+// Rand3DElastic given MONAI's draws (the offset field, magnitude, sigma and
+// the affine's 15): MONAI's own Rand3DElastic on the whole volume, and its
+// steps with the matrix moved to the crop's centre about a crop. The smoothed,
+// scaled offsets equal MONAI's bit for bit (the same filter); the resampled
+// values within float32 rounding of the positions (MONAI's grid is float32).
+TEST(MonaiGoldenTest, Rand3DElasticGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop) {
+  const auto cases = cases_of("Rand3DElastic");
+  ASSERT_EQ(cases.size(), 10u);
+  for (const Gather how : {Gather::kAuto, Gather::kTensorOps}) {  // host kernel; the GPU's code
+    double worst = 0.0;
+    int64_t label_voxels = 0, label_differ = 0;
+    for (const json& c : cases) {
+      const std::string name = c.at("name");
+      const json& p = c.at("params");
+      AffineParams a;
+      a.apply = true;
+      a.rotate = p.at("rotate").get<std::array<double, 3>>();
+      a.shear = p.at("shear").get<std::array<double, 6>>();
+      a.translate = p.at("translate").get<std::array<double, 3>>();
+      a.scale = p.at("scale").get<std::array<double, 3>>();
+      const std::string padding_name = p.at("padding_mode");
+      const PaddingMode padding = padding_name == "zeros"    ? PaddingMode::kZeros
+                                  : padding_name == "border" ? PaddingMode::kBorder
+                                                             : PaddingMode::kReflection;
+      const at::Tensor offsets =
+          elastic_offsets(load(c, "field", "field_shape"), p.at("sigma").get<double>(),
+                          p.at("magnitude").get<double>());
+      EXPECT_TRUE(at::equal(offsets, load(c, "offsets", "offsets_shape"))) << name;
+      const at::Tensor x = load(c, "input", "input_shape");
+      const bool label = p.at("mode") == "nearest";
+      Sample sample;
+      sample.image = label ? at::zeros_like(x) : x;
+      if (label) sample.label = x.to(at::kByte);  // as the cache keeps labels
+      if (!p.at("crop_start").is_null()) {
+        const auto shape = std::array<int64_t, 3>{x.size(1), x.size(2), x.size(3)};
+        sample.view =
+            SpatialMap::identity(shape).cropped(p.at("crop_start").get<std::array<int64_t, 3>>(),
+                                                p.at("crop_size").get<std::array<int64_t, 3>>());
+      }
+      const Sample out = warp_view(sample, affine_matrix(a), padding, how, offsets);
+      const at::Tensor want = load(c, "output", "output_shape");
+      if (label) {
+        ASSERT_EQ(out.label.scalar_type(), at::kByte) << name;
+        ASSERT_EQ(out.label.sizes(), want.sizes()) << name;
+        label_voxels += want.numel();
+        label_differ += out.label.to(at::kFloat).ne(want).sum().item<int64_t>();
+      } else {
+        const double diff = largest_difference(out.image, want, name);
+        worst = std::max(worst, diff / std::max(1.0, want.abs().max().item<double>()));
+        EXPECT_LE(diff, 2e-5 * std::max(1.0, want.abs().max().item<double>())) << name;
+      }
+    }
+    std::cout << "Rand3DElastic vs MONAI ("
               << (how == Gather::kAuto ? "host kernel" : "tensor ops, the GPU's code")
               << "): " << cases.size()
               << " cases, largest |difference| relative to the image's range " << worst << "; "

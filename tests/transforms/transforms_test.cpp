@@ -1273,6 +1273,172 @@ TEST(RandAffineTest, TheHostKernelAndTheTensorOpPathAgree) {
   EXPECT_LE(differ, voxels / 1000) << differ << " of " << voxels;
 }
 
+// Rand3DElastic is RandAffine's step with one coin for both: a RandAffine's
+// stream is as it was (18 draws), an elastic one draws magnitude, sigma and
+// the field's key after them; the coin is elastic_prob's and decides the
+// affine too.
+TEST(Rand3DElasticTest, DrawsAfterRandAffinesAndOneCoinDecidesTheOffsetsAndTheAffine) {
+  AffineOptions o;
+  o.elastic_prob = 0.4;
+  o.rotate = {0.5, 0.5, 0.5};
+  o.elastic_sigma = {2.0, 3.0};
+  o.elastic_magnitude = {10.0, 20.0};
+  int applied = 0;
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    StreamRng rng(seed), count(seed);
+    const AffineParams p = sample_affine(o, rng);
+    for (int k = 0; k < 20; ++k)
+      count.uniform_double();  // 2 coins, 15 values, zoom, magnitude, sigma
+    const uint64_t key = count.next_u64();
+    EXPECT_EQ(rng.next_u64(), count.next_u64()) << "seed " << seed;
+    EXPECT_EQ(p.elastic, p.apply) << "seed " << seed;
+    applied += p.elastic;
+    if (p.elastic) {
+      EXPECT_EQ(p.field_key, key);
+      EXPECT_GE(p.magnitude, 10.0);
+      EXPECT_LT(p.magnitude, 20.0);
+      EXPECT_GE(p.sigma, 2.0);
+      EXPECT_LT(p.sigma, 3.0);
+    } else {
+      EXPECT_EQ(p.rotate, (std::array<double, 3>{0, 0, 0}));
+    }
+  }
+  EXPECT_NEAR(applied / 2000.0, 0.4, 0.04);
+  // Without elastic_prob the same options draw as RandAffine always did.
+  o.elastic_prob = 0;
+  o.prob = 0.4;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    StreamRng rng(seed), count(seed);
+    const AffineParams p = sample_affine(o, rng);
+    for (int k = 0; k < 18; ++k) count.uniform_double();
+    EXPECT_EQ(rng.next_u64(), count.next_u64()) << "seed " << seed;
+    EXPECT_FALSE(p.elastic);
+  }
+}
+
+TEST(Rand3DElasticTest, ValidateNamesTheBadValueAndRefusesBothProbs) {
+  AffineOptions o;
+  o.prob = 0.5;
+  o.elastic_prob = 0.5;
+  EXPECT_THAT([&] { o.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  HasSubstr("RandAffine: prob=0.5 and Rand3DElastic: prob=0.5 are one step")));
+  o = AffineOptions{};
+  o.elastic_sigma = {0.0, 2.0};
+  EXPECT_THAT([&] { o.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("sigma=0,2")));
+  o = AffineOptions{};
+  o.elastic_magnitude = {5.0, 20000.0};
+  EXPECT_THAT([&] { o.validate(); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("magnitude=5,20000")));
+  o = AffineOptions{};
+  o.elastic_prob = 1.5;
+  EXPECT_THROW(make_rand_affine(o), std::invalid_argument);
+}
+
+// The offset field comes from its key and each value's index alone: in
+// [-1, 1), a smaller field is a prefix of a larger one, another key another
+// field; the offsets are MONAI's filter of it times the magnitude.
+TEST(Rand3DElasticTest, TheFieldIsUniformFromItsKeyAndTheOffsetsItsSmoothedScaledSelf) {
+  const c10::Device cpu(c10::kCPU);
+  const at::Tensor f = uniform_field({3, 8, 7, 6}, 42, cpu);
+  ASSERT_EQ(f.scalar_type(), at::kFloat);
+  EXPECT_GE(f.min().item<float>(), -1.0f);
+  EXPECT_LE(f.max().item<float>(), 1.0f);  // float32 may round the largest up to 1
+  EXPECT_NEAR(f.mean().item<double>(), 0.0, 0.1);
+  EXPECT_NEAR(f.std().item<double>(), 1.0 / std::sqrt(3.0), 0.05);  // uniform(-1, 1)
+  EXPECT_TRUE(at::equal(uniform_field({100}, 42, cpu), f.reshape(-1).narrow(0, 0, 100)));
+  EXPECT_FALSE(at::equal(uniform_field({3, 8, 7, 6}, 43, cpu), f));
+  const at::Tensor off = elastic_offsets(f, 1.5, 12.0);
+  EXPECT_TRUE(at::equal(off, gaussian_smooth(f, {1.5, 1.5, 1.5}, 3.0) * 12.0f));
+  EXPECT_LT(off.abs().max().item<double>(), 12.0);  // smoothing shrinks it
+  EXPECT_THROW(elastic_offsets(f.narrow(0, 0, 2), 1.5, 12.0), std::invalid_argument);
+}
+
+// In a pipeline: the crop's own shape, reproducible from the seed on any
+// thread, recorded (magnitude, sigma) with its affine, and the tensor-op path
+// (the GPU's code) within float32 rounding of the host kernel's.
+TEST(Rand3DElasticTest, InComposeItIsReproducibleRecordedAndTheTensorOpPathAgrees) {
+  Sample s = position_sample({16, 14, 12});
+  s.image = s.image.sin() * 100.0f;
+  PosNegCropOptions crop;
+  crop.spatial_size = {7, 6, 5};
+  crop.num_samples = 2;
+  AffineOptions a;
+  a.elastic_prob = 0.8;
+  a.rotate = {0.3, 0.2, 0.1};
+  a.scale = {0.1, 0.1, 0.1};
+  a.elastic_sigma = {1.0, 2.0};
+  a.elastic_magnitude = {5.0, 15.0};
+  const Compose pipeline({make_rand_crop_by_pos_neg_label(crop), make_rand_affine(a)});
+  EXPECT_EQ(make_rand_affine(a)->name(), "Rand3DElastic");
+  int elastic = 0;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    const auto eager = pipeline(s, seed);
+    ASSERT_EQ(eager.size(), 2u);
+    for (size_t k = 0; k < eager.size(); ++k) {
+      EXPECT_EQ(eager[k].image.sizes().vec(), (std::vector<int64_t>{1, 7, 6, 5}));
+      Sample there;
+      std::thread([&] { there = pipeline(s, seed)[k]; }).join();
+      EXPECT_TRUE(at::equal(there.image, eager[k].image)) << "seed " << seed;
+      EXPECT_TRUE(at::equal(there.label, eager[k].label)) << "seed " << seed;
+      for (const auto& [name, drawn] : eager[k].meta.spatial) {
+        if (name != "Rand3DElastic") continue;
+        ++elastic;
+        ASSERT_EQ(drawn.size(), 2u);
+        EXPECT_GE(drawn[0], 5.0);
+        EXPECT_LT(drawn[1], 2.0);
+      }
+    }
+  }
+  EXPECT_GT(elastic, 10);
+  // The host kernel against the tensor ops on the same offsets.
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    StreamRng rng(seed);
+    AffineParams p = sample_affine(a, rng);
+    Sample c = s;
+    c.view = SpatialMap::identity({16, 14, 12})
+                 .cropped({3, 2, static_cast<int64_t>(seed % 4)}, {9, 8, 7});
+    const at::Tensor off =
+        elastic_offsets(uniform_field({3, 9, 8, 7}, seed, c10::Device(c10::kCPU)), 1.5, 10.0);
+    for (const PaddingMode padding : {PaddingMode::kZeros, PaddingMode::kReflection}) {
+      const Sample host = warp_view(c, affine_matrix(p), padding, Gather::kAuto, off);
+      const Sample ops = warp_view(c, affine_matrix(p), padding, Gather::kTensorOps, off);
+      EXPECT_TRUE(at::allclose(host.image, ops.image, 0, 2e-3)) << "seed " << seed;
+      EXPECT_LE(host.label.ne(ops.label).sum().item<int64_t>(), host.label.numel() / 200);
+      const Sample plain = warp_view(c, affine_matrix(p), padding);
+      EXPECT_FALSE(at::equal(plain.image, host.image)) << "the offsets moved nothing";
+    }
+  }
+  EXPECT_THROW(warp_view(s, Matrix4{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1},
+                         PaddingMode::kZeros, Gather::kAuto, at::zeros({3, 2, 2, 2})),
+               std::invalid_argument);
+}
+
+// The GPU cache's path for Rand3DElastic (skipped without a GPU): the field
+// made on the device equals the host's, and so does the warp within rounding.
+TEST(Rand3DElasticTest, OnTheGpuTheFieldAndTheWarpMatchTheHosts) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device (no GPU lent)";
+  const c10::Device gpu(c10::kCUDA, 0);
+  const at::Tensor field = uniform_field({3, 7, 6, 5}, 7, c10::Device(c10::kCPU));
+  ASSERT_TRUE(at::equal(uniform_field({3, 7, 6, 5}, 7, gpu).cpu(), field));
+  Sample host = position_sample({14, 12, 10});
+  host.view = SpatialMap::identity({14, 12, 10}).cropped({4, 3, 2}, {7, 6, 5});
+  Sample device = host;
+  device.image = host.image.to(gpu);
+  device.label = host.label.to(gpu);
+  AffineParams p;
+  p.apply = true;
+  p.rotate = {0.3, -0.2, 0.1};
+  const at::Tensor off = elastic_offsets(field, 1.5, 10.0);
+  const Sample a = warp_view(host, affine_matrix(p), PaddingMode::kBorder, Gather::kAuto, off);
+  const Sample b = warp_view(device, affine_matrix(p), PaddingMode::kBorder, Gather::kAuto,
+                             elastic_offsets(field.to(gpu), 1.5, 10.0));
+  ASSERT_TRUE(b.image.is_cuda());
+  EXPECT_TRUE(at::allclose(b.image.cpu(), a.image, 1e-5, 1e-3));
+  EXPECT_LE(b.label.cpu().ne(a.label).sum().item<int64_t>(), a.label.numel() / 200);
+}
+
 // The GPU cache's path (skipped without a GPU): the same grid, sampled on the
 // device, within float32 rounding of the host's; the label exactly.
 TEST(RandAffineTest, OnTheGpuTheWarpMatchesTheHosts) {

@@ -223,17 +223,26 @@ class RandFlip final : public Geometric {
   FlipOptions options_;
 };
 
-// RandZoom then RandAffine, one resampling around the crop (warp_view): it
-// reads the crop's pending view of the whole volume, so it must come before
-// any step that materialises the crop.
+// RandZoom then RandAffine (or Rand3DElastic), one resampling around the
+// crop (warp_view): it reads the crop's pending view of the whole volume, so
+// it must come before any step that materialises the crop.
 class RandAffine final : public Geometric {
  public:
   explicit RandAffine(AffineOptions o) : options_(o) { options_.validate(); }
   std::vector<Sample> lazy(Sample sample, StreamRng& rng) const override {
     const AffineParams p = sample_affine(options_, rng);
     if (!p.apply && !p.zoom_apply) return {std::move(sample)};
-    sample = warp_view(std::move(sample), affine_matrix(p), options_.padding);
+    at::Tensor offsets;  // Rand3DElastic's, over the output (the view's shape)
+    if (p.elastic) {
+      const std::array<int64_t, 3> size = view_of(sample).size;
+      offsets = elastic_offsets(
+          uniform_field({3, size[0], size[1], size[2]}, p.field_key, sample.image.device()),
+          p.sigma, p.magnitude);
+    }
+    sample =
+        warp_view(std::move(sample), affine_matrix(p), options_.padding, Gather::kAuto, offsets);
     if (p.zoom_apply) sample.meta.spatial.push_back({"RandZoom", {p.zoom}});
+    if (p.elastic) sample.meta.spatial.push_back({"Rand3DElastic", {p.magnitude, p.sigma}});
     if (p.apply) {
       std::vector<double> drawn(p.rotate.begin(), p.rotate.end());
       drawn.insert(drawn.end(), p.shear.begin(), p.shear.end());
@@ -243,7 +252,9 @@ class RandAffine final : public Geometric {
     }
     return {std::move(sample)};
   }
-  std::string name() const override { return "RandAffine"; }
+  std::string name() const override {
+    return options_.elastic_prob > 0 ? "Rand3DElastic" : "RandAffine";
+  }
 
  private:
   AffineOptions options_;

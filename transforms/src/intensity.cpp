@@ -339,12 +339,26 @@ GaussianSmoothParams sample_gaussian_smooth(const GaussianSmoothOptions& options
   return p;
 }
 
-at::Tensor gaussian_kernel_1d(double sigma, c10::Device device) {
+at::Tensor uniform_field(at::IntArrayRef shape, uint64_t key, c10::Device device) {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  if (n > (int64_t{1} << 32)) {
+    throw std::invalid_argument("Rand3DElastic: " + std::to_string(n) +
+                                " offsets are more than the field's 2^32");
+  }
+  const auto i = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device));
+  const at::Tensor bits =
+      keyed_bits(i, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
+  // 2 u - 1 with u = bits / 2^32 in [0, 1): exact in float64, then rounded once.
+  return (bits.to(at::kDouble) * 0x1.0p-31 - 1.0).to(at::kFloat).view(shape);
+}
+
+at::Tensor gaussian_kernel_1d(double sigma, c10::Device device, double truncated) {
   const auto f = at::TensorOptions().dtype(at::kFloat).device(device);
   // MONAI keeps sigma as a float32 tensor; the tail is from that value in double.
   const at::Tensor s = at::scalar_tensor(sigma, f);
   const auto s32 = static_cast<double>(static_cast<float>(sigma));
-  const auto tail = static_cast<int64_t>(std::max(s32 * 4.0, 0.5) + 0.5);
+  const auto tail = static_cast<int64_t>(std::max(s32 * truncated, 0.5) + 0.5);
   const at::Tensor x = at::arange(-tail, tail + 1, f);
   // 0.70710678 / |sigma| is torch's __rtruediv__: reciprocal, then times.
   const at::Tensor t = at::reciprocal(at::abs(s)) * 0.70710678;
@@ -352,13 +366,14 @@ at::Tensor gaussian_kernel_1d(double sigma, c10::Device device) {
   return at::clamp_min(out, 0);
 }
 
-at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma) {
+at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
+                           double truncated) {
   const at::Tensor x = image.to(at::kFloat).unsqueeze(0);  // 1 x C x X x Y x Z
   const int64_t channels = x.size(1);
   std::array<at::Tensor, 3> kernels;
   std::array<int64_t, 3> pad{};
   for (size_t d = 0; d < 3; ++d) {
-    kernels[d] = gaussian_kernel_1d(sigma[d], x.device());
+    kernels[d] = gaussian_kernel_1d(sigma[d], x.device(), truncated);
     pad[d] = (kernels[d].size(0) - 1) / 2;
   }
   // MONAI's separable_filtering pads Z, Y, then X with zeros and convolves X,

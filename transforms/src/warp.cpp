@@ -11,6 +11,7 @@
 
 #include "checks.h"
 #include "volshard/core/error.h"
+#include "volshard/transforms/intensity.h"
 #include "volshard/transforms/spatial.h"
 #include "volshard/transforms/view.h"
 
@@ -52,6 +53,26 @@ void AffineOptions::validate() const {
   check_range("shear", shear.data(), 6, kMaxAffineShear, false);
   check_range("translate", translate.data(), 3, kMaxAffineTranslate, false);
   check_range("scale", scale.data(), 3, kAffineScaleBound, true);
+  detail::check_probability("Rand3DElastic: prob", elastic_prob);
+  if (prob > 0 && elastic_prob > 0) {
+    throw std::invalid_argument("RandAffine: prob=" + value_text(prob) +
+                                " and Rand3DElastic: prob=" + value_text(elastic_prob) +
+                                " are one step (Rand3DElastic holds the affine): set one of them");
+  }
+  if (!(elastic_sigma[0] > 0 && elastic_sigma[0] <= elastic_sigma[1] &&
+        elastic_sigma[1] <= kMaxElasticSigma)) {
+    throw std::invalid_argument(
+        "Rand3DElastic: sigma=" + value_text(elastic_sigma[0]) + "," +
+        value_text(elastic_sigma[1]) +
+        " must be lo,hi with 0 < lo <= hi <= " + value_text(kMaxElasticSigma));
+  }
+  if (!(elastic_magnitude[0] >= 0 && elastic_magnitude[0] <= elastic_magnitude[1] &&
+        elastic_magnitude[1] <= kMaxElasticMagnitude)) {
+    throw std::invalid_argument(
+        "Rand3DElastic: magnitude=" + value_text(elastic_magnitude[0]) + "," +
+        value_text(elastic_magnitude[1]) +
+        " must be lo,hi with 0 <= lo <= hi <= " + value_text(kMaxElasticMagnitude));
+  }
   if (!(zoom[0] > 0 && zoom[0] <= zoom[1] && zoom[1] <= kMaxZoom)) {
     throw std::invalid_argument("RandZoom: zoom=" + value_text(zoom[0]) + "," +
                                 value_text(zoom[1]) +
@@ -61,7 +82,8 @@ void AffineOptions::validate() const {
 
 AffineParams sample_affine(const AffineOptions& o, StreamRng& rng) {
   AffineParams p;
-  p.apply = rng.uniform_double() < o.prob;
+  // One coin: RandAffine's, or Rand3DElastic's, whose affine it also decides.
+  p.apply = rng.uniform_double() < (o.elastic_prob > 0 ? o.elastic_prob : o.prob);
   // MONAI's RandAffineGrid order; drawn whether applied or not.
   std::array<double, 3> rotate, translate, scale;
   std::array<double, 6> shear;
@@ -78,7 +100,27 @@ AffineParams sample_affine(const AffineOptions& o, StreamRng& rng) {
   p.zoom_apply = rng.uniform_double() < o.zoom_prob;
   const double zoom = uniform(o.zoom[0], o.zoom[1], rng);
   if (p.zoom_apply) p.zoom = zoom;
+  if (o.elastic_prob > 0) {  // after RandAffine's draws: its stream stays as it was
+    const double magnitude = uniform(o.elastic_magnitude[0], o.elastic_magnitude[1], rng);
+    const double sigma = uniform(o.elastic_sigma[0], o.elastic_sigma[1], rng);
+    const uint64_t key = rng.next_u64();
+    if (p.apply) {
+      p.elastic = true;
+      p.magnitude = magnitude;
+      p.sigma = sigma;
+      p.field_key = key;
+    }
+  }
   return p;
+}
+
+at::Tensor elastic_offsets(const at::Tensor& field, double sigma, double magnitude) {
+  if (field.dim() != 4 || field.size(0) != 3)
+    throw std::invalid_argument("Rand3DElastic: the offset field must be 3 x X x Y x Z, not " +
+                                std::to_string(field.dim()) + " dims");
+  // MONAI: gaussian(offset)[0] * magnitude, float32 times a Python float.
+  return gaussian_smooth(field, {sigma, sigma, sigma}, /*truncated=*/3.0)
+      .mul_(static_cast<float>(magnitude));
 }
 
 Matrix4 affine_matrix(const AffineParams& p) {
@@ -147,7 +189,7 @@ inline int64_t round_half_even(double x) {
 // label's dtype (uint8 compact labels, or float); outputs are contiguous.
 template <class L>
 void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
-               const std::array<int64_t, 3>& size, PaddingMode padding) {
+               const std::array<int64_t, 3>& size, PaddingMode padding, const float* offsets) {
   const at::Tensor& image = sample.image;
   const bool with_label = sample.label.defined();
   const int64_t n[3] = {image.size(1), image.size(2), image.size(3)};
@@ -180,8 +222,12 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
         row[a] = B[a][0] * static_cast<double>(i0) + B[a][1] * static_cast<double>(i1) + b[a];
       for (int64_t i2 = 0; i2 < size[2]; ++i2, ++at) {
         double p[3];
-        for (int a = 0; a < 3; ++a)
-          p[a] = pad_coordinate(row[a] + B[a][2] * static_cast<double>(i2), n[a], padding);
+        for (int a = 0; a < 3; ++a) p[a] = row[a] + B[a][2] * static_cast<double>(i2);
+        if (offsets) {  // Rand3DElastic: j + offsets(j) goes through the map
+          const double d[3] = {offsets[at], offsets[plane + at], offsets[2 * plane + at]};
+          for (int a = 0; a < 3; ++a) p[a] += B[a][0] * d[0] + B[a][1] * d[1] + B[a][2] * d[2];
+        }
+        for (int a = 0; a < 3; ++a) p[a] = pad_coordinate(p[a], n[a], padding);
         if (with_label) {
           int64_t k[3];
           bool in_volume = true;
@@ -241,7 +287,8 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
 
 }  // namespace
 
-Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather how) {
+Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather how,
+                 const at::Tensor& offsets) {
   const SpatialMap view = view_of(sample);
   const std::array<int64_t, 3> source = spatial_shape(sample.image);
   if (sample.label.defined() && spatial_shape(sample.label) != source) {
@@ -250,6 +297,12 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
                                 " differ in spatial shape");
   }
   const std::array<int64_t, 3>& size = view.size;
+  const bool elastic = offsets.defined();
+  if (elastic && (offsets.dim() != 4 || offsets.size(0) != 3 || spatial_shape(offsets) != size)) {
+    throw std::invalid_argument("Rand3DElastic: offsets of shape " +
+                                shape_text(offsets.sizes().vec(), true) + " for a view of " +
+                                shape_text(size, true) + ": must be 3 x the view's shape");
+  }
   // Output voxel j -> view coordinate q = M (j - c) + t + c -> source
   // coordinate: along source axis axis[d], origin + sign[d] * q_d. As one
   // affine map: p_a = sum_e B[a][e] j_e + b[a].
@@ -268,11 +321,13 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
                              (sample.label.is_cpu() && (sample.label.scalar_type() == at::kByte ||
                                                         sample.label.scalar_type() == at::kFloat));
   if (how == Gather::kAuto && sample.image.is_cpu() && sample.image.scalar_type() == at::kFloat &&
-      label_on_host) {
+      label_on_host && (!elastic || offsets.is_cpu())) {
+    const at::Tensor host_offsets = elastic ? offsets.to(at::kFloat).contiguous() : at::Tensor();
+    const float* d = elastic ? host_offsets.data_ptr<float>() : nullptr;
     if (sample.label.defined() && sample.label.scalar_type() == at::kFloat)
-      warp_host<float>(sample, B, b, size, padding);
+      warp_host<float>(sample, B, b, size, padding, d);
     else
-      warp_host<uint8_t>(sample, B, b, size, padding);
+      warp_host<uint8_t>(sample, B, b, size, padding, d);
     sample.view.reset();
     sample.indices.reset();
     return sample;
@@ -282,8 +337,21 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
   // (an affine map), one more for the interpolation's upper neighbour, clamped to the volume;
   // reflection past an edge may read anywhere on that axis.
   std::array<int64_t, 3> lo{}, hi{};
+  // Rand3DElastic moves each voxel by at most its offsets' largest |value| per axis.
+  // (On the meta device, which holds no values, the whole volume.)
+  std::array<double, 3> reach{};
+  if (elastic && offsets.is_meta()) {
+    reach.fill(1e12);
+  } else if (elastic) {
+    const at::Tensor most = offsets.abs().amax({1, 2, 3}).to(at::kCPU, at::kDouble);
+    for (int e = 0; e < 3; ++e) reach[e] = most[e].item<double>();
+  }
   for (int a = 0; a < 3; ++a) {
     double mn = b[a], mx = b[a];
+    for (int e = 0; e < 3; ++e) {
+      mn -= std::fabs(B[a][e]) * reach[e];
+      mx += std::fabs(B[a][e]) * reach[e];
+    }
     for (int e = 0; e < 3; ++e) {
       const double far = B[a][e] * static_cast<double>(size[e] - 1);
       mn += std::min(0.0, far);
@@ -312,8 +380,13 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
     const double n = static_cast<double>(hi[a] - lo[a] + 1);
     const double k = 2.0 / n;
     const double c = (2.0 * (b[a] - static_cast<double>(lo[a])) + 1.0) / n - 1.0;
-    components.push_back((j0 * (k * B[a][0]) + j1 * (k * B[a][1]) + j2 * (k * B[a][2]) + c)
-                             .expand({size[0], size[1], size[2]}));
+    at::Tensor component = (j0 * (k * B[a][0]) + j1 * (k * B[a][1]) + j2 * (k * B[a][2]) + c)
+                               .expand({size[0], size[1], size[2]});
+    if (elastic) {
+      const at::Tensor d = offsets.to(options);
+      component = component + d[0] * (k * B[a][0]) + d[1] * (k * B[a][1]) + d[2] * (k * B[a][2]);
+    }
+    components.push_back(component);
   }
   const at::Tensor grid = at::stack(components, -1).to(at::kFloat).unsqueeze(0);
   const int64_t pad = padding == PaddingMode::kZeros ? 0 : padding == PaddingMode::kBorder ? 1 : 2;

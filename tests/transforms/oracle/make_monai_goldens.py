@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, and of its random intensity and
 spatial augmentations given their draws (RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast,
-RandAffine, and RandAffine about a crop's centre), for volshard's tests.
+RandAffine, Rand3DElastic, and both about a crop's centre), for volshard's tests.
 
 Runs MONAI's own transforms (the pinned environment's MONAI 1.4.0 from PyPI,
 scripts/requirements.txt) on small inputs with LPS, oblique and permuted affines, anisotropic spacing and
@@ -30,6 +30,7 @@ from monai.transforms import (  # noqa: E402
     NormalizeIntensity,
     Orientation,
     Affine,
+    Rand3DElastic,
     RandAdjustContrast,
     RandAffine,
     RandGaussianNoise,
@@ -85,7 +86,8 @@ def save(name, array):
     return os.path.basename(path)
 
 
-def add(name, transform, params, x, aff, out):
+def add(name, transform, params, x, aff, out, **arrays):
+    """One case; `arrays` are more inputs (name=array), saved as <case>.<name>.f32 with <name>_shape."""
     entry = {
         "name": name,
         "transform": transform,
@@ -98,6 +100,10 @@ def add(name, transform, params, x, aff, out):
     }
     if isinstance(out, MetaTensor):
         entry["output_affine"] = out.affine.numpy().astype(float).tolist()
+    for key, array in arrays.items():
+        array = array.numpy() if hasattr(array, "numpy") else np.asarray(array)
+        entry[key] = save(f"{name}.{key}", array)
+        entry[key + "_shape"] = list(array.shape)
     cases.append(entry)
 
 
@@ -222,6 +228,90 @@ def random_affine_cases(rng):
              "crop_start": list(start), "crop_size": list(size), "zoom": zoom}, x, np.eye(4), out)
 
 
+class ElasticReplay(Replay):
+    """Rand3DElastic's own draws: the coin, its offset field (numpy's uniform(-1, 1, size)), then
+    magnitude and sigma from the given uniforms."""
+
+    def __init__(self, field, uniforms):
+        super().__init__(uniforms)
+        self.field = field
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        if size is not None:
+            assert (low, high) == (-1.0, 1.0) and tuple(size) == self.field.shape, (low, high, size)
+            return self.field
+        return super().uniform(low, high)
+
+
+def random_elastic_cases(rng):
+    """Rand3DElastic (MONAI 1.4 with prob=1) given its draws: the offset field (3 x the output's
+    shape, uniform in [-1, 1), float32: volshard makes it from a key in the sample's stream), the
+    magnitude and sigma, and the affine's 15 draws, bilinear on images and nearest on labels, for
+    each padding mode, on the whole volume; and about a crop: Rand3DElastic's own steps (create_grid,
+    GaussianFilter(3, sigma, 3.0) of the field times the magnitude added to the grid, the affine,
+    Resample) with the matrix moved to the crop's centre as the RandAffine cases move it. Each case
+    also keeps MONAI's smoothed, scaled offsets (`offsets`)."""
+    from monai.networks.layers import GaussianFilter
+    from monai.transforms import Resample
+    from monai.transforms.utils import create_grid
+
+    image = volume(rng, 1, (11, 9, 7), "ct")
+    label = rng.integers(0, 4, (1, 11, 9, 7)).astype(np.float32)
+    four = volume(rng, 4, (10, 8, 7), "mri")
+    ranges = dict(rotate_range=(0.4, 0.2, 0.3), shear_range=(0.05, 0.0, 0.1, 0.0, 0.05, 0.02),
+                  translate_range=(1.5, 1.0, 0.5), scale_range=(0.15, 0.1, 0.2))
+    sigma_range, magnitude_range = (1.0, 2.5), (5.0, 15.0)
+
+    def offsets_of(field, sigma, magnitude):
+        return GaussianFilter(3, sigma, 3.0)(torch.from_numpy(field).unsqueeze(0))[0] * magnitude
+
+    for padding in ("zeros", "border", "reflection"):
+        field = rng.uniform(-1.0, 1.0, (3, 11, 9, 7)).astype(np.float32)
+        u_elastic, u = rng.random(2).tolist(), rng.random(15).tolist()
+        for kind, x, mode in (("image", image, "bilinear"), ("label", label, "nearest")):
+            t = Rand3DElastic(sigma_range=sigma_range, magnitude_range=magnitude_range, prob=1.0, mode=mode,
+                              padding_mode=padding, **ranges)
+            t.R = ElasticReplay(field, u_elastic)
+            t.rand_affine_grid.R = Replay(u + u)  # randomize(), then the grid's own draws at the call
+            out = t(torch.from_numpy(x))
+            g = t.rand_affine_grid
+            assert len(g.R.drawn) == 30 and g.R.drawn[:15] == g.R.drawn[15:], g.R.drawn
+            params = {"mode": mode, "padding_mode": padding, "u": u_elastic + u, "magnitude": t.magnitude,
+                      "sigma": t.sigma, "rotate": list(g.rotate_params), "shear": list(g.shear_params),
+                      "translate": list(g.translate_params), "scale": list(g.scale_params), "crop_start": None}
+            add(f"rand_3d_elastic_{kind}_{padding}", "Rand3DElastic", params, x, np.eye(4), out, field=field,
+                offsets=offsets_of(field, t.sigma, t.magnitude))
+    for name, x, kind, start, size, padding in (
+            ("inside", image, "image", (3, 2, 1), (6, 5, 4), "zeros"),
+            ("inside", label, "label", (3, 2, 1), (6, 5, 4), "zeros"),
+            ("corner", image, "image", (5, 4, 3), (6, 5, 4), "border"),
+            ("four_channels", four, "image", (1, 2, 0), (7, 5, 6), "reflection")):
+        field = rng.uniform(-1.0, 1.0, (3, *size)).astype(np.float32)
+        u_elastic, u = rng.random(2).tolist(), rng.random(15).tolist()
+        magnitude = magnitude_range[0] + (magnitude_range[1] - magnitude_range[0]) * u_elastic[0]
+        sigma = sigma_range[0] + (sigma_range[1] - sigma_range[0]) * u_elastic[1]
+        mode = "bilinear" if kind == "image" else "nearest"
+        g = RandAffine(prob=1.0, **ranges).rand_affine_grid
+        g.R = Replay(u)
+        g.randomize()
+        g(spatial_size=size, randomize=False)  # makes the matrix of these draws (get_transformation_matrix)
+        shift = np.eye(4)
+        shape = np.array(x.shape[1:], dtype=np.float64)
+        shift[:3, 3] = np.array(start) + (np.array(size) - 1) / 2 - (shape - 1) / 2
+        m = torch.as_tensor(shift @ g.get_transformation_matrix().numpy().astype(np.float64), dtype=torch.float32)
+        grid = create_grid(spatial_size=size, backend="torch")  # float64, as Rand3DElastic's
+        offsets = offsets_of(field, sigma, magnitude)
+        grid[:3] += offsets
+        grid = (m @ grid.to(torch.float32).reshape((4, -1))).reshape([4, *size])  # AffineGrid: float32
+        out = Resample()(torch.from_numpy(x), grid, mode=mode, padding_mode=padding)
+        params = {"mode": mode, "padding_mode": padding, "u": u_elastic + u, "magnitude": magnitude, "sigma": sigma,
+                  "rotate": list(g.rotate_params), "shear": list(g.shear_params),
+                  "translate": list(g.translate_params), "scale": list(g.scale_params),
+                  "crop_start": list(start), "crop_size": list(size)}
+        add(f"rand_3d_elastic_about_crop_{name}_{kind}", "Rand3DElastic", params, x, np.eye(4), out, field=field,
+            offsets=offsets)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(20261123)
@@ -277,6 +367,7 @@ def main():
         add(f"spatial_pad_{'x'.join(map(str, size))}", "SpatialPad", {"spatial_size": list(size)}, small, aff, out)
     random_intensity_cases(np.random.default_rng(20261126))
     random_affine_cases(np.random.default_rng(20261127))
+    random_elastic_cases(np.random.default_rng(20261128))
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"monai": monai.__version__, "torch": torch.__version__, "cases": cases}, f, indent=1)
     print(f"wrote {len(cases)} cases to {OUT}")

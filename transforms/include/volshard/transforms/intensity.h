@@ -130,14 +130,22 @@ struct GaussianSmoothParams {
 
 GaussianSmoothParams sample_gaussian_smooth(const GaussianSmoothOptions& options, StreamRng& rng);
 
-/// MONAI's gaussian_1d(sigma, truncated 4, approx "erf"), unnormalised: 2 tail + 1
-/// float32 taps, tail = int(max(4 float32(sigma), 0.5) + 0.5), on `device`.
-at::Tensor gaussian_kernel_1d(double sigma, c10::Device device);
+/// MONAI's gaussian_1d(sigma, truncated, approx "erf"), unnormalised: 2 tail + 1
+/// float32 taps, tail = int(max(truncated float32(sigma), 0.5) + 0.5), on `device`.
+at::Tensor gaussian_kernel_1d(double sigma, c10::Device device, double truncated = 4.0);
 
-/// MONAI's GaussianSmooth(sigma) (GaussianFilter, approx "erf", truncated 4):
-/// float32, each channel zero-padded and convolved along X, then Y, then Z
-/// with the same ATen convolutions; on the image's device.
-at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma);
+/// MONAI's GaussianSmooth(sigma) (GaussianFilter, approx "erf", truncated 4;
+/// Rand3DElastic's filter truncates at 3): float32, each channel zero-padded
+/// and convolved along X, then Y, then Z with the same ATen convolutions; on
+/// the image's device.
+at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
+                           double truncated = 4.0);
+
+/// Uniform values in [-1, 1) of `shape`, rounded once to float32 (as MONAI's
+/// numpy field), from `key` and each value's flat C-order index only (the
+/// integer hash of gaussian_noise_field): the same on every device and thread
+/// count (Rand3DElastic's offset field). Throws past 2^32 values.
+at::Tensor uniform_field(at::IntArrayRef shape, uint64_t key, c10::Device device);
 
 // ---- RandAdjustContrast ---------------------------------------------------
 

@@ -107,6 +107,10 @@ inline constexpr double kMaxAffineShear = 4.0;
 inline constexpr double kMaxAffineTranslate = 4096.0;  ///< voxels
 inline constexpr double kAffineScaleBound = 1.0;       ///< open: 1 + v must stay > 0
 inline constexpr double kMaxZoom = 10.0;
+/// Rand3DElastic's bounds: sigma in (0, kMaxElasticSigma] voxels (the filter
+/// spans 6 sigma + 1), magnitude in [0, kMaxElasticMagnitude].
+inline constexpr double kMaxElasticSigma = 32.0;
+inline constexpr double kMaxElasticMagnitude = 10000.0;
 
 struct AffineOptions {
   double prob = 0.0;                     ///< RandAffine's prob; 0: no affine
@@ -116,6 +120,13 @@ struct AffineOptions {
   std::array<double, 3> scale{};         ///< scale_range x, y, z: 1 + uniform(-v, v), v < 1
   double zoom_prob = 0.0;                ///< RandZoom's prob; 0: no zoom
   std::array<double, 2> zoom{1.0, 1.0};  ///< the zoom, uniform in [lo, hi], one for every axis
+  /// MONAI's Rand3DElastic in place of RandAffine (one of the two probs is
+  /// 0): with elastic_prob, a random offset field, Gaussian-smoothed (sigma
+  /// uniform in elastic_sigma) and scaled (magnitude uniform in
+  /// elastic_magnitude), moves each output voxel before the affine above.
+  double elastic_prob = 0.0;
+  std::array<double, 2> elastic_sigma{5.0, 8.0};          ///< lo, hi voxels (MONAI's sigma_range)
+  std::array<double, 2> elastic_magnitude{100.0, 200.0};  ///< lo, hi (MONAI's magnitude_range)
   /// MONAI's RandAffine default; RandZoom's "edge" padding is kBorder.
   PaddingMode padding = PaddingMode::kReflection;
   void validate() const;  ///< throws std::invalid_argument naming the value
@@ -129,16 +140,28 @@ struct AffineParams {
   std::array<double, 3> scale{1.0, 1.0, 1.0};
   bool zoom_apply = false;  ///< RandZoom's coin
   double zoom = 1.0;
+  bool elastic = false;    ///< Rand3DElastic's coin (then `apply` too: its affine)
+  double magnitude = 0.0;  ///< Rand3DElastic's draws
+  double sigma = 0.0;
+  uint64_t field_key = 0;  ///< its offset field's key (uniform_field)
 };
 
 /// A 4 x 4 matrix, row-major.
 using Matrix4 = std::array<double, 16>;
 
 /// The draws, each made whether its coin says yes or not (a fixed count):
-/// uniform_double() < prob; rotate x, y, z; shear 0-5; translate x, y, z;
-/// scale x, y, z (each lo + (hi - lo) * uniform_double() over (-v, v), scale
-/// plus 1); then uniform_double() < zoom_prob; zoom lo + (hi - lo) * uniform_double().
+/// uniform_double() < prob (elastic_prob for Rand3DElastic); rotate x, y, z;
+/// shear 0-5; translate x, y, z; scale x, y, z (each lo + (hi - lo) *
+/// uniform_double() over (-v, v), scale plus 1); then uniform_double() <
+/// zoom_prob; zoom lo + (hi - lo) * uniform_double(); then, with elastic_prob
+/// > 0 only (a RandAffine's stream is unchanged), magnitude and sigma (lo +
+/// (hi - lo) * uniform_double() each) and the field's key (next_u64()).
 AffineParams sample_affine(const AffineOptions& options, StreamRng& rng);
+
+/// Rand3DElastic's offsets, output voxels, 3 x X x Y x Z float32 on the
+/// field's device: MONAI's GaussianFilter(3, sigma, truncated 3) of `field`
+/// (uniform in [-1, 1), 3 x X x Y x Z) times float32(magnitude).
+at::Tensor elastic_offsets(const at::Tensor& field, double sigma, double magnitude);
 
 /// What maps the output's voxel coordinates, centred, to the input's:
 /// RandZoom's diag(1/zoom) (zoom > 1 enlarges) times MONAI's AffineGrid
@@ -158,7 +181,11 @@ Matrix4 affine_matrix(const AffineParams& params);
 /// on the box of source voxels it needs (the GPU cache's path): the two agree
 /// within float32 rounding of the positions. The result is contiguous, of the
 /// view's shape, with no view and no label indices; the label keeps its dtype.
+///
+/// With `offsets` (3 x the view's shape, elastic_offsets), output voxel j
+/// reads M (j + offsets(j) - c) + c: MONAI's Rand3DElastic, which adds them
+/// to its grid before the affine.
 Sample warp_view(Sample sample, const Matrix4& matrix, PaddingMode padding,
-                 Gather how = Gather::kAuto);
+                 Gather how = Gather::kAuto, const at::Tensor& offsets = {});
 
 }  // namespace volshard
