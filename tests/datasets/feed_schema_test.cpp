@@ -235,6 +235,21 @@ TEST(FeedAugmentationTest, RandZoomAndRandAffineAreOneStepAfterTheCropWithTheirR
   EXPECT_THAT(error_of(R"({"affine_padding": "wrap"})"), HasSubstr("zeros, border, reflection"));
   EXPECT_THAT(error_of(R"({"zoom_range": [1.2, 0.8]})"), HasSubstr("--zoom-range=1.2,0.8"));
   EXPECT_THAT(error_of(R"({"zoom_prob": 2})"), HasSubstr("--zoom-prob=2 must be in [0, 1]"));
+  // Rand3DElastic: RandAffine's step with the same ranges, in its place.
+  FeedOptions e;
+  e.crop = {4};
+  e.num_samples = 1;
+  e.rot90_prob = 0;
+  e.elastic_prob = 0.4;
+  EXPECT_EQ(feed_augmentation(e).size(), 2u);
+  EXPECT_EQ(e.affine().elastic_prob, 0.4);
+  EXPECT_EQ(e.affine().elastic_sigma, (std::array<double, 2>{5, 8})) << "MONAI's tutorials' range";
+  EXPECT_EQ(e.affine().elastic_magnitude, (std::array<double, 2>{100, 200}));
+  EXPECT_THAT(error_of(R"({"elastic_prob": 0.2, "affine_prob": 0.3})"),
+              HasSubstr("--affine-prob=0.3 and --elastic-prob=0.2: one of them"));
+  EXPECT_THAT(error_of(R"({"elastic_sigma": [0, 2]})"), HasSubstr("--elastic-sigma=0,2"));
+  EXPECT_THAT(error_of(R"({"elastic_magnitude": [300, 200]})"),
+              HasSubstr("--elastic-magnitude=300,200"));
 }
 
 // Volume i: a 1 x 12 x 10 x 8 image of noise seeded by i, label = image > 0.7.
@@ -259,8 +274,10 @@ std::vector<Batch> epoch_of(DataLoader& loader, const std::vector<int64_t>& indi
 // Every random step of the feed, the new intensity steps with probabilities
 // below 1 among them: the same seed gives the same batches (and the same
 // recorded draws) with 0, 1, 2 and 4 workers, on the host path and on the
-// device path run on the CPU (the GPU cache's code).
-TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
+// device path run on the CPU (the GPU cache's code); with RandAffine, and
+// with Rand3DElastic in its place.
+void every_random_step_gives_the_same_batches_at_any_worker_count(bool elastic) {
+  SCOPED_TRACE(elastic ? "Rand3DElastic" : "RandAffine");
   FeedOptions feed;
   feed.crop = {4};
   feed.num_samples = 3;
@@ -273,7 +290,9 @@ TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
   feed.noise_prob = 0.5;
   feed.smooth_prob = 0.5;
   feed.contrast_prob = 0.5;
-  feed.affine_prob = 0.5;
+  (elastic ? feed.elastic_prob : feed.affine_prob) = 0.5;
+  feed.elastic_sigma = {1.0, 2.0};
+  feed.elastic_magnitude = {2.0, 6.0};
   feed.affine_rotate = {0.3, 0.2, 0.1};
   feed.affine_scale = {0.1};
   feed.affine_padding = PaddingMode::kZeros;
@@ -310,11 +329,18 @@ TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
     for (const SampleMeta& m : b.meta) {
       for (const auto& [step, drawn] : m.spatial) {
         ++applied[step];
-        EXPECT_EQ(drawn.size(), step == "RandAffine" ? 15u : 1u) << step;
+        EXPECT_EQ(drawn.size(), step == "RandAffine"      ? 15u
+                                : step == "Rand3DElastic" ? 2u
+                                                          : 1u)
+            << step;
       }
     }
   }
-  for (const std::string step : {"RandZoom", "RandAffine"}) {
+  EXPECT_EQ(applied["Rand3DElastic"] > 0, elastic);
+  if (elastic) {
+    EXPECT_EQ(applied["Rand3DElastic"], applied["RandAffine"]) << "one coin";
+  }
+  for (const std::string step : {"RandZoom", elastic ? "Rand3DElastic" : "RandAffine"}) {
     EXPECT_GT(applied[step], 0) << step << " never applied in 18 crops";
     EXPECT_LT(applied[step], 18) << step << " applied to every crop at prob < 1";
   }
@@ -340,6 +366,11 @@ TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
       }
     }
   }
+}
+
+TEST(FeedAugmentationTest, EveryRandomStepGivesTheSameBatchesAtAnyWorkerCount) {
+  every_random_step_gives_the_same_batches_at_any_worker_count(/*elastic=*/false);
+  every_random_step_gives_the_same_batches_at_any_worker_count(/*elastic=*/true);
 }
 
 TEST(FeedSchemaTest, AConfigFilesNetworkKeysAreSkippedAndItsPipelineKeysRead) {

@@ -43,6 +43,9 @@ NON_DEFAULT = {
     "affine_padding": "border",
     "zoom_prob": 0.2,
     "zoom_range": [0.85, 1.25],
+    "elastic_prob": 0.4,
+    "elastic_sigma": [1.0, 2.0],
+    "elastic_magnitude": [3.0, 6.0],
     "rot90_prob": 0.25,
     "flip_prob": 0.5,
     "rand_scale": 0.1,
@@ -58,6 +61,9 @@ NON_DEFAULT = {
     "contrast_prob": 0.3,
     "contrast_gamma": [0.7, 1.5],
 }
+# affine_prob and elastic_prob are one step (Rand3DElastic holds the affine): a pipeline sets one of them,
+# so each is fed once with the other at its default.
+VARIANTS = {"affine": dict(NON_DEFAULT, elastic_prob=0.0), "elastic": dict(NON_DEFAULT, affine_prob=0.0)}
 # What `volshard train` sets from the network, not from a flag: decathlon_brats' four labels.
 SET_BY_NETWORK = {"num_classes"}
 NETWORK = {"out_channels": 3, "activation": "sigmoid", "channels": [4, 8], "strides": [2]}
@@ -71,24 +77,33 @@ def test_every_key_of_the_schema_has_a_value_here_other_than_its_default():
     assert not same, f"these test values are the defaults: {same}"
 
 
-def test_the_loader_feeds_every_key_of_a_config_file(synth_data, tmp_path):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_loader_feeds_every_key_of_a_config_file(synth_data, tmp_path, variant):
+    pipeline = VARIANTS[variant]
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(dict(NON_DEFAULT, **NETWORK)))  # the network's keys are not the Loader's
+    config.write_text(json.dumps(dict(pipeline, **NETWORK)))  # the network's keys are not the Loader's
     sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
     loader = volshard.Loader(synth_data, sampler, pipeline=str(config), batch_size=1, workers=0)
-    assert loader.pipeline == NON_DEFAULT
+    assert loader.pipeline == pipeline
     batch = next(iter(loader))
     assert tuple(batch["label"].shape) == (2, 3, 16, 12, 8)  # spatial crops; TC, WT, ET channels
     loader.close()
-    assert volshard.Loader(synth_data, sampler, pipeline=NON_DEFAULT, batch_size=1, workers=0,
-                           cache_rate=0).pipeline == NON_DEFAULT
+    assert volshard.Loader(synth_data, sampler, pipeline=pipeline, batch_size=1, workers=0,
+                           cache_rate=0).pipeline == pipeline
     # numpy and torch values, as a Python user may hold them
     import numpy
     import torch
-    as_arrays = dict(NON_DEFAULT, pixdim=numpy.array(NON_DEFAULT["pixdim"]), crop=numpy.array([16, 12, 8]),
-                     spatial_pad=torch.tensor(NON_DEFAULT["spatial_pad"]), rot90_prob=numpy.float32(0.25))
+    as_arrays = dict(pipeline, pixdim=numpy.array(pipeline["pixdim"]), crop=numpy.array([16, 12, 8]),
+                     spatial_pad=torch.tensor(pipeline["spatial_pad"]), rot90_prob=numpy.float32(0.25))
     assert volshard.Loader(synth_data, sampler, pipeline=as_arrays, batch_size=1, workers=0,
-                           cache_rate=0).pipeline == NON_DEFAULT
+                           cache_rate=0).pipeline == pipeline
+
+
+def test_affine_prob_and_elastic_prob_together_are_refused_naming_both(synth_data):
+    sampler = volshard.DistributedSampler(6, num_replicas=1, rank=0)
+    # The library's message with the Python names, as every pipeline error.
+    with pytest.raises(ValueError, match=re.escape("affine_prob=0.3 and elastic_prob=0.4: one of them")):
+        volshard.Loader(synth_data, sampler, pipeline=NON_DEFAULT, batch_size=1, workers=0)
 
 
 def as_flags(pipeline):
@@ -102,13 +117,13 @@ def as_flags(pipeline):
     return flags
 
 
-@pytest.mark.parametrize("given_by", ["config", "flags"])
+@pytest.mark.parametrize("given_by,variant", [("config", "affine"), ("flags", "elastic")])
 def test_volshard_train_takes_every_key_and_writes_it_to_config_json(synth_data, tmp_path, volshard_bin,
-                                                                     given_by):
+                                                                     given_by, variant):
     help_text = subprocess.run([volshard_bin, "train", "--help"], capture_output=True, text=True).stdout
     for key in NON_DEFAULT:
         assert ("--" + key.replace("_", "-") + " " in help_text) == (key not in SET_BY_NETWORK), key
-    pipeline = {k: v for k, v in NON_DEFAULT.items() if k not in SET_BY_NETWORK}
+    pipeline = {k: v for k, v in VARIANTS[variant].items() if k not in SET_BY_NETWORK}
     config = tmp_path / "config.json"
     config.write_text(json.dumps(dict(pipeline if given_by == "config" else {}, **NETWORK)))
     run = tmp_path / "run"

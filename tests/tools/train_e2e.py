@@ -619,29 +619,34 @@ class ReproTest(Base):
         self.assertEqual(metrics(ref), metrics(out))
 
     def test_augmented_samples_are_the_same_multiset_for_world_sizes_1_2_4(self):
-        seen = {}
-        for world in (1, 2, 4):
-            path = os.path.join(self.root, "trace_w%d.jsonl" % world)
-            if os.path.exists(path):
-                os.remove(path)
-            # Every random step on, each drawn from the sample's own stream.
-            self.train(self.out("w%d" % world), "--trace-samples", path, "--val-every", 0, "--flip-prob", 0.5,
-                       "--rand-scale", 0.1, "--noise-prob", 0.5, "--smooth-prob", 0.5, "--contrast-prob", 0.5,
-                       "--affine-prob", 0.5, "--affine-rotate", 0.3, "--affine-scale", 0.1, "--zoom-prob", 0.5,
-                       nproc=world, epochs=1)
-            rows = trace(path)
-            self.assertEqual({r["rank"] for r in rows}, set(range(world)))
-            seen[world] = rows
-        key = lambda r: (r["epoch"], r["index"], r["patch"], tuple(r["crop_start"]), r["rot90_k"],
-                         tuple(r["flipped"]), json.dumps(r["intensity"]), json.dumps(r["spatial"]))
-        names = {s["step"] for r in seen[1] for s in r["intensity"] + r["spatial"]}
-        self.assertEqual(names, {"RandScaleIntensity", "RandGaussianNoise", "RandGaussianSmooth",
-                                 "RandAdjustContrast", "RandZoom", "RandAffine"})
-        # --val-every 0 holds nothing out: 8 volumes x 2 crops, split evenly at W = 1, 2 and 4.
-        self.assertEqual(len(seen[1]), 16)
-        self.assertEqual(len(set(map(key, seen[1]))), 16)
-        self.assertEqual(sorted(map(key, seen[1])), sorted(map(key, seen[2])))
-        self.assertEqual(sorted(map(key, seen[1])), sorted(map(key, seen[4])))
+        # Every random step on, each drawn from the sample's own stream; RandAffine, then Rand3DElastic
+        # in its place.
+        for geometric, flags in (("RandAffine", ("--affine-prob", 0.5)),
+                                 ("Rand3DElastic", ("--elastic-prob", 0.5, "--elastic-sigma", "1,2",
+                                                    "--elastic-magnitude", "2,6"))):
+            seen = {}
+            for world in (1, 2, 4):
+                path = os.path.join(self.root, "trace_%s_w%d.jsonl" % (geometric, world))
+                if os.path.exists(path):
+                    os.remove(path)
+                self.train(self.out("%s_w%d" % (geometric, world)), "--trace-samples", path, "--val-every", 0,
+                           "--flip-prob", 0.5, "--rand-scale", 0.1, "--noise-prob", 0.5, "--smooth-prob", 0.5,
+                           "--contrast-prob", 0.5, *flags, "--affine-rotate", 0.3, "--affine-scale", 0.1,
+                           "--zoom-prob", 0.5, nproc=world, epochs=1)
+                rows = trace(path)
+                self.assertEqual({r["rank"] for r in rows}, set(range(world)))
+                seen[world] = rows
+            key = lambda r: (r["epoch"], r["index"], r["patch"], tuple(r["crop_start"]), r["rot90_k"],
+                             tuple(r["flipped"]), json.dumps(r["intensity"]), json.dumps(r["spatial"]))
+            names = {s["step"] for r in seen[1] for s in r["intensity"] + r["spatial"]}
+            # Rand3DElastic's affine is recorded as RandAffine's draws beside its own.
+            self.assertEqual(names, {"RandScaleIntensity", "RandGaussianNoise", "RandGaussianSmooth",
+                                     "RandAdjustContrast", "RandZoom", "RandAffine"} | {geometric}, geometric)
+            # --val-every 0 holds nothing out: 8 volumes x 2 crops, split evenly at W = 1, 2 and 4.
+            self.assertEqual(len(seen[1]), 16)
+            self.assertEqual(len(set(map(key, seen[1]))), 16)
+            self.assertEqual(sorted(map(key, seen[1])), sorted(map(key, seen[2])), geometric)
+            self.assertEqual(sorted(map(key, seen[1])), sorted(map(key, seen[4])), geometric)
 
     def test_a_resumed_trace_holds_each_step_once_and_a_fresh_run_starts_it_anew(self):
         common = ("--val-every", 0, "--checkpoint-every", 1)

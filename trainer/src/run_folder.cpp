@@ -135,7 +135,7 @@ void RunFolder::trace(int64_t epoch, int64_t step, int64_t rank,
     json intensity = json::array();
     for (const auto& [name, drawn] : m.intensity)
       intensity.push_back({{"step", name}, {"drawn", drawn}});
-    json spatial = json::array();  // RandZoom, RandAffine
+    json spatial = json::array();  // RandZoom, RandAffine or Rand3DElastic
     for (const auto& [name, drawn] : m.spatial)
       spatial.push_back({{"step", name}, {"drawn", drawn}});
     json row = t;

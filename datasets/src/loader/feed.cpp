@@ -110,6 +110,14 @@ void FeedOptions::validate() const {
   if (contrast_gamma.size() != 1)
     range("--contrast-gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
   range("--zoom-range", zoom_range, 0.0, true, kMaxZoom);
+  range("--elastic-sigma", elastic_sigma, 0.0, true, kMaxElasticSigma);
+  range("--elastic-magnitude", elastic_magnitude, 0.0, false, kMaxElasticMagnitude);
+  if (affine_prob > 0 && elastic_prob > 0) {
+    throw std::invalid_argument("--affine-prob=" + value_text(affine_prob) +
+                                " and --elastic-prob=" + value_text(elastic_prob) +
+                                ": one of them (Rand3DElastic holds the affine and takes its "
+                                "ranges)");
+  }
   // RandAffine's ranges: one value or one per axis, each in the transform's bounds.
   check_per_axis("--affine-rotate", affine_rotate, 3, kMaxAffineRotate, false);
   check_per_axis("--affine-shear", affine_shear, 6, kMaxAffineShear, false);
@@ -135,6 +143,10 @@ AffineOptions FeedOptions::affine() const {
   a.zoom_prob = zoom_prob;
   if (zoom_range.size() == 2) a.zoom = {zoom_range[0], zoom_range[1]};
   a.padding = affine_padding;
+  a.elastic_prob = elastic_prob;
+  if (elastic_sigma.size() == 2) a.elastic_sigma = {elastic_sigma[0], elastic_sigma[1]};
+  if (elastic_magnitude.size() == 2)
+    a.elastic_magnitude = {elastic_magnitude[0], elastic_magnitude[1]};
   return a;
 }
 
@@ -241,7 +253,8 @@ Compose feed_augmentation(const FeedOptions& o) {
     steps.push_back(make_rand_spatial_crop(o.crop_size(), o.num_samples));
   }
   // Right after the crop, while it is still a view of the whole volume.
-  if (o.affine_prob > 0 || o.zoom_prob > 0) steps.push_back(make_rand_affine(o.affine()));
+  if (o.affine_prob > 0 || o.elastic_prob > 0 || o.zoom_prob > 0)
+    steps.push_back(make_rand_affine(o.affine()));
   if (o.rot90_prob > 0) {
     Rotate90Options rot;
     rot.prob = o.rot90_prob;

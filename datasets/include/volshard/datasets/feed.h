@@ -79,7 +79,12 @@ struct FeedOptions {
   PaddingMode affine_padding = PaddingMode::kReflection;
   double zoom_prob = 0.0;  ///< RandZoom (isotropic, keep_size) probability; 0: none
   std::vector<double> zoom_range{0.9, 1.1};  ///< its zoom lo,hi (MONAI's min_zoom, max_zoom)
-  /// The RandAffine/RandZoom step's options, one value expanded to every axis; the
+  /// Rand3DElastic in place of RandAffine (affine_prob 0), with the affine_*
+  /// ranges: a smoothed random offset field moves each voxel first; 0: none.
+  double elastic_prob = 0.0;
+  std::vector<double> elastic_sigma{5.0, 8.0};          ///< its smoothing sigma lo,hi, voxels
+  std::vector<double> elastic_magnitude{100.0, 200.0};  ///< its offsets' scale lo,hi
+  /// The RandAffine/Rand3DElastic/RandZoom step's options, one value expanded to every axis; the
   /// ranges are as validate() accepted them.
   AffineOptions affine() const;
   /// Throws std::invalid_argument naming the field ("--crop=0 must be >= 1"):
@@ -207,6 +212,19 @@ void for_each_feed_field(Self& f, Visit&& visit) {
   visit(F("zoom_range", "RandZoom zoom lo,hi (> 1 enlarges; MONAI's min_zoom, max_zoom)")
             .kept_on_resume(),
         f.zoom_range);
+  visit(F("elastic_prob",
+          "Rand3DElastic probability, in place of RandAffine (--affine-prob 0) with the "
+          "--affine-* ranges, sampled around the crop (0: none)")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.elastic_prob);
+  visit(F("elastic_sigma", "Rand3DElastic smoothing sigma lo,hi, voxels (MONAI's sigma_range)")
+            .kept_on_resume(),
+        f.elastic_sigma);
+  visit(F("elastic_magnitude", "Rand3DElastic offset scale lo,hi (MONAI's magnitude_range)")
+            .kept_on_resume(),
+        f.elastic_magnitude);
   visit(
       F("rot90_prob", "RandRotate90 probability (0: none)").kept_on_resume().at_least(0).at_most(1),
       f.rot90_prob);
