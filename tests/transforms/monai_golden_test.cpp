@@ -316,6 +316,41 @@ TEST(MonaiGoldenTest, AdjustContrastGivenItsGammaEqualsMonaiForEveryOption) {
             << worst << "\n";
 }
 
+// A warp case's padding mode, as MONAI names it.
+PaddingMode padding_of(const json& params) {
+  const std::string name = params.at("padding_mode");
+  return name == "zeros"    ? PaddingMode::kZeros
+         : name == "border" ? PaddingMode::kBorder
+                            : PaddingMode::kReflection;
+}
+
+// A warp case's affine draws (rotate, shear, translate, scale), applied.
+AffineParams affine_of_draws(const json& params) {
+  AffineParams a;
+  a.apply = true;
+  a.rotate = params.at("rotate").get<std::array<double, 3>>();
+  a.shear = params.at("shear").get<std::array<double, 6>>();
+  a.translate = params.at("translate").get<std::array<double, 3>>();
+  a.scale = params.at("scale").get<std::array<double, 3>>();
+  return a;
+}
+
+// A warp case's input as volshard holds it: an image, or a uint8 label (as
+// the cache keeps labels) beside a zero image; a view of its crop, if any.
+Sample warp_input(const json& c, const at::Tensor& x, bool label) {
+  const json& p = c.at("params");
+  Sample sample;
+  sample.image = label ? at::zeros_like(x) : x;
+  if (label) sample.label = x.to(at::kByte);
+  if (!p.at("crop_start").is_null()) {
+    const auto shape = std::array<int64_t, 3>{x.size(1), x.size(2), x.size(3)};
+    sample.view =
+        SpatialMap::identity(shape).cropped(p.at("crop_start").get<std::array<int64_t, 3>>(),
+                                            p.at("crop_size").get<std::array<int64_t, 3>>());
+  }
+  return sample;
+}
+
 // RandAffine given MONAI's draws: on the whole volume (the crop is the volume),
 // and about a crop, where volshard's grid reads the whole volume around the
 // crop as MONAI's Affine does with the matrix moved to the crop's centre;
@@ -329,33 +364,15 @@ TEST(MonaiGoldenTest, RandAffineGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop
     for (const json& c : cases) {
       const std::string name = c.at("name");
       const json& p = c.at("params");
-      AffineParams a;
-      if (p.contains("rotate")) {
-        a.apply = true;
-        a.rotate = p.at("rotate").get<std::array<double, 3>>();
-        a.shear = p.at("shear").get<std::array<double, 6>>();
-        a.translate = p.at("translate").get<std::array<double, 3>>();
-        a.scale = p.at("scale").get<std::array<double, 3>>();
-      }
+      AffineParams a = p.contains("rotate") ? affine_of_draws(p) : AffineParams{};
       if (p.contains("zoom") && !p.at("zoom").is_null()) {
         a.zoom_apply = true;
         a.zoom = p.at("zoom").get<double>();
       }
-      const std::string padding_name = p.at("padding_mode");
-      const PaddingMode padding = padding_name == "zeros"    ? PaddingMode::kZeros
-                                  : padding_name == "border" ? PaddingMode::kBorder
-                                                             : PaddingMode::kReflection;
+      const PaddingMode padding = padding_of(p);
       const at::Tensor x = load(c, "input", "input_shape");
       const bool label = p.at("mode") == "nearest";
-      Sample sample;
-      sample.image = label ? at::zeros_like(x) : x;
-      if (label) sample.label = x.to(at::kByte);  // as the cache keeps labels
-      if (!p.at("crop_start").is_null()) {
-        const auto shape = std::array<int64_t, 3>{x.size(1), x.size(2), x.size(3)};
-        sample.view =
-            SpatialMap::identity(shape).cropped(p.at("crop_start").get<std::array<int64_t, 3>>(),
-                                                p.at("crop_size").get<std::array<int64_t, 3>>());
-      }
+      const Sample sample = warp_input(c, x, label);
       const Sample out = warp_view(sample, affine_matrix(a), padding, how);
       EXPECT_FALSE(out.view.has_value()) << name;
       const at::Tensor want = load(c, "output", "output_shape");
@@ -394,31 +411,15 @@ TEST(MonaiGoldenTest, Rand3DElasticGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutAC
     for (const json& c : cases) {
       const std::string name = c.at("name");
       const json& p = c.at("params");
-      AffineParams a;
-      a.apply = true;
-      a.rotate = p.at("rotate").get<std::array<double, 3>>();
-      a.shear = p.at("shear").get<std::array<double, 6>>();
-      a.translate = p.at("translate").get<std::array<double, 3>>();
-      a.scale = p.at("scale").get<std::array<double, 3>>();
-      const std::string padding_name = p.at("padding_mode");
-      const PaddingMode padding = padding_name == "zeros"    ? PaddingMode::kZeros
-                                  : padding_name == "border" ? PaddingMode::kBorder
-                                                             : PaddingMode::kReflection;
+      const AffineParams a = affine_of_draws(p);
+      const PaddingMode padding = padding_of(p);
       const at::Tensor offsets =
           elastic_offsets(load(c, "field", "field_shape"), p.at("sigma").get<double>(),
                           p.at("magnitude").get<double>());
       EXPECT_TRUE(at::equal(offsets, load(c, "offsets", "offsets_shape"))) << name;
       const at::Tensor x = load(c, "input", "input_shape");
       const bool label = p.at("mode") == "nearest";
-      Sample sample;
-      sample.image = label ? at::zeros_like(x) : x;
-      if (label) sample.label = x.to(at::kByte);  // as the cache keeps labels
-      if (!p.at("crop_start").is_null()) {
-        const auto shape = std::array<int64_t, 3>{x.size(1), x.size(2), x.size(3)};
-        sample.view =
-            SpatialMap::identity(shape).cropped(p.at("crop_start").get<std::array<int64_t, 3>>(),
-                                                p.at("crop_size").get<std::array<int64_t, 3>>());
-      }
+      const Sample sample = warp_input(c, x, label);
       const Sample out = warp_view(sample, affine_matrix(a), padding, how, offsets);
       const at::Tensor want = load(c, "output", "output_shape");
       if (label) {
