@@ -21,10 +21,16 @@ both do the same work: MONAI's RandAffined(rotate 0.26 rad and scale 0.1 on each
 image, nearest label, zeros padding), RandGaussianNoised(std 0.1), RandGaussianSmoothd,
 RandScaleIntensityd(0.1), RandShiftIntensityd(0.1), RandAdjustContrastd (MONAI's defaults
 otherwise); volshard's same options in its pipeline (RandAffine sampled around the crop), and it
-runs the files and cached sources only (the prefix is unchanged).
+runs the files and cached sources only (the prefix is unchanged). `--augment elastic` puts
+Rand3DElasticd(sigma 5-8, magnitude 100-200, the same rotation and scale) in RandAffined's place, and
+volshard's `elastic_prob` 1 in `affine_prob`'s.
+
+`--steps` measures instead each of those augmentations alone after the cached crops, both sides in
+fresh processes alternated: CPU ms a crop above the crop alone's, where each side's time goes.
 
 usage: PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python bench/spleen_monai.py \
-           --bin build/bin/volshard [--volumes 8] [--size 384] [--cube N] [--epochs 2] [--rounds 2] [--augment]
+           --bin build/bin/volshard [--volumes 8] [--size 384] [--cube N] [--epochs 2] [--rounds 2]
+           [--augment [elastic] | --steps]
 """
 import argparse
 import json
@@ -41,7 +47,7 @@ CHILD = r"""
 import json, os, resource, sys, time
 import torch
 side, source, datalist, config, epochs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-augment = sys.argv[6] == "augment"
+steps = [x for x in sys.argv[6].split(",") if x]  # augmentation steps after the crop, each prob 1
 torch.set_num_threads(1)
 with open(datalist) as f:
     root = os.path.dirname(datalist)
@@ -81,16 +87,22 @@ if side.startswith("monai"):
     else:
         crop = [RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(96, 96, 96), pos=1,
                                        neg=1, num_samples=4, image_key="image", image_threshold=0)]
-        if augment:
-            from monai.transforms import (RandAdjustContrastd, RandAffined, RandGaussianNoised,
-                                          RandGaussianSmoothd, RandScaleIntensityd, RandShiftIntensityd)
-            crop += [RandAffined(keys=["image", "label"], prob=1.0, rotate_range=(0.26, 0.26, 0.26),
-                                 scale_range=(0.1, 0.1, 0.1), mode=("bilinear", "nearest"), padding_mode="zeros"),
-                     RandGaussianNoised(keys=["image"], prob=1.0, std=0.1),
-                     RandGaussianSmoothd(keys=["image"], prob=1.0),
-                     RandScaleIntensityd(keys=["image"], factors=0.1, prob=1.0),
-                     RandShiftIntensityd(keys=["image"], offsets=0.1, prob=1.0),
-                     RandAdjustContrastd(keys=["image"], prob=1.0)]
+        from monai.transforms import (Rand3DElasticd, RandAdjustContrastd, RandAffined, RandGaussianNoised,
+                                      RandGaussianSmoothd, RandScaleIntensityd, RandShiftIntensityd)
+        monai_steps = {
+            "affine": [RandAffined(keys=["image", "label"], prob=1.0, rotate_range=(0.26, 0.26, 0.26),
+                                   scale_range=(0.1, 0.1, 0.1), mode=("bilinear", "nearest"), padding_mode="zeros")],
+            "elastic": [Rand3DElasticd(keys=["image", "label"], sigma_range=(5, 8), magnitude_range=(100, 200),
+                                       prob=1.0, rotate_range=(0.26, 0.26, 0.26), scale_range=(0.1, 0.1, 0.1),
+                                       mode=("bilinear", "nearest"), padding_mode="zeros")],
+            "noise": [RandGaussianNoised(keys=["image"], prob=1.0, std=0.1)],
+            "smooth": [RandGaussianSmoothd(keys=["image"], prob=1.0)],
+            "scale_shift": [RandScaleIntensityd(keys=["image"], factors=0.1, prob=1.0),
+                            RandShiftIntensityd(keys=["image"], offsets=0.1, prob=1.0)],
+            "contrast": [RandAdjustContrastd(keys=["image"], prob=1.0)],
+        }
+        for step in steps:
+            crop += monai_steps[step]
         t0, c0 = time.perf_counter(), cpu()
         if source == "cached":
             ds = CacheDataset(items, Compose(prefix + crop), cache_rate=1.0, num_workers=2, progress=False)
@@ -114,13 +126,23 @@ else:
             pass
         out = {"wall": time.perf_counter() - t0, "cpu": cpu() - c0}
     else:
-        if augment:  # the config file with the augmentations added, as a user would write it
+        if steps:  # the config file with the augmentations added, as a user would write it
+            volshard_steps = {
+                "affine": {"affine_prob": 1.0, "affine_rotate": 0.26, "affine_scale": 0.1,
+                           "affine_padding": "zeros"},
+                "elastic": {"elastic_prob": 1.0, "elastic_sigma": [5.0, 8.0], "elastic_magnitude": [100.0, 200.0],
+                            "affine_rotate": 0.26, "affine_scale": 0.1, "affine_padding": "zeros"},
+                "noise": {"noise_prob": 1.0, "noise_std": 0.1},
+                "smooth": {"smooth_prob": 1.0},
+                "scale_shift": {"rand_scale": 0.1, "rand_scale_prob": 1.0, "rand_shift": 0.1,
+                                "rand_shift_prob": 1.0},
+                "contrast": {"contrast_prob": 1.0},
+            }
             with open(config) as f:
                 settings = json.load(f)
-            settings.update({"affine_prob": 1.0, "affine_rotate": 0.26, "affine_scale": 0.1, "affine_padding": "zeros",
-                           "noise_prob": 1.0, "noise_std": 0.1, "smooth_prob": 1.0, "rand_scale": 0.1,
-                           "rand_scale_prob": 1.0, "rand_shift": 0.1, "rand_shift_prob": 1.0, "contrast_prob": 1.0})
-            config = os.path.join(os.path.dirname(datalist), "spleen_augmented.json")
+            for step in steps:
+                settings.update(volshard_steps[step])
+            config = os.path.join(os.path.dirname(datalist), "spleen_augmented_%d.json" % os.getpid())
             with open(config, "w") as f:
                 json.dump(settings, f)
         sampler = volshard.DistributedSampler(len(items), num_replicas=1, rank=0, seed=0)
@@ -163,6 +185,45 @@ def restack(folder, edge):
             nib.save(nib.Nifti1Image(out, affine), path)
 
 
+# --augment's step sets (the CHILD's names), each step prob 1 on both sides.
+INTENSITY = ("noise", "smooth", "scale_shift", "contrast")
+AUGMENT = {"affine": ("affine",) + INTENSITY, "elastic": ("elastic",) + INTENSITY}
+STEP_NAMES = {"": "the crop alone", "affine": "RandAffine", "elastic": "Rand3DElastic",
+              "noise": "RandGaussianNoise", "smooth": "RandGaussianSmooth",
+              "scale_shift": "RandScaleIntensity + RandShiftIntensity", "contrast": "RandAdjustContrast"}
+
+
+def run_child(side, source, datalist, epochs, steps, env=None):
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, side, source, datalist, CONFIG, str(epochs),
+                        ",".join(steps)], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"{side} {source} {','.join(steps)} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def profile_steps(args, datalist, n):
+    """Each augmentation alone after the cached crops, both sides alternated in fresh processes: CPU (process
+    and workers) a crop, less the crop alone's."""
+    crops = n * args.epochs * 4
+    cpu = {}
+    for r in range(args.rounds):
+        for step in STEP_NAMES:
+            for side in (("monai", "volshard") if r % 2 == 0 else ("volshard", "monai")):
+                out = run_child(side, "cached", datalist, args.epochs, [step] if step else [])
+                cpu.setdefault((side, step), []).append(out["cpu"] / crops * 1000)
+    print(f"each augmentation alone, prob 1, after the spleen pipeline's cached 96^3 crops ({n} synthetic "
+          f"{args.size} x {args.size} x {args.size // 4} CT volumes, {crops} crops a run, 2 workers); CPU ms a crop "
+          f"above the crop alone, median of {args.rounds} alternated rounds")
+    print(f"{'step':40} | {'MONAI ms':>9} {'volshard ms':>11} | {'ratio':>6}")
+    print("-" * 73)
+    base = {side: statistics.median(cpu[(side, "")]) for side in ("monai", "volshard")}
+    for step, name in STEP_NAMES.items():
+        m, v = (statistics.median(cpu[(side, step)]) - (base[side] if step else 0.0) for side in ("monai", "volshard"))
+        print(f"{name:40} | {m:9.1f} {v:11.1f} | {m / v if v > 0 else float('nan'):5.1f}x")
+    print("(the crop alone: the whole run's CPU a crop, cache set-up excluded; each step: its run's CPU a crop less "
+          "the crop alone's; ratio: MONAI's over volshard's)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -170,8 +231,12 @@ def main():
     ap.add_argument("--size", type=int, default=384, help="in-plane edge (size / 4 slices)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--augment", action="store_true",
-                    help="RandAffine and the intensity augmentations after the crop, prob 1, on both sides")
+    ap.add_argument("--augment", nargs="?", const="affine", choices=sorted(AUGMENT),
+                    help="RandAffine (or Rand3DElastic: --augment elastic) and the intensity augmentations after "
+                         "the crop, prob 1, on both sides")
+    ap.add_argument("--steps", action="store_true",
+                    help="instead of the table: each augmentation alone on the cached crops, CPU ms a crop on "
+                         "each side above the crop alone")
     ap.add_argument("--cube", type=int, default=0,
                     help="resample every case to cube^3 voxels over the same extent (e.g. --size 512 --cube 256)")
     args = ap.parse_args()
@@ -184,6 +249,8 @@ def main():
     datalist = os.path.join(data, "dataset.json")
     with open(datalist) as f:
         n = len(json.load(f)["training"])
+    if args.steps:
+        return profile_steps(args, datalist, n)
     results = {}
     sides = ("monai", "monai_tuned", "volshard")
     sources = ("files", "cached") if args.augment else ("prefix", "files", "cached")
@@ -194,15 +261,13 @@ def main():
     for r in range(args.rounds):
         for source in sources:
             for side in (sides if r % 2 == 0 else tuple(reversed(sides))):
-                p = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, side, source, datalist, CONFIG,
-                                    str(args.epochs), "augment" if args.augment else ""], capture_output=True, text=True,
-                                   env=tuned if side == "monai_tuned" else None)
-                if p.returncode != 0:
-                    sys.exit(f"{side} {source} failed:\n{p.stderr[-3000:]}")
-                results.setdefault((side, source), []).append(json.loads(p.stdout.strip().splitlines()[-1]))
+                results.setdefault((side, source), []).append(
+                    run_child(side, source, datalist, args.epochs, AUGMENT.get(args.augment, ()),
+                              env=tuned if side == "monai_tuned" else None))
     shape = f"{args.cube}^3 (from {args.size} x {args.size} x {args.size // 4})" if args.cube else \
         f"{args.size} x {args.size} x {args.size // 4}"
-    what = (" + RandAffine, RandGaussianNoise, RandGaussianSmooth, RandScaleIntensity, RandShiftIntensity, "
+    what = (" + " + ("Rand3DElastic" if args.augment == "elastic" else "RandAffine") +
+            ", RandGaussianNoise, RandGaussianSmooth, RandScaleIntensity, RandShiftIntensity, "
             "RandAdjustContrast, each prob 1") if args.augment else ""
     print(f"spleen pipeline (configs/spleen.json; MONAI 1.4's notebook transforms){what} on {n} synthetic "
           f"{shape} int16 CT volumes; batch 2, 96^3 x 4 crops, 2 workers "

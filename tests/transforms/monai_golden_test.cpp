@@ -305,12 +305,13 @@ TEST(MonaiGoldenTest, AdjustContrastGivenItsGammaEqualsMonaiForEveryOption) {
     const at::Tensor want = load(c, "output", "output_shape");
     const double diff = largest_difference(got, want, c.at("name"));
     worst = std::max(worst, diff);
-    // Bit for bit (measured); retain_stats's mean and std are float32
-    // reductions whose summation order may follow the thread count.
-    if (p.at("retain_stats").get<bool>())
-      EXPECT_LE(diff, 1e-6 * std::max(1.0, want.abs().max().item<double>())) << c.at("name");
-    else
-      EXPECT_TRUE(at::equal(got, want)) << c.at("name");
+    // The same torch.pow as MONAI's, bit for bit where ATen runs the kernel the
+    // goldens were made with (an AVX2 machine); an AVX-512 machine's vector
+    // kernel rounds some powers one step apart, which the range multiplies
+    // (measured: 0.00012, 1.2e-7 of the largest value, MONAI's own output
+    // there as ours, on an AMD EPYC with AVX-512). retain_stats's mean
+    // and std are float32 reductions whose order may follow the thread count.
+    EXPECT_LE(diff, 1e-6 * std::max(1.0, want.abs().max().item<double>())) << c.at("name");
   }
   std::cout << "RandAdjustContrast vs MONAI: " << cases.size() << " cases, largest |difference| "
             << worst << "\n";

@@ -907,6 +907,41 @@ TEST(GaussianNoiseFieldTest, IsStandardNormalAndValueKDependsOnKeyAndKOnly) {
   EXPECT_EQ((other != shaped).sum().item<int64_t>(), 120) << "another key, other values";
 }
 
+// The host loop against the tensor ops a GPU runs, both on the CPU: the same
+// integers behind every value, so the values agree to libm's rounding of
+// log, cos and sin (the GPU's test compares the devices the same way).
+TEST(GaussianNoiseFieldTest, TheHostLoopGivesTheTensorOpsValuesWithinRounding) {
+  const c10::Device cpu(c10::kCPU);
+  for (const uint64_t key : {uint64_t{0}, uint64_t{42}, ~uint64_t{0} - 12345}) {
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{(1 << 18) + 3}}) {
+      const at::Tensor host = gaussian_noise_field({n}, key, cpu);
+      const at::Tensor ops = gaussian_noise_field({n}, key, cpu, Gather::kTensorOps);
+      ASSERT_EQ(host.scalar_type(), at::kDouble);
+      ASSERT_EQ(host.sizes(), ops.sizes());
+      EXPECT_TRUE(at::allclose(host, ops, 1e-13, 1e-14)) << "key " << key << ", n " << n;
+      EXPECT_LT((host - ops).abs().max().item<double>(), 1e-14) << "key " << key << ", n " << n;
+    }
+  }
+  const at::Tensor shaped = gaussian_noise_field({2, 3, 4, 5}, 9, cpu);
+  EXPECT_EQ(shaped.sizes(), (at::IntArrayRef{2, 3, 4, 5}));
+  EXPECT_TRUE(at::allclose(shaped, gaussian_noise_field({2, 3, 4, 5}, 9, cpu, Gather::kTensorOps),
+                           1e-13, 1e-14));
+}
+
+// Rand3DElastic's offsets: integers and exact scalings, so the host loop
+// gives the tensor ops' (the GPU's) values bit for bit.
+TEST(UniformFieldTest, TheHostLoopGivesTheTensorOpsValuesBitForBit) {
+  const c10::Device cpu(c10::kCPU);
+  for (const uint64_t key : {uint64_t{0}, uint64_t{5}, ~uint64_t{0}}) {
+    const at::Tensor host = uniform_field({3, 17, 40, 9}, key, cpu);
+    const at::Tensor ops = uniform_field({3, 17, 40, 9}, key, cpu, Gather::kTensorOps);
+    ASSERT_EQ(host.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(host, ops)) << "key " << key;
+    EXPECT_GE(host.min().item<float>(), -1.0f);
+    EXPECT_LE(host.max().item<float>(), 1.0f);  // 1 - 2^-31 rounds to 1 in float32
+  }
+}
+
 TEST(RandGaussianNoiseTest, AddsTheFieldOfItsKeyTimesTheDrawnSpreadInFloat32) {
   GaussianNoiseOptions o;
   o.prob = 1.0;

@@ -249,6 +249,8 @@ GaussianNoiseParams sample_gaussian_noise(const GaussianNoiseOptions& options, S
 
 namespace {
 
+constexpr double kTwoPi = 6.283185307179586;
+
 // x * c mod 2^32 for x, c in [0, 2^32), in int64 tensors without overflow:
 // c's halves keep every product below 2^49.
 at::Tensor mul_mod32(const at::Tensor& x, uint32_t c) {
@@ -257,7 +259,8 @@ at::Tensor mul_mod32(const at::Tensor& x, uint32_t c) {
       .bitwise_and_(int64_t{0xffffffff});
 }
 
-// Chris Wellons' lowbias32 integer hash, a bijection of [0, 2^32).
+// Chris Wellons' lowbias32 integer hash, a bijection of [0, 2^32), in tensor
+// ops (any device) and on the host: the same integers.
 at::Tensor hash32(at::Tensor x) {
   x = at::bitwise_xor(x, at::bitwise_right_shift(x, 16));
   x = mul_mod32(x, 0x7feb352du);
@@ -266,15 +269,60 @@ at::Tensor hash32(at::Tensor x) {
   return at::bitwise_xor(x, at::bitwise_right_shift(x, 16));
 }
 
+inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+
 // 32 uniform bits per index, two keyed rounds of the hash.
 at::Tensor keyed_bits(const at::Tensor& index, uint32_t k0, uint32_t k1) {
   return hash32(at::bitwise_xor(hash32(at::bitwise_xor(index, int64_t{k0})), int64_t{k1}));
 }
 
+inline uint32_t keyed_bits(uint32_t index, uint32_t k0, uint32_t k1) {
+  return hash32(hash32(index ^ k0) ^ k1);
+}
+
+// The field's pairs in tensor ops: each a function of its index alone.
+at::Tensor noise_pairs_tensor_ops(int64_t pairs, uint64_t key, uint64_t second,
+                                  c10::Device device) {
+  const auto i = at::arange(pairs, at::TensorOptions().dtype(at::kLong).device(device));
+  const at::Tensor a = keyed_bits(i, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
+  const at::Tensor b =
+      keyed_bits(i, static_cast<uint32_t>(second), static_cast<uint32_t>(second >> 32));
+  // u1 in (0, 1) (never 0: log), u2 in [0, 1), in float64.
+  const at::Tensor u1 = (a.to(at::kDouble) + 0.5) * 0x1.0p-32;
+  const at::Tensor theta = b.to(at::kDouble) * (0x1.0p-32 * kTwoPi);
+  const at::Tensor r = at::sqrt(at::log(u1) * -2.0);
+  return at::stack({r * at::cos(theta), r * at::sin(theta)}, 1).view(-1);
+}
+
+// The same pairs on the host, one pass and no temporaries: the tensor ops'
+// arithmetic step by step (the integers exact, the scalings exact or rounded
+// alike), so only libm's log, cos and sin may round otherwise than the
+// device's. `out` holds n values; value 2i and 2i + 1 are pair i's.
+void noise_pairs_host(double* out, int64_t n, uint64_t key, uint64_t second) {
+  const auto k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  const auto s0 = static_cast<uint32_t>(second), s1 = static_cast<uint32_t>(second >> 32);
+  at::parallel_for(0, (n + 1) / 2, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto index = static_cast<uint32_t>(i);
+      const double u1 = (static_cast<double>(keyed_bits(index, k0, k1)) + 0.5) * 0x1.0p-32;
+      const double theta = static_cast<double>(keyed_bits(index, s0, s1)) * (0x1.0p-32 * kTwoPi);
+      const double r = std::sqrt(std::log(u1) * -2.0);
+      out[2 * i] = r * std::cos(theta);
+      if (2 * i + 1 < n) out[2 * i + 1] = r * std::sin(theta);
+    }
+  });
+}
+
 }  // namespace
 
-at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device device) {
-  constexpr double kTwoPi = 6.283185307179586;
+at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device device,
+                                Gather how) {
   int64_t n = 1;
   for (const int64_t d : shape) n *= d;
   // Box-Muller gives two values per pair of uniforms; pair i is hashed from i.
@@ -284,20 +332,14 @@ at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device
                                 " values are more than the noise field's 2^33");
   }
   const uint64_t second = mix64(key + kGoldenGamma);
-  const auto i = at::arange(pairs, at::TensorOptions().dtype(at::kLong).device(device));
-  const at::Tensor a = keyed_bits(i, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
-  const at::Tensor b =
-      keyed_bits(i, static_cast<uint32_t>(second), static_cast<uint32_t>(second >> 32));
-  // u1 in (0, 1) (never 0: log), u2 in [0, 1), in float64.
-  const at::Tensor u1 = (a.to(at::kDouble) + 0.5) * 0x1.0p-32;
-  const at::Tensor theta = b.to(at::kDouble) * (0x1.0p-32 * kTwoPi);
-  const at::Tensor r = at::sqrt(at::log(u1) * -2.0);
   // Value 2i is pair i's cosine, 2i + 1 its sine: value k depends on k alone,
   // not on how many values there are.
-  return at::stack({r * at::cos(theta), r * at::sin(theta)}, 1)
-      .view(-1)
-      .narrow(0, 0, n)
-      .view(shape);
+  if (device.is_cpu() && how == Gather::kAuto) {
+    at::Tensor z = at::empty(shape, at::TensorOptions().dtype(at::kDouble));
+    noise_pairs_host(z.data_ptr<double>(), n, key, second);
+    return z;
+  }
+  return noise_pairs_tensor_ops(pairs, key, second, device).narrow(0, 0, n).view(shape);
 }
 
 at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std,
@@ -310,6 +352,18 @@ at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std,
   }
   // numpy's normal(loc, scale) is loc + scale * gauss in float64; MONAI then
   // casts the field to float32 and adds it in float32.
+  if (x.is_cpu() && z.is_cpu() && z.scalar_type() == at::kDouble) {
+    // The same arithmetic in one pass (no fused multiply-add: -ffp-contract=off).
+    const at::Tensor xc = x.contiguous(), zc = z.contiguous();
+    at::Tensor out = at::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    const double* noise = zc.data_ptr<double>();
+    float* o = out.data_ptr<float>();
+    at::parallel_for(0, xc.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) o[i] = in[i] + static_cast<float>(noise[i] * std + mean);
+    });
+    return out;
+  }
   return x + (z.to(at::kDouble) * std + mean).to(at::kFloat);
 }
 
@@ -339,16 +393,27 @@ GaussianSmoothParams sample_gaussian_smooth(const GaussianSmoothOptions& options
   return p;
 }
 
-at::Tensor uniform_field(at::IntArrayRef shape, uint64_t key, c10::Device device) {
+at::Tensor uniform_field(at::IntArrayRef shape, uint64_t key, c10::Device device, Gather how) {
   int64_t n = 1;
   for (const int64_t d : shape) n *= d;
   if (n > (int64_t{1} << 32)) {
     throw std::invalid_argument("Rand3DElastic: " + std::to_string(n) +
                                 " offsets are more than the field's 2^32");
   }
+  const auto k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  if (device.is_cpu() && how == Gather::kAuto) {  // the tensor ops' exact arithmetic, one pass
+    at::Tensor u = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+    float* out = u.data_ptr<float>();
+    at::parallel_for(0, n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const uint32_t bits = keyed_bits(static_cast<uint32_t>(i), k0, k1);
+        out[i] = static_cast<float>(static_cast<double>(bits) * 0x1.0p-31 - 1.0);
+      }
+    });
+    return u;
+  }
   const auto i = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device));
-  const at::Tensor bits =
-      keyed_bits(i, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
+  const at::Tensor bits = keyed_bits(i, k0, k1);
   // 2 u - 1 with u = bits / 2^32 in [0, 1): exact in float64, then rounded once.
   return (bits.to(at::kDouble) * 0x1.0p-31 - 1.0).to(at::kFloat).view(shape);
 }

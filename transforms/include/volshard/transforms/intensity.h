@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "volshard/core/seed_streams.h"
+#include "volshard/transforms/view.h"
 
 namespace volshard {
 
@@ -101,7 +102,11 @@ GaussianNoiseParams sample_gaussian_noise(const GaussianNoiseOptions& options, S
 /// Box-Muller; value 2i and 2i + 1 from pair i), so the integers behind them
 /// are the same on every device and thread count, and a smaller field is a
 /// prefix of a larger one. Throws std::invalid_argument past 2^33 values.
-at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device device);
+/// On the CPU (kAuto) one host loop makes it; kTensorOps (any other device)
+/// makes the same integers with tensor ops, and the values agree to float64
+/// rounding of log, cos and sin.
+at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device device,
+                                Gather how = Gather::kAuto);
 
 /// MONAI's RandGaussianNoise once drawn: float32(image) + float32(mean + std * z),
 /// the noise made in float64 and rounded once, as MONAI's numpy noise. `z`:
@@ -144,8 +149,10 @@ at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>&
 /// Uniform values in [-1, 1) of `shape`, rounded once to float32 (as MONAI's
 /// numpy field), from `key` and each value's flat C-order index only (the
 /// integer hash of gaussian_noise_field): the same on every device and thread
-/// count (Rand3DElastic's offset field). Throws past 2^32 values.
-at::Tensor uniform_field(at::IntArrayRef shape, uint64_t key, c10::Device device);
+/// count (Rand3DElastic's offset field), bit for bit: a host loop on the CPU
+/// (kAuto), tensor ops elsewhere (kTensorOps). Throws past 2^32 values.
+at::Tensor uniform_field(at::IntArrayRef shape, uint64_t key, c10::Device device,
+                         Gather how = Gather::kAuto);
 
 // ---- RandAdjustContrast ---------------------------------------------------
 
