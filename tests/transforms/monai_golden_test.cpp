@@ -278,7 +278,9 @@ TEST(MonaiGoldenTest, GaussianNoiseGivenItsDrawsEqualsMonaiBitForBit) {
             << worst << "\n";
 }
 
-TEST(MonaiGoldenTest, GaussianSmoothGivenItsSigmasEqualsMonaiBitForBit) {
+// The same sums as MONAI's separable_filtering (zero padding, X then Y then
+// Z), the host's in its own order: within float32 rounding of the values.
+TEST(MonaiGoldenTest, GaussianSmoothGivenItsSigmasEqualsMonaiWithinRounding) {
   const auto cases = cases_of("RandGaussianSmooth");
   ASSERT_EQ(cases.size(), 2u);
   double worst = 0.0;
@@ -286,12 +288,13 @@ TEST(MonaiGoldenTest, GaussianSmoothGivenItsSigmasEqualsMonaiBitForBit) {
     const auto sigma = c.at("params").at("drawn_sigma").get<std::array<double, 3>>();
     const at::Tensor got = gaussian_smooth(load(c, "input", "input_shape"), sigma);
     const at::Tensor want = load(c, "output", "output_shape");
-    worst = std::max(worst, largest_difference(got, want, c.at("name")));
-    // The same padding and grouped convolutions as MONAI's separable_filtering.
-    EXPECT_TRUE(at::equal(got, want)) << c.at("name");
+    const double scale = std::max(1.0, want.abs().max().item<double>());
+    const double diff = largest_difference(got, want, c.at("name"));
+    worst = std::max(worst, diff / scale);
+    EXPECT_LE(diff, 1e-6 * scale) << c.at("name");
   }
-  std::cout << "RandGaussianSmooth vs MONAI: " << cases.size() << " cases, largest |difference| "
-            << worst << "\n";
+  std::cout << "RandGaussianSmooth vs MONAI: " << cases.size()
+            << " cases, largest |difference| relative to the largest value " << worst << "\n";
 }
 
 TEST(MonaiGoldenTest, AdjustContrastGivenItsGammaEqualsMonaiForEveryOption) {
@@ -401,13 +404,14 @@ TEST(MonaiGoldenTest, RandAffineGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop
 // Rand3DElastic given MONAI's draws (the offset field, magnitude, sigma and
 // the affine's 15): MONAI's own Rand3DElastic on the whole volume, and its
 // steps with the matrix moved to the crop's centre about a crop. The smoothed,
-// scaled offsets equal MONAI's bit for bit (the same filter); the resampled
-// values within float32 rounding of the positions (MONAI's grid is float32).
+// scaled offsets equal MONAI's within float32 rounding (the same filter, its
+// sums in the host's order); the resampled values within float32 rounding of
+// the positions (MONAI's grid is float32).
 TEST(MonaiGoldenTest, Rand3DElasticGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutACrop) {
   const auto cases = cases_of("Rand3DElastic");
   ASSERT_EQ(cases.size(), 10u);
   for (const Gather how : {Gather::kAuto, Gather::kTensorOps}) {  // host kernel; the GPU's code
-    double worst = 0.0;
+    double worst = 0.0, worst_offset = 0.0;
     int64_t label_voxels = 0, label_differ = 0;
     for (const json& c : cases) {
       const std::string name = c.at("name");
@@ -417,7 +421,11 @@ TEST(MonaiGoldenTest, Rand3DElasticGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutAC
       const at::Tensor offsets =
           elastic_offsets(load(c, "field", "field_shape"), p.at("sigma").get<double>(),
                           p.at("magnitude").get<double>());
-      EXPECT_TRUE(at::equal(offsets, load(c, "offsets", "offsets_shape"))) << name;
+      const at::Tensor monai_offsets = load(c, "offsets", "offsets_shape");
+      const double offset_scale = std::max(1.0, monai_offsets.abs().max().item<double>());
+      const double offset_diff = largest_difference(offsets, monai_offsets, name);
+      worst_offset = std::max(worst_offset, offset_diff / offset_scale);
+      EXPECT_LE(offset_diff, 1e-6 * offset_scale) << name;
       const at::Tensor x = load(c, "input", "input_shape");
       const bool label = p.at("mode") == "nearest";
       const Sample sample = warp_input(c, x, label);
@@ -437,8 +445,9 @@ TEST(MonaiGoldenTest, Rand3DElasticGivenItsDrawsEqualsMonaiOnTheVolumeAndAboutAC
     std::cout << "Rand3DElastic vs MONAI ("
               << (how == Gather::kAuto ? "host kernel" : "tensor ops, the GPU's code")
               << "): " << cases.size()
-              << " cases, largest |difference| relative to the image's range " << worst << "; "
-              << label_differ << " of " << label_voxels << " label voxels differ\n";
+              << " cases, largest |difference| relative to the image's range " << worst
+              << " (offsets: " << worst_offset << " of the largest); " << label_differ << " of "
+              << label_voxels << " label voxels differ\n";
     EXPECT_EQ(label_differ, 0);
   }
 }

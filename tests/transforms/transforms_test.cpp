@@ -964,6 +964,58 @@ TEST(RandGaussianNoiseTest, AddsTheFieldOfItsKeyTimesTheDrawnSpreadInFloat32) {
   }
 }
 
+// MONAI's separable_filtering as it runs on a GPU (and in MONAI): pad Z, Y,
+// then X with zeros, then one grouped convolution a spatial axis, X first.
+at::Tensor separable_filtering_by_convolutions(const at::Tensor& image,
+                                               const std::array<double, 3>& sigma,
+                                               double truncated) {
+  at::Tensor y = image.unsqueeze(0);
+  const int64_t channels = y.size(1);
+  std::array<at::Tensor, 3> k;
+  std::array<int64_t, 3> pad{};
+  for (size_t d = 0; d < 3; ++d) {
+    k[d] = gaussian_kernel_1d(sigma[d], image.device(), truncated);
+    pad[d] = (k[d].size(0) - 1) / 2;
+  }
+  y = at::constant_pad_nd(y, {pad[2], pad[2], pad[1], pad[1], pad[0], pad[0]});
+  for (size_t d = 0; d < 3; ++d) {
+    std::vector<int64_t> shape{1, 1, 1, 1, 1};
+    shape[d + 2] = -1;
+    const std::array<int64_t, 3> one{1, 1, 1}, none{0, 0, 0};
+    y = at::conv3d(y, k[d].reshape(shape).repeat({channels, 1, 1, 1, 1}), std::nullopt, one, none,
+                   one, channels);
+  }
+  return y.squeeze(0);
+}
+
+// The host's three passes against the convolutions: the same sums in
+// another order, so within float32 rounding of the largest value; shapes
+// thinner than the kernel, several channels, every truncation.
+TEST(GaussianSmoothTest, TheHostPassesGiveMonaisConvolutionsWithinRounding) {
+  const struct {
+    std::vector<int64_t> shape;
+    std::array<double, 3> sigma;
+    double truncated;
+  } cases[] = {{{1, 9, 7, 12}, {1.0, 0.5, 1.5}, 4.0},
+               {{3, 5, 2, 1}, {2.0, 0.0, 0.25}, 4.0},
+               {{2, 20, 16, 24}, {6.5, 5.0, 8.0}, 3.0},
+               {{1, 1, 33, 3}, {0.3, 3.0, 100.0}, 4.0}};
+  for (const auto& c : cases) {
+    const at::Tensor x = at::randn(c.shape, at::TensorOptions().dtype(at::kFloat)) * 50.0f + 7.0f;
+    const at::Tensor got = gaussian_smooth(x, c.sigma, c.truncated);
+    const at::Tensor want = separable_filtering_by_convolutions(x, c.sigma, c.truncated);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    ASSERT_EQ(got.scalar_type(), at::kFloat);
+    const double scale = x.abs().max().item<double>();
+    EXPECT_LE((got - want).abs().max().item<double>(), 4e-7 * scale)
+        << "shape " << c.shape[1] << "x" << c.shape[2] << "x" << c.shape[3] << ", sigma "
+        << c.sigma[0];
+  }
+  // An integer input keeps the float32 result.
+  const at::Tensor ints = at::arange(60, at::TensorOptions().dtype(at::kShort)).reshape({1, 3, 4, 5});
+  EXPECT_EQ(gaussian_smooth(ints, {1.0, 1.0, 1.0}).scalar_type(), at::kFloat);
+}
+
 TEST(GaussianSmoothTest, KernelIsMonaisErfKernelAndADeltaSpreadsToItsOuterProduct) {
   for (const double sigma : {0.0, 0.1, 0.5, 1.0, 2.6}) {
     const at::Tensor k = gaussian_kernel_1d(sigma, c10::Device(c10::kCPU));

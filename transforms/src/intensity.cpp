@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "checks.h"
 #include "volshard/core/error.h"
@@ -431,19 +432,87 @@ at::Tensor gaussian_kernel_1d(double sigma, c10::Device device, double truncated
   return at::clamp_min(out, 0);
 }
 
+namespace {
+
+// out[0, m) += w * in[0, m): each value rounded after the product and after
+// the sum (no fused multiply-add), so the vector and scalar steps agree.
+inline void add_scaled(float* __restrict out, float w, const float* __restrict in, int64_t m) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128 vw = _mm_set1_ps(w);
+  for (; i + 8 <= m; i += 8) {
+    const __m128 a = _mm_add_ps(_mm_loadu_ps(out + i), _mm_mul_ps(vw, _mm_loadu_ps(in + i)));
+    const __m128 b =
+        _mm_add_ps(_mm_loadu_ps(out + i + 4), _mm_mul_ps(vw, _mm_loadu_ps(in + i + 4)));
+    _mm_storeu_ps(out + i, a);
+    _mm_storeu_ps(out + i + 4, b);
+  }
+#endif
+  for (; i < m; ++i) out[i] += w * in[i];
+}
+
+// One axis of the separable filter on a contiguous outer x n x inner block:
+// out[o, i, :] = sum over k of w[k] in[o, i + k - pad, :], zero outside
+// [0, n) (the zero padding), the taps summed in order k = 0, 1, ... as whole
+// rows (inner > 1) or shifted runs of the row (inner == 1). `out` starts at 0.
+void filter_axis(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                 const std::vector<float>& w) {
+  const auto taps = static_cast<int64_t>(w.size()), pad = (taps - 1) / 2;
+  at::parallel_for(0, outer, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const float* src = in + o * n * inner;
+      float* dst = out + o * n * inner;
+      if (inner == 1) {
+        for (int64_t k = 0; k < taps; ++k) {
+          const int64_t lo = std::max<int64_t>(0, pad - k), hi = std::min(n, n + pad - k);
+          if (lo < hi) add_scaled(dst + lo, w[k], src + lo + k - pad, hi - lo);
+        }
+        continue;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t k = 0; k < taps; ++k) {
+          const int64_t j = i + k - pad;
+          if (j >= 0 && j < n) add_scaled(dst + i * inner, w[k], src + j * inner, inner);
+        }
+      }
+    }
+  });
+}
+
+// MONAI's separable filtering on the host: X, then Y, then Z, in float32 as
+// its convolutions, three passes over the volume and no padded copies.
+at::Tensor gaussian_smooth_host(const at::Tensor& x, const std::array<at::Tensor, 3>& kernels) {
+  const int64_t c = x.size(0), n0 = x.size(1), n1 = x.size(2), n2 = x.size(3);
+  std::array<std::vector<float>, 3> w;
+  for (size_t d = 0; d < 3; ++d) {
+    const at::Tensor k = kernels[d].contiguous();
+    w[d].assign(k.data_ptr<float>(), k.data_ptr<float>() + k.numel());
+  }
+  const at::Tensor in = x.contiguous();
+  at::Tensor a = at::zeros_like(in), b = at::zeros_like(in);
+  filter_axis(in.data_ptr<float>(), a.data_ptr<float>(), c, n0, n1 * n2, w[0]);
+  filter_axis(a.data_ptr<float>(), b.data_ptr<float>(), c * n0, n1, n2, w[1]);
+  a.zero_();
+  filter_axis(b.data_ptr<float>(), a.data_ptr<float>(), c * n0 * n1, n2, 1, w[2]);
+  return a;
+}
+
+}  // namespace
+
 at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
                            double truncated) {
-  const at::Tensor x = image.to(at::kFloat).unsqueeze(0);  // 1 x C x X x Y x Z
-  const int64_t channels = x.size(1);
   std::array<at::Tensor, 3> kernels;
   std::array<int64_t, 3> pad{};
   for (size_t d = 0; d < 3; ++d) {
-    kernels[d] = gaussian_kernel_1d(sigma[d], x.device(), truncated);
+    kernels[d] = gaussian_kernel_1d(sigma[d], image.device(), truncated);
     pad[d] = (kernels[d].size(0) - 1) / 2;
   }
-  // MONAI's separable_filtering pads Z, Y, then X with zeros and convolves X,
-  // then Y, then Z (its recursion), each a grouped convolution of the whole
-  // padded volume; the same calls give the same sums.
+  if (image.is_cpu() && image.dim() == 4) return gaussian_smooth_host(image.to(at::kFloat), kernels);
+  const at::Tensor x = image.to(at::kFloat).unsqueeze(0);  // 1 x C x X x Y x Z
+  const int64_t channels = x.size(1);
+  // On a GPU: MONAI's separable_filtering pads Z, Y, then X with zeros and
+  // convolves X, then Y, then Z (its recursion), each a grouped convolution
+  // of the whole padded volume; the same calls give the same sums.
   at::Tensor y = at::constant_pad_nd(x, {pad[2], pad[2], 0, 0, 0, 0});
   y = at::constant_pad_nd(y, {0, 0, pad[1], pad[1], 0, 0});
   y = at::constant_pad_nd(y, {0, 0, 0, 0, pad[0], pad[0]});
