@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The MONAI oracle in every test run: runs make_monai_goldens.py with the
 pinned environment's MONAI and torch into a scratch folder and checks that it
-writes the committed goldens bit for bit (transforms_tests compares volshard
+writes the committed goldens bit for bit, or within 1e-6 of a file's largest
+value where this CPU's vector kernels round otherwise (transforms_tests compares volshard
 with the committed ones). A difference names each file, its largest change and
 how many values moved; regenerate with the same script when MONAI or torch is
 re-pinned, and say so in the commit.
@@ -48,6 +49,7 @@ def main():
                         f"this environment {fresh['monai']} / {fresh['torch']}")
     if fresh["cases"] != committed["cases"]:
         problems.append("manifest.json: cases (parameters, shapes or affines) differ")
+    rounding = []
     for name in sorted(os.listdir(COMMITTED)):
         if not name.endswith(".f32"):
             continue
@@ -61,12 +63,22 @@ def main():
             problems.append(f"{name}: {a.size} values committed, {b.size} now")
         elif a.tobytes() != b.tobytes():
             d = np.abs(a.astype(np.float64) - b)
-            problems.append(f"{name}: {(d > 0).sum()} of {a.size} values differ, largest by {d.max():.3g}")
+            what = f"{name}: {(d > 0).sum()} of {a.size} values differ, largest by {d.max():.3g}"
+            # ATen picks its vector kernels by CPU (AVX2, AVX-512): torch.pow rounds some values one
+            # float32 step apart between them (RandAdjustContrast, measured 1.2e-7 of the largest).
+            # Within 1e-6 of the file's largest value is that, said; more is MONAI or torch moving.
+            if d.max() <= 1e-6 * max(1.0, float(np.abs(a).max())):
+                rounding.append(what)
+            else:
+                problems.append(what)
+    if rounding:
+        print("within 1e-6 of the largest value (this CPU's vector kernels round otherwise):\n  " +
+              "\n  ".join(rounding))
     if problems:
         print("MONAI no longer writes the committed goldens:\n  " + "\n  ".join(problems))
         return 1
     print(f"MONAI {fresh['monai']} with torch {fresh['torch']} writes the {len(fresh['cases'])} committed cases "
-          "bit for bit")
+          "bit for bit" + (", but for the rounding above" if rounding else ""))
     return 0
 
 
