@@ -500,14 +500,15 @@ at::Tensor gaussian_smooth_host(const at::Tensor& x, const std::array<at::Tensor
 }  // namespace
 
 at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
-                           double truncated) {
+                           double truncated, Gather how) {
   std::array<at::Tensor, 3> kernels;
   std::array<int64_t, 3> pad{};
   for (size_t d = 0; d < 3; ++d) {
     kernels[d] = gaussian_kernel_1d(sigma[d], image.device(), truncated);
     pad[d] = (kernels[d].size(0) - 1) / 2;
   }
-  if (image.is_cpu() && image.dim() == 4) return gaussian_smooth_host(image.to(at::kFloat), kernels);
+  if (image.is_cpu() && image.dim() == 4 && how == Gather::kAuto)
+    return gaussian_smooth_host(image.to(at::kFloat), kernels);
   const at::Tensor x = image.to(at::kFloat).unsqueeze(0);  // 1 x C x X x Y x Z
   const int64_t channels = x.size(1);
   // On a GPU: MONAI's separable_filtering pads Z, Y, then X with zeros and

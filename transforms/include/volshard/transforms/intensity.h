@@ -142,10 +142,11 @@ at::Tensor gaussian_kernel_1d(double sigma, c10::Device device, double truncated
 /// MONAI's GaussianSmooth(sigma) (GaussianFilter, approx "erf", truncated 4;
 /// Rand3DElastic's filter truncates at 3): float32, each channel zero-padded
 /// and filtered along X, then Y, then Z; on the image's device. On the CPU
-/// three host passes (the same sums, in their own order: within float32
-/// rounding of MONAI's), elsewhere MONAI's own grouped convolutions.
+/// (kAuto) three host passes (the same sums, in their own order: within
+/// float32 rounding of MONAI's); kTensorOps (any other device) MONAI's own
+/// grouped convolutions.
 at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
-                           double truncated = 4.0);
+                           double truncated = 4.0, Gather how = Gather::kAuto);
 
 /// Uniform values in [-1, 1) of `shape`, rounded once to float32 (as MONAI's
 /// numpy field), from `key` and each value's flat C-order index only (the
