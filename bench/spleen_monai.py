@@ -231,12 +231,13 @@ def main():
     ap.add_argument("--size", type=int, default=384, help="in-plane edge (size / 4 slices)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--augment", nargs="?", const="affine", choices=sorted(AUGMENT),
-                    help="RandAffine (or Rand3DElastic: --augment elastic) and the intensity augmentations after "
-                         "the crop, prob 1, on both sides")
-    ap.add_argument("--steps", action="store_true",
-                    help="instead of the table: each augmentation alone on the cached crops, CPU ms a crop on "
-                         "each side above the crop alone")
+    what = ap.add_mutually_exclusive_group()  # --steps runs the steps its own way
+    what.add_argument("--augment", nargs="?", const="affine", choices=sorted(AUGMENT),
+                      help="RandAffine (or Rand3DElastic: --augment elastic) and the intensity augmentations "
+                           "after the crop, prob 1, on both sides")
+    what.add_argument("--steps", action="store_true",
+                      help="instead of the table: each augmentation alone on the cached crops, CPU ms a crop on "
+                           "each side above the crop alone")
     ap.add_argument("--cube", type=int, default=0,
                     help="resample every case to cube^3 voxels over the same extent (e.g. --size 512 --cube 256)")
     args = ap.parse_args()
