@@ -964,6 +964,26 @@ TEST(RandGaussianNoiseTest, AddsTheFieldOfItsKeyTimesTheDrawnSpreadInFloat32) {
   }
 }
 
+// The host's one pass (the field a chunk of 4096 pairs at a time, never
+// stored) against the field made whole and added: the same bits, across
+// chunks and the threads' ranges, for an odd count and a strided image.
+TEST(RandGaussianNoiseTest, TheOnePassGivesTheWholeFieldsSumBitForBit) {
+  const at::Tensor odd = at::linspace(-300.0, 900.0, 37 * 41 * 29).reshape({1, 37, 41, 29});
+  const at::Tensor strided = at::linspace(-1.0, 1.0, 2 * 30 * 20 * 10)
+                                 .reshape({2, 10, 20, 30})
+                                 .permute({0, 3, 2, 1});  // 2 x 30 x 20 x 10, not C order
+  for (const at::Tensor& image : {odd, strided}) {
+    for (const uint64_t key : {uint64_t{0}, uint64_t{7}, ~uint64_t{0}}) {
+      const at::Tensor whole = add_gaussian_noise(
+          image, 0.25, 3.0, gaussian_noise_field(image.sizes(), key, image.device()));
+      const at::Tensor fused = add_gaussian_noise(image, 0.25, 3.0, key);
+      EXPECT_TRUE(at::equal(fused, whole))
+          << "key " << key << ", " << image.sizes() << ": "
+          << fused.ne(whole).sum().item<int64_t>() << " values differ";
+    }
+  }
+}
+
 // The host's three passes against MONAI's padded grouped convolutions (the
 // GPU's path, run here on the CPU): the same sums in another order, so within
 // float32 rounding of the largest value; shapes thinner than the kernel,

@@ -66,9 +66,7 @@ class RandGaussianNoise final : public Transform {
   std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
     const GaussianNoiseParams p = sample_gaussian_noise(options_, rng);
     if (p.apply) {
-      const at::Tensor z =
-          gaussian_noise_field(sample.image.sizes(), p.noise_key, sample.image.device());
-      sample.image = add_gaussian_noise(sample.image, options_.mean, p.std, z);
+      sample.image = add_gaussian_noise(sample.image, options_.mean, p.std, p.noise_key);
       sample.meta.intensity.push_back({name(), {p.std}});
     }
     return {std::move(sample)};

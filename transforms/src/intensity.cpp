@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "simd.h"
 #include "volshard/core/error.h"
 #include "volshard/core/log.h"
 
@@ -250,7 +251,7 @@ GaussianNoiseParams sample_gaussian_noise(const GaussianNoiseOptions& options, S
 
 namespace {
 
-constexpr double kTwoPi = 6.283185307179586;
+using detail::kTwoPi;
 
 // x * c mod 2^32 for x, c in [0, 2^32), in int64 tensors without overflow:
 // c's halves keep every product below 2^49.
@@ -301,46 +302,144 @@ at::Tensor noise_pairs_tensor_ops(int64_t pairs, uint64_t key, uint64_t second,
   return at::stack({r * at::cos(theta), r * at::sin(theta)}, 1).view(-1);
 }
 
+// fdlibm's log (e_log.c) for normal x > 0, without its special cases.
+double fdlibm_log(double x) {
+  using namespace detail::fdlibm;
+  uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  auto hx = static_cast<int64_t>(bits >> 32);  // the high word
+  int64_t k = (hx >> 20) - 1023;
+  hx &= 0x000fffff;
+  const int64_t i = (hx + 0x95f64) & 0x100000;  // x / 2 where its mantissa is above sqrt(2)
+  bits = (static_cast<uint64_t>(hx | (i ^ 0x3ff00000)) << 32) | (bits & 0xffffffffu);
+  std::memcpy(&x, &bits, sizeof x);
+  k += i >> 20;
+  const double f = x - 1.0, s = f / (2.0 + f), dk = static_cast<double>(k);
+  const double z = s * s, w = z * z;
+  const double t1 = w * (kLg2 + w * (kLg4 + w * kLg6));
+  const double t2 = z * (kLg1 + w * (kLg3 + w * (kLg5 + w * kLg7)));
+  const double R = t2 + t1;
+  if (((hx - 0x6147a) | (0x6b851 - hx)) > 0) {
+    const double hfsq = 0.5 * f * f;
+    return dk * kLn2Hi - ((hfsq - (s * (hfsq + R) + dk * kLn2Lo)) - f);
+  }
+  return dk * kLn2Hi - ((s * (f - R) - dk * kLn2Lo) - f);
+}
+
+// sin and cos of t in [0, 2 pi): t less the nearest multiple of pi/2 in two
+// parts (exact for these t), fdlibm's kernels (k_sin.c, k_cos.c), the quadrant.
+void fdlibm_sincos(double t, double& sine, double& cosine) {
+  using namespace detail::fdlibm;
+  const int n = static_cast<int>(t * kInvPio2 + 0.5);
+  const double fn = n;
+  const double x = (t - fn * kPio2Hi) - fn * kPio2Lo;
+  const double z = x * x;
+  const double sx = x + z * x * (kS1 + z * (kS2 + z * (kS3 + z * (kS4 + z * (kS5 + z * kS6)))));
+  const double r = z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
+  const double hz = 0.5 * z, w = 1.0 - hz;
+  const double cx = w + (((1.0 - w) - hz) + z * r);
+  switch (n & 3) {
+    case 0: sine = sx, cosine = cx; break;
+    case 1: sine = cx, cosine = -sx; break;
+    case 2: sine = -sx, cosine = -cx; break;
+    default: sine = -cx, cosine = sx; break;
+  }
+}
+
 // The same pairs on the host, one pass and no temporaries: the tensor ops'
-// arithmetic step by step (the integers exact, the scalings exact or rounded
-// alike), so only libm's log, cos and sin may round otherwise than the
-// device's. `out` holds n values; value 2i and 2i + 1 are pair i's.
-void noise_pairs_host(double* out, int64_t n, uint64_t key, uint64_t second) {
+// integers, their scalings exact or rounded alike, and Box-Muller through
+// fdlibm's log, sin and cos (float64 operations only, the same in both loops),
+// so the bits depend on neither libm nor the CPU, and differ from a device's
+// log, cos and sin by their rounding. Pairs [begin, end) of a field of n
+// values: value 2i and 2i + 1 (pair i's, the latter only below n) at
+// out[2 (i - begin)] and the next. With `avx2`, whole pairs four at a time.
+void noise_pairs_range(double* out, int64_t begin, int64_t end, int64_t n, uint64_t key,
+                       uint64_t second, bool avx2) {
   const auto k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
   const auto s0 = static_cast<uint32_t>(second), s1 = static_cast<uint32_t>(second >> 32);
-  at::parallel_for(0, (n + 1) / 2, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const auto index = static_cast<uint32_t>(i);
-      const double u1 = (static_cast<double>(keyed_bits(index, k0, k1)) + 0.5) * 0x1.0p-32;
-      const double theta = static_cast<double>(keyed_bits(index, s0, s1)) * (0x1.0p-32 * kTwoPi);
-      const double r = std::sqrt(std::log(u1) * -2.0);
-      out[2 * i] = r * std::cos(theta);
-      if (2 * i + 1 < n) out[2 * i + 1] = r * std::sin(theta);
+  int64_t i = begin;
+  if (avx2) {  // the pairs with both values, in fours
+    const int64_t whole = std::min(end, n / 2);
+    if (whole > begin) {
+      i = begin + (whole - begin) / 4 * 4;
+      detail::noise_pairs_avx2(out, begin, i, k0, k1, s0, s1);
     }
-  });
+  }
+  for (; i < end; ++i) {
+    const auto index = static_cast<uint32_t>(i);
+    const double u1 = (static_cast<double>(keyed_bits(index, k0, k1)) + 0.5) * 0x1.0p-32;
+    const double theta = static_cast<double>(keyed_bits(index, s0, s1)) * (0x1.0p-32 * kTwoPi);
+    const double r = std::sqrt(fdlibm_log(u1) * -2.0);
+    double sine, cosine;
+    fdlibm_sincos(theta, sine, cosine);
+    out[2 * (i - begin)] = r * cosine;
+    if (2 * i + 1 < n) out[2 * (i - begin) + 1] = r * sine;
+  }
+}
+
+// The field's value count: pair i is hashed from i, a 32-bit index.
+int64_t noise_values(at::IntArrayRef shape) {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  if ((n + 1) / 2 > (int64_t{1} << 32)) {
+    throw std::invalid_argument("RandGaussianNoise: " + std::to_string(n) +
+                                " values are more than the noise field's 2^33");
+  }
+  return n;
 }
 
 }  // namespace
 
 at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device device,
                                 Gather how) {
-  int64_t n = 1;
-  for (const int64_t d : shape) n *= d;
+  if (device.is_cpu() && how == Gather::kAuto)
+    return detail::gaussian_noise_field(shape, key, detail::HostLoop::kAuto);
+  const int64_t n = noise_values(shape);
   // Box-Muller gives two values per pair of uniforms; pair i is hashed from i.
-  const int64_t pairs = (n + 1) / 2;
-  if (pairs > (int64_t{1} << 32)) {
-    throw std::invalid_argument("RandGaussianNoise: " + std::to_string(n) +
-                                " values are more than the noise field's 2^33");
-  }
-  const uint64_t second = mix64(key + kGoldenGamma);
   // Value 2i is pair i's cosine, 2i + 1 its sine: value k depends on k alone,
   // not on how many values there are.
-  if (device.is_cpu() && how == Gather::kAuto) {
-    at::Tensor z = at::empty(shape, at::TensorOptions().dtype(at::kDouble));
-    noise_pairs_host(z.data_ptr<double>(), n, key, second);
-    return z;
-  }
-  return noise_pairs_tensor_ops(pairs, key, second, device).narrow(0, 0, n).view(shape);
+  return noise_pairs_tensor_ops((n + 1) / 2, key, mix64(key + kGoldenGamma), device)
+      .narrow(0, 0, n)
+      .view(shape);
+}
+
+at::Tensor detail::gaussian_noise_field(at::IntArrayRef shape, uint64_t key, HostLoop loop) {
+  const int64_t n = noise_values(shape);
+  at::Tensor z = at::empty(shape, at::TensorOptions().dtype(at::kDouble));
+  double* out = z.data_ptr<double>();
+  const uint64_t second = mix64(key + kGoldenGamma);
+  const bool avx2 = loop == HostLoop::kAuto && avx2_available();
+  at::parallel_for(0, (n + 1) / 2, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
+    noise_pairs_range(out + 2 * begin, begin, end, n, key, second, avx2);
+  });
+  return z;
+}
+
+at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std, uint64_t key) {
+  const at::Tensor x = image.to(at::kFloat);
+  if (!x.is_cpu())
+    return add_gaussian_noise(x, mean, std, gaussian_noise_field(x.sizes(), key, x.device()));
+  const int64_t n = noise_values(x.sizes());
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const float* in = xc.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const uint64_t second = mix64(key + kGoldenGamma);
+  const bool avx2 = detail::avx2_available();
+  // The field a chunk of pairs at a time (64 KiB, in cache), added as made:
+  // add_gaussian_noise's arithmetic on gaussian_noise_field's values.
+  constexpr int64_t kChunk = int64_t{1} << 12;
+  at::parallel_for(0, (n + 1) / 2, kChunk, [&](int64_t begin, int64_t end) {
+    std::vector<double> field(2 * kChunk);
+    for (int64_t first = begin; first < end; first += kChunk) {
+      const int64_t last = std::min(end, first + kChunk);
+      noise_pairs_range(field.data(), first, last, n, key, second, avx2);
+      const int64_t value = 2 * first, values = std::min(2 * last, n) - value;
+      for (int64_t v = 0; v < values; ++v)
+        o[value + v] = in[value + v] + static_cast<float>(field[v] * std + mean);
+    }
+  });
+  return out;
 }
 
 at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std,

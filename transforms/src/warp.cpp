@@ -8,16 +8,20 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "checks.h"
 #include "volshard/core/error.h"
 #include "volshard/transforms/intensity.h"
 #include "volshard/transforms/spatial.h"
 #include "volshard/transforms/view.h"
+#include "simd.h"
 
 namespace volshard {
 
 using detail::spatial_shape;
+using detail::HostLoop;
+using detail::WarpRow;
 
 namespace {
 
@@ -187,9 +191,12 @@ inline int64_t round_half_even(double x) {
 // computed once for the image (trilinear) and the label (nearest, ties to
 // even as grid_sample), on the sources' own strides, no grid tensor. L is the
 // label's dtype (uint8 compact labels, or float); outputs are contiguous.
+// Rows go through the AVX2 loop where `simd` (the same bits), which leaves
+// the voxels near the volume's edges to the plain loop.
 template <class L>
 void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
-               const std::array<int64_t, 3>& size, PaddingMode padding, const float* offsets) {
+               const std::array<int64_t, 3>& size, PaddingMode padding, const float* offsets,
+               bool simd) {
   const at::Tensor& image = sample.image;
   const bool with_label = sample.label.defined();
   const int64_t n[3] = {image.size(1), image.size(2), image.size(3)};
@@ -198,13 +205,11 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
   at::Tensor image_out = at::empty({image.size(0), size[0], size[1], size[2]}, image.options());
   at::Tensor label_out;
   const L* label_in = nullptr;
-  int64_t l0 = 0, l1 = 0, l2 = 0, label_channels = 0, lc = 0;
+  int64_t l[3] = {}, label_channels = 0, lc = 0;
   if (with_label) {
     label_channels = sample.label.size(0);
     lc = sample.label.stride(0);
-    l0 = sample.label.stride(1);
-    l1 = sample.label.stride(2);
-    l2 = sample.label.stride(3);
+    for (int a = 0; a < 3; ++a) l[a] = sample.label.stride(a + 1);
     label_out = at::empty({label_channels, size[0], size[1], size[2]}, sample.label.options());
     label_in = sample.label.data_ptr<L>();
   }
@@ -214,70 +219,142 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
   L* label_o = with_label ? label_out.data_ptr<L>() : nullptr;
   const int64_t channels = image.size(0);
   const auto inside = [&](int64_t i, int a) { return i >= 0 && i < n[a]; };
-  int64_t at = 0;  // the output voxel, C order over the crop
-  for (int64_t i0 = 0; i0 < size[0]; ++i0) {
-    for (int64_t i1 = 0; i1 < size[1]; ++i1) {
-      double row[3];  // the position of (i0, i1, 0); each i2 adds B[.][2]
-      for (int a = 0; a < 3; ++a)
-        row[a] = B[a][0] * static_cast<double>(i0) + B[a][1] * static_cast<double>(i1) + b[a];
-      for (int64_t i2 = 0; i2 < size[2]; ++i2, ++at) {
-        double p[3];
-        for (int a = 0; a < 3; ++a) p[a] = row[a] + B[a][2] * static_cast<double>(i2);
-        if (offsets) {  // Rand3DElastic: j + offsets(j) goes through the map
-          const double d[3] = {offsets[at], offsets[plane + at], offsets[2 * plane + at]};
-          for (int a = 0; a < 3; ++a) p[a] += B[a][0] * d[0] + B[a][1] * d[1] + B[a][2] * d[2];
-        }
-        for (int a = 0; a < 3; ++a) p[a] = pad_coordinate(p[a], n[a], padding);
-        if (with_label) {
-          int64_t k[3];
-          bool in_volume = true;
-          for (int a = 0; a < 3; ++a) {
-            k[a] = round_half_even(p[a]);
-            in_volume = in_volume && inside(k[a], a);
-          }
-          const int64_t offset = k[0] * l0 + k[1] * l1 + k[2] * l2;
-          for (int64_t c = 0; c < label_channels; ++c)
-            label_o[c * plane + at] = in_volume ? label_in[c * lc + offset] : L(0);
-        }
-        int64_t lo[3];
-        double w[3];  // the upper neighbour's weight
+  const double last[3] = {static_cast<double>(n[0] - 1), static_cast<double>(n[1] - 1),
+                          static_cast<double>(n[2] - 1)};
+  // Every channel's value at output voxel `voxel` from the eight neighbours of
+  // lo, all inside the source, upper weights w.
+  const auto trilinear = [&](const int64_t(&lo)[3], const double(&w)[3], int64_t voxel) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* q = in + c * sc + lo[0] * s0 + lo[1] * s1 + lo[2] * s2;
+      const auto v = [q](int64_t offset) { return static_cast<double>(q[offset]); };
+      const double c00 = v(0) + (v(s2) - v(0)) * w[2];
+      const double c01 = v(s1) + (v(s1 + s2) - v(s1)) * w[2];
+      const double c10 = v(s0) + (v(s0 + s2) - v(s0)) * w[2];
+      const double c11 = v(s0 + s1) + (v(s0 + s1 + s2) - v(s0 + s1)) * w[2];
+      const double c0 = c00 + (c01 - c00) * w[1];
+      const double c1 = c10 + (c11 - c10) * w[1];
+      out[c * plane + voxel] = static_cast<float>(c0 + (c1 - c0) * w[0]);
+    }
+  };
+  // Output voxel `at`, the row's i2-th, whose row starts at position `row`.
+  const auto one_voxel = [&](const double(&row)[3], int64_t i2, int64_t at) {
+    double p[3];
+    for (int a = 0; a < 3; ++a) p[a] = row[a] + B[a][2] * static_cast<double>(i2);
+    if (offsets) {  // Rand3DElastic: j + offsets(j) goes through the map
+      const double d[3] = {offsets[at], offsets[plane + at], offsets[2 * plane + at]};
+      for (int a = 0; a < 3; ++a) p[a] += B[a][0] * d[0] + B[a][1] * d[1] + B[a][2] * d[2];
+    }
+    if (p[0] >= 0.0 && p[0] < last[0] && p[1] >= 0.0 && p[1] < last[1] && p[2] >= 0.0 &&
+        p[2] < last[2]) {
+      // Inside [0, n - 1) on every axis, the usual case: every padding mode
+      // reads the source as it is, all eight neighbours exist, and floor is
+      // truncation. The same arithmetic as below, without its checks.
+      int64_t lo[3];
+      double w[3];  // the upper neighbour's weight
+      for (int a = 0; a < 3; ++a) {
+        lo[a] = static_cast<int64_t>(p[a]);
+        w[a] = p[a] - static_cast<double>(lo[a]);
+      }
+      if (with_label) {  // round half to even: w is p's fraction
+        int64_t offset = 0;
         for (int a = 0; a < 3; ++a) {
-          lo[a] = floor_int(p[a]);
-          w[a] = p[a] - static_cast<double>(lo[a]);
+          const bool up = w[a] > 0.5 || (w[a] == 0.5 && (lo[a] & 1) != 0);
+          offset += (lo[a] + (up ? 1 : 0)) * l[a];
         }
-        if (lo[0] >= 0 && lo[0] + 1 < n[0] && lo[1] >= 0 && lo[1] + 1 < n[1] && lo[2] >= 0 &&
-            lo[2] + 1 < n[2]) {  // all eight neighbours inside: no checks
-          for (int64_t c = 0; c < channels; ++c) {
-            const float* q = in + c * sc + lo[0] * s0 + lo[1] * s1 + lo[2] * s2;
-            const auto v = [q](int64_t offset) { return static_cast<double>(q[offset]); };
-            const double c00 = v(0) + (v(s2) - v(0)) * w[2];
-            const double c01 = v(s1) + (v(s1 + s2) - v(s1)) * w[2];
-            const double c10 = v(s0) + (v(s0 + s2) - v(s0)) * w[2];
-            const double c11 = v(s0 + s1) + (v(s0 + s1 + s2) - v(s0 + s1)) * w[2];
-            const double c0 = c00 + (c01 - c00) * w[1];
-            const double c1 = c10 + (c11 - c10) * w[1];
-            out[c * plane + at] = static_cast<float>(c0 + (c1 - c0) * w[0]);
-          }
+        for (int64_t c = 0; c < label_channels; ++c)
+          label_o[c * plane + at] = label_in[c * lc + offset];
+      }
+      trilinear(lo, w, at);
+      return;
+    }
+    for (int a = 0; a < 3; ++a) p[a] = pad_coordinate(p[a], n[a], padding);
+    if (with_label) {
+      int64_t k[3];
+      bool in_volume = true;
+      for (int a = 0; a < 3; ++a) {
+        k[a] = round_half_even(p[a]);
+        in_volume = in_volume && inside(k[a], a);
+      }
+      const int64_t offset = k[0] * l[0] + k[1] * l[1] + k[2] * l[2];
+      for (int64_t c = 0; c < label_channels; ++c)
+        label_o[c * plane + at] = in_volume ? label_in[c * lc + offset] : L(0);
+    }
+    int64_t lo[3];
+    double w[3];  // the upper neighbour's weight
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = floor_int(p[a]);
+      w[a] = p[a] - static_cast<double>(lo[a]);
+    }
+    if (lo[0] >= 0 && lo[0] + 1 < n[0] && lo[1] >= 0 && lo[1] + 1 < n[1] && lo[2] >= 0 &&
+        lo[2] + 1 < n[2]) {  // all eight neighbours inside (border or reflection moved p)
+      trilinear(lo, w, at);
+      return;
+    }
+    for (int64_t c = 0; c < channels; ++c) {  // at the edge: the neighbours inside (zeros)
+      const float* channel = in + c * sc;
+      double value = 0.0;
+      for (int corner = 0; corner < 8; ++corner) {
+        int64_t k[3];
+        double weight = 1.0;
+        bool in_volume = true;
+        for (int a = 0; a < 3; ++a) {
+          const bool up = (corner >> (2 - a)) & 1;
+          k[a] = lo[a] + (up ? 1 : 0);
+          weight *= up ? w[a] : 1.0 - w[a];
+          in_volume = in_volume && inside(k[a], a);
+        }
+        if (in_volume && weight != 0.0)
+          value += weight * static_cast<double>(channel[k[0] * s0 + k[1] * s1 + k[2] * s2]);
+      }
+      out[c * plane + at] = static_cast<float>(value);
+    }
+  };
+  WarpRow<L> r;  // what the AVX2 loop reads: its offsets are int32
+  if (simd) {
+    const auto fits = [](const int64_t (&stride)[3], const int64_t (&extent)[3]) {
+      int64_t most = 0;
+      for (int a = 0; a < 3; ++a) most += stride[a] * std::max<int64_t>(extent[a] - 1, 0);
+      return most < (int64_t{1} << 31);
+    };
+    const int64_t s[3] = {s0, s1, s2};
+    simd = fits(s, n) && (!with_label || fits(l, n));
+    r.image = in;
+    r.image_channels = channels;
+    r.image_channel_stride = sc;
+    for (int a = 0; a < 3; ++a) {
+      r.stride[a] = static_cast<int32_t>(s[a]);
+      r.label_stride[a] = static_cast<int32_t>(l[a]);
+      r.last[a] = last[a];
+      for (int e = 0; e < 3; ++e) r.B[a][e] = B[a][e];
+    }
+    r.label = label_in;
+    r.label_channels = label_channels;
+    r.label_channel_stride = lc;
+    r.image_out = out;
+    r.label_out = label_o;
+    r.plane = plane;
+    r.offsets = offsets;
+  }
+  std::vector<int64_t> rest(simd ? static_cast<size_t>(size[2]) : 0);
+  // Rows in bands of 8 along i1, each band through every i0: where the
+  // view's rows run along a strided source axis (a transposed layout), one
+  // band's cache lines serve the next plane's rows, as a whole plane's do not.
+  constexpr int64_t kBand = 8;
+  for (int64_t band = 0; band < size[1]; band += kBand) {
+    for (int64_t i0 = 0; i0 < size[0]; ++i0) {
+      for (int64_t i1 = band; i1 < std::min(band + kBand, size[1]); ++i1) {
+        const int64_t at = (i0 * size[1] + i1) * size[2];  // the row's first output voxel
+        double row[3];  // the position of (i0, i1, 0); each i2 adds B[.][2]
+        for (int a = 0; a < 3; ++a)
+          row[a] = B[a][0] * static_cast<double>(i0) + B[a][1] * static_cast<double>(i1) + b[a];
+#if defined(VOLSHARD_AVX2)
+        if (simd) {
+          const int64_t listed = detail::warp_row_avx2(r, row, at, size[2], rest.data());
+          for (int64_t k = 0; k < listed; ++k) one_voxel(row, rest[k], at + rest[k]);
           continue;
         }
-        for (int64_t c = 0; c < channels; ++c) {  // at the edge: the neighbours inside (zeros)
-          const float* channel = in + c * sc;
-          double value = 0.0;
-          for (int corner = 0; corner < 8; ++corner) {
-            int64_t k[3];
-            double weight = 1.0;
-            bool in_volume = true;
-            for (int a = 0; a < 3; ++a) {
-              const bool up = (corner >> (2 - a)) & 1;
-              k[a] = lo[a] + (up ? 1 : 0);
-              weight *= up ? w[a] : 1.0 - w[a];
-              in_volume = in_volume && inside(k[a], a);
-            }
-            if (in_volume && weight != 0.0)
-              value += weight * static_cast<double>(channel[k[0] * s0 + k[1] * s1 + k[2] * s2]);
-          }
-          out[c * plane + at] = static_cast<float>(value);
-        }
+#endif
+        for (int64_t i2 = 0; i2 < size[2]; ++i2) one_voxel(row, i2, at + i2);
       }
     }
   }
@@ -289,6 +366,11 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
 
 Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather how,
                  const at::Tensor& offsets) {
+  return detail::warp_view(std::move(sample), m, padding, how, offsets, detail::HostLoop::kAuto);
+}
+
+Sample detail::warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather how,
+                         const at::Tensor& offsets, HostLoop loop) {
   const SpatialMap view = view_of(sample);
   const std::array<int64_t, 3> source = spatial_shape(sample.image);
   if (sample.label.defined() && spatial_shape(sample.label) != source) {
@@ -324,10 +406,11 @@ Sample warp_view(Sample sample, const Matrix4& m, PaddingMode padding, Gather ho
       label_on_host && (!elastic || offsets.is_cpu())) {
     const at::Tensor host_offsets = elastic ? offsets.to(at::kFloat).contiguous() : at::Tensor();
     const float* d = elastic ? host_offsets.data_ptr<float>() : nullptr;
+    const bool simd = loop == HostLoop::kAuto && avx2_available();
     if (sample.label.defined() && sample.label.scalar_type() == at::kFloat)
-      warp_host<float>(sample, B, b, size, padding, d);
+      warp_host<float>(sample, B, b, size, padding, d, simd);
     else
-      warp_host<uint8_t>(sample, B, b, size, padding, d);
+      warp_host<uint8_t>(sample, B, b, size, padding, d, simd);
     sample.view.reset();
     sample.indices.reset();
     return sample;

@@ -114,6 +114,12 @@ at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, c10::Device
 at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std,
                               const at::Tensor& z);
 
+/// The same with the field of `key`: add_gaussian_noise(image, mean, std,
+/// gaussian_noise_field(image's shape, key, image's device)), on the host in
+/// one pass that makes the field a cache-sized chunk at a time (the same bits,
+/// no float64 volume).
+at::Tensor add_gaussian_noise(const at::Tensor& image, double mean, double std, uint64_t key);
+
 // ---- RandGaussianSmooth ---------------------------------------------------
 
 /// The largest sigma RandGaussianSmooth takes (its kernel spans 8 sigma + 1 voxels).
