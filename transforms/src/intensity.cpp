@@ -358,6 +358,7 @@ void noise_pairs_range(double* out, int64_t begin, int64_t end, int64_t n, uint6
   const auto k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
   const auto s0 = static_cast<uint32_t>(second), s1 = static_cast<uint32_t>(second >> 32);
   int64_t i = begin;
+#if defined(VOLSHARD_AVX2)
   if (avx2) {  // the pairs with both values, in fours
     const int64_t whole = std::min(end, n / 2);
     if (whole > begin) {
@@ -365,6 +366,9 @@ void noise_pairs_range(double* out, int64_t begin, int64_t end, int64_t n, uint6
       detail::noise_pairs_avx2(out, begin, i, k0, k1, s0, s1);
     }
   }
+#else
+  (void)avx2;  // no AVX2 loop in this build (avx2_available() is false)
+#endif
   for (; i < end; ++i) {
     const auto index = static_cast<uint32_t>(i);
     const double u1 = (static_cast<double>(keyed_bits(index, k0, k1)) + 0.5) * 0x1.0p-32;
