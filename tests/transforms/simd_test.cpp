@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "volshard/core/seed_streams.h"
 #include "volshard/transforms/transforms.h"
@@ -173,6 +174,31 @@ TEST(NoiseLoopTest, TheFieldsValuesArePinned) {
                               0x1.aa41e30dc980cp-2,  0x1.875b5c6f65197p-1,  0x1.f3c43c320eb93p-1};
     for (int64_t k = 0; k < 6; ++k)
       EXPECT_EQ(z[k].item<double>(), pinned[k]) << "value " << k;
+  }
+}
+
+// RandGaussianSmooth's three passes: shapes thinner than the kernel, rows
+// that are not a multiple of eight, one and three channels, both truncations
+// (Rand3DElastic's 3, RandGaussianSmooth's 4), a zero sigma (one tap).
+TEST(SmoothLoopTest, TheAvx2PassesGiveThePlainPassesBitsForBit) {
+  if (!detail::avx2_available()) GTEST_SKIP() << "this CPU (or build) has no AVX2 loop";
+  const struct {
+    std::vector<int64_t> shape;
+    std::array<double, 3> sigma;
+    double truncated;
+  } cases[] = {{{1, 19, 23, 37}, {1.0, 0.5, 1.5}, 4.0}, {{3, 5, 2, 1}, {2.0, 0.0, 0.25}, 4.0},
+               {{3, 21, 17, 29}, {6.5, 5.0, 7.9}, 3.0}, {{1, 8, 16, 64}, {0.0, 3.0, 2.0}, 4.0},
+               {{2, 3, 40, 9}, {1.2, 8.0, 0.7}, 3.0}};
+  for (const auto& c : cases) {
+    int64_t n = 1;
+    for (const int64_t d : c.shape) n *= d;
+    const at::Tensor image = (at::arange(n, at::kFloat) * 0.37f).sin().reshape(c.shape) * 50.0f;
+    const at::Tensor fast = detail::gaussian_smooth(image, c.sigma, c.truncated, HostLoop::kAuto);
+    const at::Tensor plain =
+        detail::gaussian_smooth(image, c.sigma, c.truncated, HostLoop::kScalar);
+    EXPECT_TRUE(at::equal(fast, plain))
+        << c.shape << ": " << fast.ne(plain).sum().item<int64_t>() << " values differ, largest by "
+        << (fast - plain).abs().max().item<double>();
   }
 }
 

@@ -558,13 +558,23 @@ inline void add_scaled(float* __restrict out, float w, const float* __restrict i
 // out[o, i, :] = sum over k of w[k] in[o, i + k - pad, :], zero outside
 // [0, n) (the zero padding), the taps summed in order k = 0, 1, ... as whole
 // rows (inner > 1) or shifted runs of the row (inner == 1). `out` starts at 0.
+// With `avx2`, each output value's taps are summed in a register, eight
+// values at a time, in the same order from the same 0 (simd.h): the same bits.
 void filter_axis(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
-                 const std::vector<float>& w) {
+                 const std::vector<float>& w, bool avx2) {
   const auto taps = static_cast<int64_t>(w.size()), pad = (taps - 1) / 2;
   at::parallel_for(0, outer, 1, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
       const float* src = in + o * n * inner;
       float* dst = out + o * n * inner;
+#if defined(VOLSHARD_AVX2)
+      if (avx2) {
+        detail::filter_block_avx2(src, dst, n, inner, w.data(), taps);
+        continue;
+      }
+#else
+      (void)avx2;  // no AVX2 loop in this build (avx2_available() is false)
+#endif
       if (inner == 1) {
         for (int64_t k = 0; k < taps; ++k) {
           const int64_t lo = std::max<int64_t>(0, pad - k), hi = std::min(n, n + pad - k);
@@ -584,7 +594,8 @@ void filter_axis(const float* in, float* out, int64_t outer, int64_t n, int64_t 
 
 // MONAI's separable filtering on the host: X, then Y, then Z, in float32 as
 // its convolutions, three passes over the volume and no padded copies.
-at::Tensor gaussian_smooth_host(const at::Tensor& x, const std::array<at::Tensor, 3>& kernels) {
+at::Tensor gaussian_smooth_host(const at::Tensor& x, const std::array<at::Tensor, 3>& kernels,
+                                bool avx2) {
   const int64_t c = x.size(0), n0 = x.size(1), n1 = x.size(2), n2 = x.size(3);
   std::array<std::vector<float>, 3> w;
   for (size_t d = 0; d < 3; ++d) {
@@ -593,25 +604,39 @@ at::Tensor gaussian_smooth_host(const at::Tensor& x, const std::array<at::Tensor
   }
   const at::Tensor in = x.contiguous();
   at::Tensor a = at::zeros_like(in), b = at::zeros_like(in);
-  filter_axis(in.data_ptr<float>(), a.data_ptr<float>(), c, n0, n1 * n2, w[0]);
-  filter_axis(a.data_ptr<float>(), b.data_ptr<float>(), c * n0, n1, n2, w[1]);
+  filter_axis(in.data_ptr<float>(), a.data_ptr<float>(), c, n0, n1 * n2, w[0], avx2);
+  filter_axis(a.data_ptr<float>(), b.data_ptr<float>(), c * n0, n1, n2, w[1], avx2);
   a.zero_();
-  filter_axis(b.data_ptr<float>(), a.data_ptr<float>(), c * n0 * n1, n2, 1, w[2]);
+  filter_axis(b.data_ptr<float>(), a.data_ptr<float>(), c * n0 * n1, n2, 1, w[2], avx2);
   return a;
 }
 
 }  // namespace
 
+at::Tensor detail::gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
+                                   double truncated, HostLoop loop) {
+  if (!image.is_cpu() || image.dim() != 4) {
+    throw std::invalid_argument("RandGaussianSmooth: the host passes take a C x X x Y x Z CPU "
+                                "tensor, not " + std::to_string(image.dim()) + " dims on " +
+                                image.device().str());
+  }
+  std::array<at::Tensor, 3> kernels;
+  for (size_t d = 0; d < 3; ++d)
+    kernels[d] = gaussian_kernel_1d(sigma[d], image.device(), truncated);
+  return gaussian_smooth_host(image.to(at::kFloat), kernels,
+                              loop == HostLoop::kAuto && avx2_available());
+}
+
 at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
                            double truncated, Gather how) {
+  if (image.is_cpu() && image.dim() == 4 && how == Gather::kAuto)
+    return detail::gaussian_smooth(image, sigma, truncated, detail::HostLoop::kAuto);
   std::array<at::Tensor, 3> kernels;
   std::array<int64_t, 3> pad{};
   for (size_t d = 0; d < 3; ++d) {
     kernels[d] = gaussian_kernel_1d(sigma[d], image.device(), truncated);
     pad[d] = (kernels[d].size(0) - 1) / 2;
   }
-  if (image.is_cpu() && image.dim() == 4 && how == Gather::kAuto)
-    return gaussian_smooth_host(image.to(at::kFloat), kernels);
   const at::Tensor x = image.to(at::kFloat).unsqueeze(0);  // 1 x C x X x Y x Z
   const int64_t channels = x.size(1);
   // On a GPU: MONAI's separable_filtering pads Z, Y, then X with zeros and

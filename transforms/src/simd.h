@@ -1,11 +1,13 @@
 #pragma once
 // The host kernels' AVX2 loops, private to transforms/ (and its tests):
-// RandAffine's warp and RandGaussianNoise's field, on x86-64 CPUs with AVX2
+// RandAffine's warp, RandGaussianNoise's field and RandGaussianSmooth's
+// passes, on x86-64 CPUs with AVX2
 // the plain loops' arithmetic four lanes at a time (simd_avx2.cpp, the one
 // file built with -mavx2, called only where the CPU has it).
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 
 #include "volshard/transforms/spatial.h"
@@ -27,6 +29,21 @@ Sample warp_view(Sample sample, const Matrix4& matrix, PaddingMode padding, Gath
 
 /// gaussian_noise_field (intensity.h) on the host with the loop chosen.
 at::Tensor gaussian_noise_field(at::IntArrayRef shape, uint64_t key, HostLoop loop);
+
+/// gaussian_smooth (intensity.h) of a C x X x Y x Z CPU tensor, its host
+/// passes with the loop chosen.
+at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma,
+                           double truncated, HostLoop loop);
+
+// ---- RandGaussianSmooth's separable passes ----------------------------------
+
+/// One block of intensity.cpp's filter_axis: dst[i, :] = the sum over taps k
+/// in order, from 0, of w[k] src[i + k - pad, :] where i + k - pad is in
+/// [0, n) (zero padding), pad = (taps - 1) / 2; src and dst are n x inner,
+/// contiguous. Each value's sum is kept in a register, eight values at a
+/// time. Call only where avx2_available().
+void filter_block_avx2(const float* src, float* dst, int64_t n, int64_t inner, const float* w,
+                       int64_t taps);
 
 // ---- RandGaussianNoise's field ----------------------------------------------
 
