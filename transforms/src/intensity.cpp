@@ -558,8 +558,9 @@ inline void add_scaled(float* __restrict out, float w, const float* __restrict i
 // out[o, i, :] = sum over k of w[k] in[o, i + k - pad, :], zero outside
 // [0, n) (the zero padding), the taps summed in order k = 0, 1, ... as whole
 // rows (inner > 1) or shifted runs of the row (inner == 1). `out` starts at 0.
-// With `avx2`, each output value's taps are summed in a register, eight
-// values at a time, in the same order from the same 0 (simd.h): the same bits.
+// With `avx2`, along a row (inner == 1) each output value's taps are summed
+// in a register, eight values at a time, in the same order from the same 0
+// (simd.h): the same bits.
 void filter_axis(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
                  const std::vector<float>& w, bool avx2) {
   const auto taps = static_cast<int64_t>(w.size()), pad = (taps - 1) / 2;
@@ -567,15 +568,15 @@ void filter_axis(const float* in, float* out, int64_t outer, int64_t n, int64_t 
     for (int64_t o = begin; o < end; ++o) {
       const float* src = in + o * n * inner;
       float* dst = out + o * n * inner;
-#if defined(VOLSHARD_AVX2)
-      if (avx2) {
-        detail::filter_block_avx2(src, dst, n, inner, w.data(), taps);
-        continue;
-      }
-#else
-      (void)avx2;  // no AVX2 loop in this build (avx2_available() is false)
-#endif
       if (inner == 1) {
+#if defined(VOLSHARD_AVX2)
+        if (avx2) {
+          detail::filter_row_avx2(src, dst, n, w.data(), taps);
+          continue;
+        }
+#else
+        (void)avx2;  // no AVX2 loop in this build (avx2_available() is false)
+#endif
         for (int64_t k = 0; k < taps; ++k) {
           const int64_t lo = std::max<int64_t>(0, pad - k), hi = std::min(n, n + pad - k);
           if (lo < hi) add_scaled(dst + lo, w[k], src + lo + k - pad, hi - lo);

@@ -37,13 +37,13 @@ at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>&
 
 // ---- RandGaussianSmooth's separable passes ----------------------------------
 
-/// One block of intensity.cpp's filter_axis: dst[i, :] = the sum over taps k
-/// in order, from 0, of w[k] src[i + k - pad, :] where i + k - pad is in
-/// [0, n) (zero padding), pad = (taps - 1) / 2; src and dst are n x inner,
-/// contiguous. Each value's sum is kept in a register, eight values at a
-/// time. Call only where avx2_available().
-void filter_block_avx2(const float* src, float* dst, int64_t n, int64_t inner, const float* w,
-                       int64_t taps);
+/// intensity.cpp's filter_axis along a row (its last pass, inner == 1):
+/// dst[i] = the sum over taps k in order, from 0, of w[k] src[i + k - pad]
+/// where i + k - pad is in [0, n) (zero padding), pad = (taps - 1) / 2; each
+/// sum kept in a register, eight outputs at a time. (Its passes across rows
+/// stream whole rows and are memory-bound: the plain loop runs them.) Call
+/// only where avx2_available().
+void filter_row_avx2(const float* src, float* dst, int64_t n, const float* w, int64_t taps);
 
 // ---- RandGaussianNoise's field ----------------------------------------------
 

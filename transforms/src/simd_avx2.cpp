@@ -1,8 +1,8 @@
 // The host kernels' AVX2 loops: RandAffine's warp and RandGaussianNoise's
-// field four lanes at a time, RandGaussianSmooth's passes eight; each the
-// plain loop's arithmetic operation for operation, so the bits are the same
-// (-ffp-contract=off and no -mfma: no fused multiply-add). Built with -mavx2 on x86-64 only; called
-// only where the CPU has AVX2 (avx2_available).
+// field four lanes at a time, RandGaussianSmooth's pass along rows eight;
+// each the plain loop's arithmetic operation for operation, so the bits are
+// the same (-ffp-contract=off and no -mfma: no fused multiply-add). Built with
+// -mavx2 on x86-64 only; called only where the CPU has AVX2 (avx2_available).
 
 #include "simd.h"
 
@@ -240,44 +240,23 @@ void noise_pairs_avx2(double* out, int64_t begin, int64_t end, uint32_t k0, uint
   }
 }
 
-void filter_block_avx2(const float* src, float* dst, int64_t n, int64_t inner, const float* w,
-                       int64_t taps) {
-  const int64_t pad = (taps - 1) / 2;
-  if (inner == 1) {
-    // Along the row: the row between `pad` zeros on each side, every output's
-    // sum over all taps in order, eight outputs at a time. The zeros change no
-    // sum: from +0, adding +0 leaves every partial sum as it was (a sum that
-    // starts at +0 never becomes -0), so the bits are the plain loop's, which
-    // adds only the taps inside the row.
-    const int64_t groups = (n + 7) / 8;
-    std::vector<float> padded(static_cast<size_t>(groups * 8 + taps - 1), 0.0f);
-    std::copy(src, src + n, padded.begin() + pad);
-    for (int64_t g = 0; g < groups; ++g) {
-      __m256 sum = _mm256_setzero_ps();
-      const float* x = padded.data() + 8 * g;
-      for (int64_t k = 0; k < taps; ++k)
-        sum = _mm256_add_ps(sum, _mm256_mul_ps(_mm256_set1_ps(w[k]), _mm256_loadu_ps(x + k)));
-      alignas(32) float values[8];
-      _mm256_store_ps(values, sum);
-      std::copy(values, values + std::min<int64_t>(8, n - 8 * g), dst + 8 * g);
-    }
-    return;
-  }
-  // Whole rows (inner > 1): row i gathers its taps' rows in order, each added
-  // into it in one pass (rows too long for their sums to stay in registers).
-  for (int64_t i = 0; i < n; ++i) {
-    float* out = dst + i * inner;
-    const int64_t first = std::max<int64_t>(0, pad - i), last = std::min(taps, n + pad - i);
-    for (int64_t k = first; k < last; ++k) {
-      const float* x = src + (i + k - pad) * inner;
-      const __m256 weight = _mm256_set1_ps(w[k]);
-      int64_t at = 0;
-      for (; at + 8 <= inner; at += 8) {
-        _mm256_storeu_ps(out + at, _mm256_add_ps(_mm256_loadu_ps(out + at),
-                                                 _mm256_mul_ps(weight, _mm256_loadu_ps(x + at))));
-      }
-      for (; at < inner; ++at) out[at] = out[at] + w[k] * x[at];
-    }
+void filter_row_avx2(const float* src, float* dst, int64_t n, const float* w, int64_t taps) {
+  // The row between `pad` zeros on each side, every output's sum over all
+  // taps in order, eight outputs at a time. The zeros change no sum: from +0,
+  // adding +0 leaves every partial sum as it was (a sum that starts at +0
+  // never becomes -0), so the bits are the plain loop's, which adds only the
+  // taps inside the row.
+  const int64_t pad = (taps - 1) / 2, groups = (n + 7) / 8;
+  std::vector<float> padded(static_cast<size_t>(groups * 8 + taps - 1), 0.0f);
+  std::copy(src, src + n, padded.begin() + pad);
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 sum = _mm256_setzero_ps();
+    const float* x = padded.data() + 8 * g;
+    for (int64_t k = 0; k < taps; ++k)
+      sum = _mm256_add_ps(sum, _mm256_mul_ps(_mm256_set1_ps(w[k]), _mm256_loadu_ps(x + k)));
+    alignas(32) float values[8];
+    _mm256_store_ps(values, sum);
+    std::copy(values, values + std::min<int64_t>(8, n - 8 * g), dst + 8 * g);
   }
 }
 

@@ -219,8 +219,6 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
   L* label_o = with_label ? label_out.data_ptr<L>() : nullptr;
   const int64_t channels = image.size(0);
   const auto inside = [&](int64_t i, int a) { return i >= 0 && i < n[a]; };
-  const double last[3] = {static_cast<double>(n[0] - 1), static_cast<double>(n[1] - 1),
-                          static_cast<double>(n[2] - 1)};
   // Every channel's value at output voxel `voxel` from the eight neighbours of
   // lo, all inside the source, upper weights w.
   const auto trilinear = [&](const int64_t(&lo)[3], const double(&w)[3], int64_t voxel) {
@@ -244,29 +242,6 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
       const double d[3] = {offsets[at], offsets[plane + at], offsets[2 * plane + at]};
       for (int a = 0; a < 3; ++a) p[a] += B[a][0] * d[0] + B[a][1] * d[1] + B[a][2] * d[2];
     }
-    if (p[0] >= 0.0 && p[0] < last[0] && p[1] >= 0.0 && p[1] < last[1] && p[2] >= 0.0 &&
-        p[2] < last[2]) {
-      // Inside [0, n - 1) on every axis, the usual case: every padding mode
-      // reads the source as it is, all eight neighbours exist, and floor is
-      // truncation. The same arithmetic as below, without its checks.
-      int64_t lo[3];
-      double w[3];  // the upper neighbour's weight
-      for (int a = 0; a < 3; ++a) {
-        lo[a] = static_cast<int64_t>(p[a]);
-        w[a] = p[a] - static_cast<double>(lo[a]);
-      }
-      if (with_label) {  // round half to even: w is p's fraction
-        int64_t offset = 0;
-        for (int a = 0; a < 3; ++a) {
-          const bool up = w[a] > 0.5 || (w[a] == 0.5 && (lo[a] & 1) != 0);
-          offset += (lo[a] + (up ? 1 : 0)) * l[a];
-        }
-        for (int64_t c = 0; c < label_channels; ++c)
-          label_o[c * plane + at] = label_in[c * lc + offset];
-      }
-      trilinear(lo, w, at);
-      return;
-    }
     for (int a = 0; a < 3; ++a) p[a] = pad_coordinate(p[a], n[a], padding);
     if (with_label) {
       int64_t k[3];
@@ -286,7 +261,7 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
       w[a] = p[a] - static_cast<double>(lo[a]);
     }
     if (lo[0] >= 0 && lo[0] + 1 < n[0] && lo[1] >= 0 && lo[1] + 1 < n[1] && lo[2] >= 0 &&
-        lo[2] + 1 < n[2]) {  // all eight neighbours inside (border or reflection moved p)
+        lo[2] + 1 < n[2]) {  // all eight neighbours inside: no checks
       trilinear(lo, w, at);
       return;
     }
@@ -324,7 +299,7 @@ void warp_host(Sample& sample, const double (&B)[3][3], const double (&b)[3],
     for (int a = 0; a < 3; ++a) {
       r.stride[a] = static_cast<int32_t>(s[a]);
       r.label_stride[a] = static_cast<int32_t>(l[a]);
-      r.last[a] = last[a];
+      r.last[a] = static_cast<double>(n[a] - 1);
       for (int e = 0; e < 3; ++e) r.B[a][e] = B[a][e];
     }
     r.label = label_in;
