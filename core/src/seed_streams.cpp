@@ -60,6 +60,11 @@ uint64_t SeedStreams::worker_seed(int64_t rank, int64_t worker, int64_t epoch) c
                      static_cast<uint64_t>(worker));
 }
 
+uint64_t SeedStreams::dropout_seed(int64_t rank, int64_t step, int64_t micro) const {
+  return derive_seed(rank_seed(rank, step), Stream::kRank, static_cast<uint64_t>(step),
+                     static_cast<uint64_t>(micro));
+}
+
 uint64_t SeedStreams::sample_seed(int64_t index, int64_t epoch) const {
   return derive_seed(base_, Stream::kSample, static_cast<uint64_t>(epoch),
                      static_cast<uint64_t>(index));

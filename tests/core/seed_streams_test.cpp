@@ -83,6 +83,20 @@ TEST(SeedStreamsTest, WorkerStreamsSplitTheRankStreamAsDocumented) {
   EXPECT_EQ(seen.size(), 64u * 16u * 4u);
 }
 
+TEST(SeedStreamsTest, DropoutStreamsSplitTheRankStreamOfAStepByMicroBatch) {
+  const SeedStreams a(7);
+  // derive_seed(derive_seed(7, kRank, 5, 3), kRank, 5, 1), from the formula in
+  // seed_streams.h by an independent Python implementation.
+  EXPECT_EQ(a.dropout_seed(3, 5, 1), 0x63594f6d7853f6deULL);
+  std::unordered_set<uint64_t> seen;
+  for (int64_t r = 0; r < 16; ++r) {
+    for (int64_t step = 0; step < 64; ++step) {
+      for (int64_t m = 0; m < 4; ++m) seen.insert(a.dropout_seed(r, step, m));
+    }
+  }
+  EXPECT_EQ(seen.size(), 16u * 64u * 4u);
+}
+
 TEST(StreamRngTest, UniformIntStaysInRangeAndHitsBothEnds) {
   StreamRng rng(5);
   bool lo = false, hi = false;

@@ -90,6 +90,11 @@ class SeedStreams {
   /// Distinct per (rank, worker process), reproducible: the rank's stream
   /// split by worker, derive_seed(rank_seed(rank, epoch), kWorker, epoch, worker).
   uint64_t worker_seed(int64_t rank, int64_t worker, int64_t epoch) const;
+  /// Dropout masks of optimizer step `step` (the steps done before it) and its
+  /// micro-batch `micro` on `rank`: the rank's stream of that step split by
+  /// micro-batch, derive_seed(rank_seed(rank, step), kRank, step, micro). A
+  /// rerun and a resumed run draw the same masks, with nothing to checkpoint.
+  uint64_t dropout_seed(int64_t rank, int64_t step, int64_t micro) const;
 
   StreamRng shared(uint64_t purpose, int64_t epoch = 0) const {
     return StreamRng(shared_seed(purpose, epoch));
