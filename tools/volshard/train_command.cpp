@@ -140,7 +140,9 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   };
   if ((lo.nproc_per_node > 1 || lo.nnodes > 1) && !launched && launch.init_method.empty()) {
     check_training_config(options, lo.nnodes * lo.nproc_per_node);  // before any worker starts
-    (void)backend_for(options.backend, resolve_device(options.device, 0), lo.nproc_per_node);
+    TrainOptions first = options;  // the first worker's device, cache device and backend
+    first.local_world_size = lo.nproc_per_node;
+    (void)RankPlan::make(first, 0, lo.nnodes * lo.nproc_per_node);
     if (lo.master_port != 0 && lo.node_rank == 0)
       check_port_free(lo.master_port);  // and again there
     hold();
@@ -172,9 +174,10 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   g_announce_stop.store(r.rank == 0);
   try {
-    co.backend = backend_for(o.backend, resolve_device(o.device, o.local_rank), o.local_world_size);
+    const RankPlan plan = RankPlan::make(o, r.rank, r.world_size);
+    co.backend = plan.backend;
     Communicator comm(r, co);
-    const TrainSummary s = train(o, comm, [] { return g_stop_signal.load() != 0; });
+    const TrainSummary s = train(o, plan, comm, [] { return g_stop_signal.load() != 0; });
     if (r.rank == 0) {
       const std::filesystem::path run(o.out_dir);
       std::string files;  // those the run wrote (a run stopped early has no curves yet)

@@ -4,24 +4,14 @@
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 namespace volshard {
 
-int64_t set_up_machine(const TrainOptions& o) {
-  const int64_t local_world = std::max<int64_t>(1, o.local_world_size);
-  // --invariant: kernels split their sums by thread, so the count is fixed.
-  const int64_t threads =
-      o.threads > 0 ? o.threads
-      : o.invariant
-          ? 1
-          : std::max<int64_t>(
-                1, static_cast<int64_t>(std::thread::hardware_concurrency()) / local_world);
-  at::set_num_threads(static_cast<int>(threads));
+void set_up_machine(const TrainOptions& o, const RankPlan& plan) {
+  at::set_num_threads(static_cast<int>(plan.threads));
   // cuDNN's autotuner picks by timing, so its choice may differ between runs:
   // only where determinism is not asked.
   at::globalContext().setBenchmarkCuDNN(!o.deterministic && o.cudnn_benchmark);
@@ -34,10 +24,9 @@ int64_t set_up_machine(const TrainOptions& o) {
     // the same inputs (torch 2.11, on one thread too, now and then a NaN; its
     // mkldnn.deterministic flag does not help): --amp bf16 on the CPU runs
     // them without oneDNN, as torch.backends.mkldnn.enabled = False.
-    if (o.amp == Amp::kBf16 && resolve_device(o.device, o.local_rank).is_cpu())
+    if (o.amp == Amp::kBf16 && plan.device.is_cpu())
       at::globalContext().setUserEnabledMkldnn(false);
   }
-  return threads;
 }
 
 std::string loaded_blas() {

@@ -8,15 +8,15 @@
 #include <string>
 
 #include "volshard/trainer/options.h"
+#include "volshard/trainer/rank_plan.h"
 
 namespace volshard {
 
-/// Sets LibTorch's intra-op threads
-/// (options.threads, or cores / local_world_size, at least 1) and, with
+/// Sets LibTorch's intra-op threads to plan.threads and, with
 /// options.deterministic, deterministic algorithms (and, for --amp bf16 on
-/// the CPU, convolutions without oneDNN, whose bfloat16 kernels are not). Process-wide: call before
-/// any tensor work. Returns the thread count.
-int64_t set_up_machine(const TrainOptions& options);
+/// the CPU, convolutions without oneDNN, whose bfloat16 kernels are not).
+/// Process-wide: call before any tensor work.
+void set_up_machine(const TrainOptions& options, const RankPlan& plan);
 
 /// The BLAS library mapped into this process and its path, e.g. "OpenBLAS
 /// (OpenMP) /usr/lib/...", from /proc/self/maps; "none found ..." otherwise.

@@ -24,6 +24,7 @@
 #include "volshard/core/progress.h"
 #include "volshard/trainer/device.h"
 #include "volshard/trainer/diff.h"
+#include "volshard/trainer/rank_plan.h"
 #include "volshard/volume_io/nifti_header.h"
 
 namespace volshard {
@@ -275,7 +276,8 @@ std::vector<ReproCheck> run_repro_checks(const ReproOptions& o) {
   const Runner runner(o, root, !temporary || o.keep);
   const int64_t n = o.nproc_per_node, s = o.steps;
   const std::vector<std::string> capped{"--max-steps", std::to_string(s)};
-  const std::string expected = expected_nondeterminism(o.train, resolve_device(o.train.device, 0));
+  const std::string expected =
+      expected_nondeterminism(o.train, RankPlan::make(checked, 0, n).device);
   std::vector<ReproCheck> checks;
 
   checks.push_back(check(

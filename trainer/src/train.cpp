@@ -36,6 +36,7 @@
 #include "volshard/trainer/grad_scaler.h"
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/model.h"
+#include "volshard/trainer/rank_plan.h"
 #include "volshard/trainer/serialize.h"
 #include "volshard/trainer/validate.h"
 
@@ -59,13 +60,13 @@ std::vector<std::string> class_names(const TrainOptions& o) {
   return names;
 }
 
-Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& device) {
+Model make_model(const TrainOptions& o, Communicator& comm, const RankPlan& plan) {
   Model net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
   // A state_dict or a checkpoint's model (docs/training.md); a resumed run's
   // weights are its checkpoint's, so the file it started from may be gone.
   if (!o.init_weights.empty() && o.resume.empty())
     net.load_state_dict(load_model_weights(o.init_weights));
-  net.to(device);  // before the optimizer takes the parameters
+  net.to(plan.device);  // before the optimizer takes the parameters
   if (o.channels_last) net.to_channels_last();
   net.set_sync_batchnorm(&comm);
   net.train(true);
@@ -74,43 +75,27 @@ Model make_model(const TrainOptions& o, Communicator& comm, const at::Device& de
 
 // What a rank keeps in memory, and where (--cache-rate, --cache-device): the
 // training cache's and the validation volumes' options.
-CacheOptions cache_options(const TrainOptions& o, int64_t threads, const at::Device& device) {
+CacheOptions cache_options(const TrainOptions& o, const RankPlan& plan) {
   CacheOptions c;
-  c.device = resolve_cache_device(o.cache_device, device);
+  c.device = plan.cache_device;
   c.cache_rate = o.cache_rate;
-  c.threads = std::max<int64_t>(1, std::min<int64_t>(threads, 4));
+  c.threads = std::max<int64_t>(1, std::min<int64_t>(plan.threads, 4));
   return c;
 }
 
 // One rank's cache and loader: the training pairs, the feed the network
 // implies, and where the cache and augmentation run.
-std::unique_ptr<RankPipeline> make_pipeline(const TrainOptions& o,
-                                            const std::vector<ImageLabelPair>& pairs,
-                                            int64_t threads, bool progress,
-                                            const at::Device& device) {
-  CacheOptions c = cache_options(o, threads, device);
-  c.progress = progress;
+std::unique_ptr<RankPipeline> make_pipeline(const TrainOptions& o, const RankPlan& plan,
+                                            const std::vector<ImageLabelPair>& pairs) {
+  CacheOptions c = cache_options(o, plan);
+  c.progress = plan.rank == 0;
   c.cache_dir = o.cache_dir;
   LoaderOptions lo;
   lo.device = c.device;
-  lo.batch_size = o.invariant ? 1 : o.batch_size;  // --invariant: one volume at a time
+  lo.batch_size = plan.loader_batch;
   lo.workers = o.workers;
   lo.seed = o.seed;
   return std::make_unique<RankPipeline>(pairs, o.resolved_feed(), lo, std::move(c));
-}
-
-DistributedSamplerOptions sampler_options(const TrainOptions& o, int64_t size,
-                                          const Communicator& comm) {
-  DistributedSamplerOptions so;
-  so.dataset_size = size;
-  // --invariant: one global order whatever the ranks; each step's share is
-  // dealt out in Engine::start_epoch.
-  so.num_replicas = o.invariant ? 1 : comm.world_size();
-  so.rank = o.invariant ? 0 : comm.rank();
-  so.shuffle = true;
-  so.seed = o.seed;
-  so.mode = PartitionMode::kPad;
-  return so;
 }
 
 // One step, agreed over the ranks by one all-reduce (a log interval's steps by one).
@@ -127,12 +112,15 @@ struct StepStats {
   bool stop = false;        // some rank asked to stop after this step
 };
 
+// --invariant: each volume's loss x 2^40 as an integer, so that the ranks' sum is exact.
+constexpr double kLossScale = 1099511627776.0;
+
 // A step run but not yet read: its values on the device, what the host knows of it.
 struct PendingStep {
   StepValues values;
   int64_t step = 0, micro = 0, positions = 0;
   double lr = 0, wait_seconds = 0, crops = 0;
-  int64_t loss_fixed = 0;  // --invariant: the volumes' losses x 2^40, summed exactly
+  int64_t loss_fixed = 0;  // --invariant: the volumes' losses x kLossScale, summed exactly
   Clock::time_point start;
   SampleHashes hashes;  // --fingerprints
 };
@@ -197,25 +185,15 @@ std::optional<GradScaler> make_grad_scaler(const TrainOptions& o, const ResumeSt
   return scaler;
 }
 
-// An optimizer step of an epoch: this rank's loader batches in it, and the
-// positions of the epoch's order all ranks take in it.
-struct StepPlan {
-  int64_t batches = 0, positions = 0;
-};
-struct EpochPlan {
-  std::vector<int64_t> indices;  // this rank's, in order
-  std::deque<StepPlan> steps;
-};
-
 struct Engine {
-  Engine(const TrainOptions& options, DataSplit split, Communicator& comm, int64_t threads);
+  Engine(const TrainOptions& options, const RankPlan& plan, DataSplit split, Communicator& comm);
 
   // Samples the epoch (continuing the checkpoint's mid-way); returns the
   // positions all ranks had consumed before it started here.
   int64_t start_epoch(int64_t epoch);
   // This rank's indices of `epoch` (the rest of it where the checkpoint
   // stopped mid-way) and its optimizer steps.
-  EpochPlan plan_epoch(int64_t epoch) const;
+  DealtEpoch plan_epoch(int64_t epoch) const;
   // Steps done plus the steps left at this world size.
   int64_t planned_total_steps() const;
   // Starts the loader on `epoch`'s order, so that its first batches are made
@@ -243,19 +221,26 @@ struct Engine {
   // all-reduce on the last); the loss, detached, on the device.
   at::Tensor forward_backward(const at::Tensor& image, const at::Tensor& label, int64_t count,
                               bool last, bool graphed);
+  // Micro-batch `m` of step `p` as the plan's mode takes it, its loss (detached,
+  // on the device) into p.values.
+  void micro_batch(const DeviceBatch& batch, int64_t m, PendingStep& p);
+  // --invariant: one volume's forward and backward, its gradient kept apart
+  // in `volume_gradients` and its loss summed exactly into `p`.
+  at::Tensor volume_gradient(const DeviceBatch& batch, PendingStep& p);
   // After the backward passes: the scaler's unscale and check, clipping, the
   // optimizer (skipped on an inf), the scaler's update; the scale and flag
   // into `v`. Nothing read to the host with a fused optimizer.
   void update(StepValues& v, bool graphed);
 
   const TrainOptions& o;
+  const RankPlan& plan;
   Communicator& comm;
   const int64_t rank, world;
   const bool lead, tty;
   const DataSplit data;
   const std::string data_files;  // rank 0's stamp of them, for its checkpoints
   const int64_t n_train;
-  const at::Device device;  // --device: the network, its batches and the loss
+  const at::Device device;  // plan.device: the network, its batches and the loss
   Model net;
   const std::unique_ptr<torch::optim::Optimizer> opt;
   ResumeState position;  // its sampler stays the checkpoint's (where this run resumed)
@@ -270,14 +255,17 @@ struct Engine {
   const DistributedSamplerOptions sampler;
   const int64_t steps_per_epoch, total_steps;  // optimizer steps
   const Clock::time_point t_start;
-  std::deque<StepPlan> plan;
-  int64_t loading_epoch = -1;  // the epoch the loader was started on ahead, and its plan
-  std::deque<StepPlan> loading_plan;
+  std::deque<StepShare> steps_left;  // the epoch's steps not run yet
+  int64_t loading_epoch = -1;  // the epoch the loader was started on ahead, and its steps
+  std::deque<StepShare> loading_steps;
+  std::vector<at::Tensor> volume_gradients;  // --invariant: the step's, one per volume
   ValidationCache val_cache;  // this rank's validation volumes, kept between validations
 };
 
-Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, int64_t threads)
+Engine::Engine(const TrainOptions& options, const RankPlan& rank_plan, DataSplit split,
+               Communicator& c)
     : o(options),
+      plan(rank_plan),
       comm(c),
       rank(c.rank()),
       world(c.world_size()),
@@ -286,29 +274,24 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
       data(std::move(split)),
       data_files(lead ? data_files_stamp(data) : std::string()),
       n_train(static_cast<int64_t>(data.train.size())),
-      device(resolve_device(o.device, o.local_rank)),
-      net(make_model(o, c, device)),
+      device(plan.device),
+      net(make_model(o, c, plan)),
       opt(make_optimizer(o, net.parameters())),
       position(start_state(o, net, *opt, n_train, c)),
       resumed_steps(position.global_step),
       scaler(make_grad_scaler(o, position, device)),
       reducer(net.parameters(), c),
-      graph(o.cuda_graph ? std::make_unique<GraphedStep>(device.is_cuda()) : nullptr),
-      pipeline(make_pipeline(o, data.train, threads, lead, device)),
+      graph(plan.mode == StepMode::kGraphed ? std::make_unique<GraphedStep>(device.is_cuda())
+                                            : nullptr),
+      pipeline(make_pipeline(o, plan, data.train)),
       loader(pipeline->loader()),
       batches(loader, device, o.channels_last),
       run(o, position, c),
-      sampler(sampler_options(o, n_train, c)),
-      steps_per_epoch(
-          o.invariant ? (n_train + o.batch_size - 1) / o.batch_size
-                      : ((ShardLayout::make(n_train, world, PartitionMode::kPad).num_samples(0) +
-                          o.batch_size - 1) /
-                             o.batch_size +
-                         o.accumulate - 1) /
-                            o.accumulate),
+      sampler(plan.sampler(n_train)),
+      steps_per_epoch(plan.steps_per_epoch(n_train)),
       total_steps(planned_total_steps()),
       t_start(Clock::now()),
-      val_cache(cache_options(o, threads, device)) {
+      val_cache(cache_options(o, plan)) {
   if (graph)
     static_cast<FusedAdam&>(*opt).use_lr_tensor();  // a replay reads the rate set before it
   if (lead && o.fingerprints &&
@@ -325,36 +308,13 @@ Engine::Engine(const TrainOptions& options, DataSplit split, Communicator& c, in
   }
 }
 
-EpochPlan Engine::plan_epoch(int64_t epoch) const {
-  const bool restore = position.continues(epoch);
-  const int64_t order_rank = o.invariant ? 0 : rank, order_world = o.invariant ? 1 : world;
+DealtEpoch Engine::plan_epoch(int64_t epoch) const {
   DistributedSampler s =
-      restore ? DistributedSampler::restore(*position.sampler, order_rank, order_world)
-              : DistributedSampler(sampler);
+      position.continues(epoch)
+          ? DistributedSampler::restore(*position.sampler, plan.order_rank(), plan.order_world())
+          : DistributedSampler(sampler);
   s.set_epoch(epoch);
-  const std::vector<int64_t> order = s.indices().to_vector();
-  const auto total = static_cast<int64_t>(order.size());
-  EpochPlan out;
-  if (o.invariant) {
-    // Step t takes positions [tG, (t + 1)G) of the global order (fewer at the
-    // end); its k-th volume goes to rank k mod W, so the set of volumes and
-    // each volume's own forward do not depend on W.
-    for (int64_t start = 0; start < total; start += o.batch_size) {
-      const int64_t count = std::min(o.batch_size, total - start);
-      int64_t taken = 0;
-      for (int64_t k = rank; k < count; k += world, ++taken)
-        out.indices.push_back(order[static_cast<size_t>(start + k)]);
-      out.steps.push_back({taken, count});
-    }
-  } else {
-    for (int64_t left = (total + o.batch_size - 1) / o.batch_size; left > 0;) {
-      const int64_t m = std::min(o.accumulate, left);
-      out.steps.push_back({m, m * o.batch_size * world});
-      left -= m;
-    }
-    out.indices = order;
-  }
-  return out;
+  return plan.deal(s.indices().to_vector());
 }
 
 int64_t Engine::planned_total_steps() const {
@@ -368,16 +328,16 @@ int64_t Engine::planned_total_steps() const {
 }
 
 void Engine::start_loading(int64_t epoch) {
-  EpochPlan next = plan_epoch(epoch);
+  DealtEpoch next = plan_epoch(epoch);
   batches.start_epoch(std::move(next.indices), epoch);
   loading_epoch = epoch;
-  loading_plan = std::move(next.steps);
+  loading_steps.assign(next.steps.begin(), next.steps.end());
 }
 
 int64_t Engine::start_epoch(int64_t epoch) {
   if (loading_epoch != epoch) start_loading(epoch);
-  plan = std::move(loading_plan);
-  loading_plan.clear();
+  steps_left = std::move(loading_steps);
+  loading_steps.clear();
   loading_epoch = -1;
   if (position.continues(epoch)) return position.sampler->consumed;
   position.epoch_loss_sum = 0;
@@ -419,35 +379,24 @@ void Engine::update(StepValues& v, bool graphed) {
   }
 }
 
-std::optional<PendingStep> Engine::step(int64_t epoch) {
-  if (plan.empty()) return std::nullopt;
-  const StepPlan part = plan.front();
-  plan.pop_front();
-  PendingStep p;
-  p.start = Clock::now();
-  p.micro = part.batches;
-  p.positions = part.positions;
-  p.lr = scheduled_lr(o, position.global_step, total_steps);
-  set_lr(*opt, p.lr, o.optimizer);
-  // --accumulate N: N batches (fewer at the epoch's end), each loss over
-  // their count; the gradients sum locally and the last backward all-reduces.
-  // --invariant: each volume's gradient on its own, their mean exact.
-  // --cuda-graph: one batch, the whole step replayed from static buffers.
-  constexpr double kLossScale = 1099511627776.0;  // 2^40
-  std::vector<at::Tensor> sample_gradients;
-  if (!graph) opt->zero_grad();
-  for (int64_t m = 0; m < p.micro; ++m) {
-    const std::optional<DeviceBatch> batch = batches.next();
-    if (!batch) throw std::logic_error("train: the loader ended before the epoch's planned steps");
-    if (o.model.dropout > 0) {
-      // The masks from the run's seed, per rank, step and micro-batch: a rerun
-      // and a resumed run draw the same ones, with nothing to checkpoint.
-      const auto step = static_cast<uint64_t>(position.global_step);
-      net.seed_dropout(derive_seed(SeedStreams(o.seed).rank_seed(rank, position.global_step),
-                                   Stream::kRank, step, static_cast<uint64_t>(m)));
-    }
-    if (graph) {
-      p.values = graph->run(batch->image, batch->label,
+at::Tensor Engine::volume_gradient(const DeviceBatch& batch, PendingStep& p) {
+  opt->zero_grad();
+  const at::Tensor logits = net.forward(batch.image);
+  const at::Tensor loss =
+      segmentation_loss(logits, batch.label, o.loss, o.activation == Activation::kSoftmax);
+  loss.backward();
+  volume_gradients.push_back(flat_gradients(net.parameters()));
+  p.loss_fixed += std::llround(loss.item<double>() * kLossScale);
+  return loss.detach();
+}
+
+void Engine::micro_batch(const DeviceBatch& batch, int64_t m, PendingStep& p) {
+  switch (plan.mode) {
+    case StepMode::kInvariant:
+      p.values.losses.push_back(volume_gradient(batch, p));
+      return;
+    case StepMode::kGraphed:  // the replay's values are the step's
+      p.values = graph->run(batch.image, batch.label,
                             [this](const at::Tensor& image, const at::Tensor& label) {
                               opt->zero_grad(/*set_to_none=*/false);  // gradients stay put
                               StepValues v;
@@ -455,36 +404,52 @@ std::optional<PendingStep> Engine::step(int64_t epoch) {
                               update(v, true);
                               return v;
                             });
-    } else if (o.invariant) {
-      opt->zero_grad();
-      at::Tensor logits = net.forward(batch->image);
-      const at::Tensor loss =
-          segmentation_loss(logits, batch->label, o.loss, o.activation == Activation::kSoftmax);
-      loss.backward();
-      sample_gradients.push_back(flat_gradients(net.parameters()));
-      p.loss_fixed += std::llround(loss.item<double>() * kLossScale);
-      p.values.losses.push_back(loss.detach());
-    } else {
+      return;
+    case StepMode::kBatched:
       p.values.losses.push_back(
-          forward_backward(batch->image, batch->label, p.micro, m + 1 == p.micro, false));
-    }
+          forward_backward(batch.image, batch.label, p.micro, m + 1 == p.micro, false));
+      return;
+  }
+}
+
+std::optional<PendingStep> Engine::step(int64_t epoch) {
+  if (steps_left.empty()) return std::nullopt;
+  const StepShare share = steps_left.front();
+  steps_left.pop_front();
+  PendingStep p;
+  p.start = Clock::now();
+  p.micro = share.batches;
+  p.positions = share.positions;
+  p.lr = scheduled_lr(o, position.global_step, total_steps);
+  set_lr(*opt, p.lr, o.optimizer);
+  // The plan's mode takes each micro-batch (micro_batch): --accumulate N sums
+  // N batches' gradients, each loss over their count, the last backward
+  // all-reducing; --invariant takes each volume's gradient on its own and
+  // their mean exactly; --cuda-graph replays the whole step from static
+  // buffers, its update included.
+  if (plan.mode != StepMode::kGraphed) opt->zero_grad();
+  volume_gradients.clear();
+  for (int64_t m = 0; m < p.micro; ++m) {
+    const std::optional<DeviceBatch> batch = batches.next();
+    if (!batch) throw std::logic_error("train: the loader ended before the epoch's planned steps");
+    if (o.model.dropout > 0) net.seed_dropout(plan.dropout_seed(position.global_step, m));
+    micro_batch(*batch, m, p);
     p.wait_seconds += batch->waited_seconds;  // spent in this step (the batch ahead included)
     p.crops += static_cast<double>(batch->image.size(0));
     run.trace(epoch, position.global_step + 1, rank, batch->host.meta);
     if (o.fingerprints) p.hashes.add(batch->host);
   }
-  if (!graph) {
-    if (o.invariant) exact_gradient_mean(sample_gradients, part.positions, net.parameters(), comm);
-    update(p.values, false);
-  }
+  if (plan.mode == StepMode::kInvariant)
+    exact_gradient_mean(volume_gradients, share.positions, net.parameters(), comm);
+  if (plan.mode != StepMode::kGraphed) update(p.values, false);
   p.step = ++position.global_step;
   return p;
 }
 
 bool Engine::read_due(size_t pending) const {
   const int64_t step = position.global_step;
-  return static_cast<int64_t>(pending) >= o.log_every || o.fingerprints || o.invariant ||
-         plan.empty() || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) ||
+  return static_cast<int64_t>(pending) >= o.log_every || plan.read_every_step ||
+         steps_left.empty() || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) ||
          (o.max_steps >= 0 && step >= o.max_steps);
 }
 
@@ -538,10 +503,10 @@ std::vector<StepStats> Engine::read(int64_t epoch, std::vector<PendingStep>& pen
     const PendingStep& p = pending[static_cast<size_t>(i)];
     StepStats& s = out[static_cast<size_t>(i)];
     s.loss = sum[4 * i] / static_cast<double>(world);
-    if (o.invariant) {  // the mean over the step's volumes, the same for any W
+    if (plan.mode == StepMode::kInvariant) {  // the mean over the step's volumes, any W
       at::Tensor fixed = at::tensor({p.loss_fixed}, at::kLong);
       comm.allreduce_sum(fixed);
-      s.loss = static_cast<double>(fixed.item<int64_t>()) / 1099511627776.0 /
+      s.loss = static_cast<double>(fixed.item<int64_t>()) / kLossScale /
                static_cast<double>(p.positions);
     }
     s.wait_seconds = sum[4 * i + 1];
@@ -683,30 +648,24 @@ std::string step_text(const TrainOptions& o, const c10::Device& device) {
 }
 
 // train() before torch's refusal of a nondeterministic operation is put in our words.
-TrainSummary train_run(const TrainOptions& options, Communicator& comm,
-                       const std::function<bool()>& stop_requested) {
-  options.validate();
-  options.check_world_size(comm.world_size());
-  DataSplit data = list_data(options);
-  TrainOptions o = options;  // the network's input channels from the data, saved so
-  if (o.model.in_channels == 0) o.model.in_channels = image_channels(data);
-  const int64_t threads = set_up_machine(o);
+TrainSummary train_run(const TrainOptions& o, const RankPlan& plan, DataSplit data,
+                       Communicator& comm, const std::function<bool()>& stop_requested) {
+  set_up_machine(o, plan);
   if (comm.rank() == 0) {
     create_run_folder(o.out_dir);
     open_run_log((std::filesystem::path(o.out_dir) / "train.log").string(), !o.resume.empty());
-    const c10::Device device = resolve_device(o.device, o.local_rank);
-    const std::optional<c10::Device> cache_device = resolve_cache_device(o.cache_device, device);
     print_run_line(std::cerr, "volshard train: " + std::to_string(comm.world_size()) +
                                   " rank(s) over " + to_string(comm.options().backend) + " on " +
-                                  device.str() + ", cache and augmentation " +
-                                  (cache_device ? "on " + cache_device->str() + " (tensor ops)"
-                                                : std::string("in host memory")) +
-                                  ", " + std::to_string(threads) +
+                                  plan.device.str() + ", cache and augmentation " +
+                                  (plan.cache_device
+                                       ? "on " + plan.cache_device->str() + " (tensor ops)"
+                                       : std::string("in host memory")) +
+                                  ", " + std::to_string(plan.threads) +
                                   " intra-op thread(s) per rank, BLAS: " + loaded_blas());
-    print_run_line(std::cerr, "volshard train: step " + step_text(o, device));
+    print_run_line(std::cerr, "volshard train: step " + step_text(o, plan.device));
   }
   comm.barrier();
-  Engine e(o, std::move(data), comm, threads);
+  Engine e(o, plan, std::move(data), comm);
   if (comm.rank() == 0)
     print_run_line(std::cerr, "volshard train: " + validation_text(o, e.data, comm.world_size()));
   TrainSummary summary;
@@ -762,20 +721,46 @@ TrainSummary train_run(const TrainOptions& options, Communicator& comm,
 
 }  // namespace
 
-TrainSummary train(const TrainOptions& options, Communicator& comm,
-                   const std::function<bool()>& stop_requested) {
+namespace {
+
+// train() once the options are checked.
+TrainSummary train_checked(const TrainOptions& options, const RankPlan& plan, Communicator& comm,
+                           const std::function<bool()>& stop_requested) {
+  if (plan.rank != comm.rank() || plan.world != comm.world_size())
+    throw std::invalid_argument("train: the plan is rank " + std::to_string(plan.rank) + " of " +
+                                std::to_string(plan.world) + ", the process group's rank " +
+                                std::to_string(comm.rank()) + " of " +
+                                std::to_string(comm.world_size()));
+  options.check_world_size(comm.world_size());
+  DataSplit data = list_data(options);
+  TrainOptions o = options;  // the network's input channels from the data, saved so
+  if (o.model.in_channels == 0) o.model.in_channels = image_channels(data);
   try {
-    return train_run(options, comm, stop_requested);
+    return train_run(o, plan, std::move(data), comm, stop_requested);
   } catch (const c10::Error& e) {
     const std::string kernel = refused_nondeterministic_kernel(e.msg());
     if (kernel.empty()) throw;
     throw std::runtime_error(
         "train: --deterministic: " + kernel + " has no deterministic implementation on " +
-        resolve_device(options.device, options.local_rank).str() +
+        plan.device.str() +
         " (torch refuses it under deterministic algorithms); train with --deterministic false, "
         "where `volshard repro` expects the weights of two runs to differ and still checks their "
         "data");
   }
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options, const RankPlan& plan, Communicator& comm,
+                   const std::function<bool()>& stop_requested) {
+  options.validate();
+  return train_checked(options, plan, comm, stop_requested);
+}
+
+TrainSummary train(const TrainOptions& options, Communicator& comm,
+                   const std::function<bool()>& stop_requested) {
+  return train_checked(options, RankPlan::make(options, comm.rank(), comm.world_size()), comm,
+                       stop_requested);
 }
 
 }  // namespace volshard

@@ -15,6 +15,7 @@
 #include "volshard/trainer/data_split.h"
 #include "volshard/trainer/options.h"
 #include "volshard/trainer/predict.h"
+#include "volshard/trainer/rank_plan.h"
 #include "volshard/trainer/validate.h"
 
 namespace volshard {
@@ -43,6 +44,11 @@ struct TrainSummary {
 /// thread, as volshard's main() does: results are the same without it, the
 /// memory is not.
 TrainSummary train(const TrainOptions& options, Communicator& comm,
+                   const std::function<bool()>& stop_requested = {});
+/// train() with the rank's plan made by the caller (RankPlan::make, as
+/// `volshard train` makes it before the process group, whose backend it
+/// picks); its rank and world must be the process group's.
+TrainSummary train(const TrainOptions& options, const RankPlan& plan, Communicator& comm,
                    const std::function<bool()>& stop_requested = {});
 
 /// Prints `line` (without its newline) on `stream`, and on rank 0 of a run
