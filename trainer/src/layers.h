@@ -91,13 +91,6 @@ struct BuildContext {
   Forward dropout(torch::nn::Module& parent, const std::string& name, bool channel_wise) const;
 };
 
-/// "1,2,2,4": a list option as messages spell it.
-inline std::string list_text(const std::vector<int64_t>& values) {
-  std::string s;
-  for (const int64_t v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
-  return s;
-}
-
 /// One architecture of the registry.
 struct Architecture {
   ModelKind kind;

@@ -7,6 +7,7 @@
 
 #include "layers.h"
 #include "upsample.h"
+#include "volshard/core/error.h"
 #include "volshard/core/limits.h"
 
 namespace volshard::detail {
@@ -14,12 +15,12 @@ namespace {
 
 void validate_segresnet(const ModelOptions& o) {
   if (o.blocks_down.empty() || o.blocks_down.size() > 8)
-    throw std::invalid_argument("SegResNet: blocks_down=" + list_text(o.blocks_down) +
+    throw std::invalid_argument("SegResNet: blocks_down=" + edges_text(o.blocks_down) +
                                 " needs 1 to 8 levels");
   if (o.blocks_up.size() + 1 != o.blocks_down.size())
-    throw std::invalid_argument("SegResNet: blocks_up=" + list_text(o.blocks_up) + " has " +
+    throw std::invalid_argument("SegResNet: blocks_up=" + edges_text(o.blocks_up) + " has " +
                                 std::to_string(o.blocks_up.size()) +
-                                " entries, blocks_down=" + list_text(o.blocks_down) + " has " +
+                                " entries, blocks_down=" + edges_text(o.blocks_down) + " has " +
                                 std::to_string(o.blocks_down.size()) +
                                 ": blocks_up must have one fewer (the output at the input's size)");
   for (size_t i = 0; i < o.blocks_down.size(); ++i)
@@ -41,7 +42,7 @@ void validate_segresnet(const ModelOptions& o) {
     weights += 2 * 27.0 * c * c * static_cast<double>(o.blocks_down[i]);
   }
   check_fits_in_memory(16.0 * weights, "SegResNet: init_filters=" + std::to_string(o.init_filters) +
-                                           " with blocks_down=" + list_text(o.blocks_down));
+                                           " with blocks_down=" + edges_text(o.blocks_down));
   if (o.resolved_norm() == NormKind::kGroup && o.init_filters % o.num_groups != 0)
     throw std::invalid_argument("SegResNet: init_filters=" + std::to_string(o.init_filters) +
                                 " is not a multiple of num_groups=" + std::to_string(o.num_groups) +

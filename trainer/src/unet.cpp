@@ -5,6 +5,7 @@
 #include <string>
 
 #include "layers.h"
+#include "volshard/core/error.h"
 #include "volshard/core/limits.h"
 
 namespace volshard::detail {
@@ -28,7 +29,7 @@ void validate_unet(const ModelOptions& o) {
   for (size_t i = 0; i + 1 < o.channels.size(); ++i)
     weights +=
         2 * 27.0 * static_cast<double>(o.channels[i]) * static_cast<double>(o.channels[i + 1]);
-  check_fits_in_memory(16.0 * weights, "UNet: channels=" + list_text(o.channels));
+  check_fits_in_memory(16.0 * weights, "UNet: channels=" + edges_text(o.channels));
   for (size_t i = 0; i < o.strides.size(); ++i)
     if (o.strides[i] < 1 || o.strides[i] > 8)
       throw std::invalid_argument("UNet: strides[" + std::to_string(i) +
