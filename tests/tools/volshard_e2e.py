@@ -240,6 +240,19 @@ class VolshardToolTest(unittest.TestCase):
             self.assertIn("--roi 36x36x36", p.stderr, flag)  # its value checked, not refused as a flag
         self.assertIn("--roi 96", run("predict", "--help").stdout)  # the example uses the new name
 
+    def test_predict_bounds_the_rows_it_shares_with_train_as_train_does(self):
+        # predict's options are rows of one table (PredictOptions::for_each_field), the network's
+        # beside the network (model.h): a bound is written once and both commands apply it.
+        predict = ("predict", "--model", "m.pt", "--image", "i.nii", "--out", "o.nii")
+        train = ("train", "--data", self.dir, "--out", os.path.join(self.dir, "run"))
+        for extra, said in ((["--sw-batch-size", 5000], "--sw-batch-size=5000 must be in [1, 4096]"),
+                            (["--num-groups", 5000], "--num-groups=5000 must be in [1, 4096]"),
+                            (["--overlap", 1], "--overlap=1 must be in [0, 1)")):
+            for command in (predict, train):
+                p = run(*command, *extra)
+                self.assertEqual(p.returncode, 2, (command[0], p.stderr))
+                self.assertIn(said, p.stderr, command[0])
+
     def test_audit_is_python_m_volshard_audit_with_the_scripts_arguments_untouched(self):
         # The light volshard replaces itself with the configured Python running the module built
         # beside it (build/python); a --local-rank among the script's arguments reaches the script.

@@ -289,21 +289,14 @@ void add_repro_flags(CLI::App* cmd, TrainOptions& options) {
 }
 
 void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
-  std::set<std::string> keys;
-  const auto table = [&o](auto&& visit) {
-    for_each_model_field(o.model, visit);
-    visit(Field("activation", "sigmoid: channels on their own; softmax: argmax over classes"),
-          o.activation);
-    visit(Field("sw_batch_size", "sliding windows per forward pass").at_least(1), o.sw_batch_size);
-    for_each_inference_field(o.inference, visit);
-    visit(Field("device", "where the network runs: auto (CUDA when there is a device), cpu, cuda"),
-          o.device);
-    for_each_prefix_field(o.prefix, visit);
-  };
   static const FlagNames kRenamed{{"model", "--network"}};  // --model: the weights file
-  table(AddWholeVolumeFlag{cmd, kRenamed});
-  table(CollectKeys{&keys});
-  keys.insert({"roi", "overlap", "crop"});  // validation's window (predict_command.cpp's flags)
+  PredictOptions::for_each_field(o, AddWholeVolumeFlag{cmd, kRenamed});
+  for (const char* flag : {"--model", "--image", "--out"}) cmd->get_option(flag)->required();
+  cmd->add_option("--roi-size", o.roi, "--roi's old name, still accepted")
+      ->delimiter(',')
+      ->group("");
+  std::set<std::string> keys;
+  PredictOptions::for_each_field(o, CollectKeys{&keys});
   add_config(cmd, std::move(keys), true,
              "RUN/config.json: the network's and the prefix's keys (model, channels, pixdim, ...); "
              "flags override it (the network's kind is --network here)",

@@ -61,17 +61,11 @@ NormKind ModelOptions::resolved_norm() const {
 
 void ModelOptions::validate() const {
   const std::string who = name() + ": ";
+  // The rows' bounds (options.h); in_channels 0 there means the images', resolved by now.
+  for_each_model_field(*this, CheckFieldBounds{name()});
   if (in_channels < 1)
     throw std::invalid_argument(who + "in_channels=" + std::to_string(in_channels) +
                                 " must be >= 1");
-  if (out_channels < 1)
-    throw std::invalid_argument(who + "out_channels=" + std::to_string(out_channels) +
-                                " must be >= 1");
-  if (!(dropout >= 0.0 && dropout < 1.0))
-    throw std::invalid_argument(who + "dropout=" + std::to_string(dropout) + " must be in [0, 1)");
-  if (num_groups < 1 || num_groups > 4096)
-    throw std::invalid_argument(who + "num_groups=" + std::to_string(num_groups) +
-                                " must be in [1, 4096]");
   architecture(kind).validate(*this);
 }
 

@@ -305,10 +305,9 @@ void PredictOptions::validate() const {
         " must end in .nii or .nii.gz (the prediction is written as NIfTI)");
   check_not_an_input(out_path, {{"--image", image_path}, {"--model", model_path}},
                      "predict: --out=" + printable(out_path));
+  for_each_field(*this, CheckFieldBounds{"predict"});
   check_roi(roi, "predict: --roi");
   check_roi(crop, "predict: --crop");
-  if (!(overlap >= 0 && overlap < 1))
-    throw std::invalid_argument("predict: --overlap must be in [0, 1)");
   try {
     inference.validate();
   } catch (const std::invalid_argument& e) {

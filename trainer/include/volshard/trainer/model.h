@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "volshard/core/field.h"
+
 namespace volshard {
 
 class Communicator;
@@ -67,6 +69,59 @@ struct ModelOptions {
   /// multiple of size_multiple() (MONAI fails later, with a size error).
   void check_spatial_size(const std::array<int64_t, 3>& size, const std::string& what) const;
 };
+
+/// The network's fields, shared by train and predict.
+template <class Self, class Visit>
+void for_each_model_field(Self& m, Visit&& visit) {
+  visit(Field("model",
+              "the network: unet (MONAI's UNet) or segresnet (MONAI's SegResNet, the BraTS "
+              "tutorial's)")
+            .kept_on_resume(),
+        m.kind);
+  visit(Field("in_channels", "input channels of the network (0: the images' channels)")
+            .kept_on_resume()
+            .at_least(0),
+        m.in_channels);
+  visit(Field("out_channels", "output channels of the network (classes with softmax)")
+            .kept_on_resume()
+            .at_least(1),
+        m.out_channels);
+  visit(Field("channels", "unet: feature channels per level, comma-separated").kept_on_resume(),
+        m.channels);
+  visit(Field("strides", "unet: down-sampling stride per level, comma-separated (one fewer)")
+            .kept_on_resume(),
+        m.strides);
+  visit(Field("res_units", "unet: residual units per block (0: plain convolutions)")
+            .kept_on_resume()
+            .at_least(0),
+        m.num_res_units);
+  visit(Field("init_filters", "segresnet: channels of the first level (doubling per level)")
+            .kept_on_resume()
+            .at_least(1),
+        m.init_filters);
+  visit(Field("blocks_down", "segresnet: residual blocks per level going down, comma-separated")
+            .kept_on_resume(),
+        m.blocks_down);
+  visit(Field("blocks_up",
+              "segresnet: residual blocks per level going up, comma-separated (one fewer)")
+            .kept_on_resume(),
+        m.blocks_up);
+  visit(Field("norm",
+              "normalisation (auto: the model's MONAI default, instance for unet, group for "
+              "segresnet; batch: SyncBatchNorm over ranks; group: GroupNorm)")
+            .kept_on_resume(),
+        m.norm);
+  visit(Field("num_groups", "group norm: channel groups")
+            .kept_on_resume()
+            .at_least(1)
+            .at_most(4096),
+        m.num_groups);
+  visit(Field("dropout", "dropout probability (segresnet: Dropout3d after the first convolution)")
+            .kept_on_resume()
+            .at_least(0)
+            .below(1),
+        m.dropout);
+}
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 

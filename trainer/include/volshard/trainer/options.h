@@ -50,56 +50,6 @@ const std::vector<std::pair<std::string, Activation>>& enum_names(Activation);
 const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind);
 const std::vector<std::pair<std::string, BlendMode>>& enum_names(BlendMode);
 
-/// The network's fields, shared by train and predict.
-template <class Self, class Visit>
-void for_each_model_field(Self& m, Visit&& visit) {
-  visit(Field("model",
-              "the network: unet (MONAI's UNet) or segresnet (MONAI's SegResNet, the BraTS "
-              "tutorial's)")
-            .kept_on_resume(),
-        m.kind);
-  visit(Field("in_channels", "input channels of the network (0: the images' channels)")
-            .kept_on_resume()
-            .at_least(0),
-        m.in_channels);
-  visit(Field("out_channels", "output channels of the network (classes with softmax)")
-            .kept_on_resume()
-            .at_least(1),
-        m.out_channels);
-  visit(Field("channels", "unet: feature channels per level, comma-separated").kept_on_resume(),
-        m.channels);
-  visit(Field("strides", "unet: down-sampling stride per level, comma-separated (one fewer)")
-            .kept_on_resume(),
-        m.strides);
-  visit(Field("res_units", "unet: residual units per block (0: plain convolutions)")
-            .kept_on_resume()
-            .at_least(0),
-        m.num_res_units);
-  visit(Field("init_filters", "segresnet: channels of the first level (doubling per level)")
-            .kept_on_resume()
-            .at_least(1),
-        m.init_filters);
-  visit(Field("blocks_down", "segresnet: residual blocks per level going down, comma-separated")
-            .kept_on_resume(),
-        m.blocks_down);
-  visit(Field("blocks_up",
-              "segresnet: residual blocks per level going up, comma-separated (one fewer)")
-            .kept_on_resume(),
-        m.blocks_up);
-  visit(Field("norm",
-              "normalisation (auto: the model's MONAI default, instance for unet, group for "
-              "segresnet; batch: SyncBatchNorm over ranks; group: GroupNorm)")
-            .kept_on_resume(),
-        m.norm);
-  visit(Field("num_groups", "group norm: channel groups").kept_on_resume().at_least(1),
-        m.num_groups);
-  visit(Field("dropout", "dropout probability (segresnet: Dropout3d after the first convolution)")
-            .kept_on_resume()
-            .at_least(0)
-            .below(1),
-        m.dropout);
-}
-
 /// What inference does around the network's windows, shared by validation
 /// (train) and predict: how windows blend, test-time mirroring, and keeping
 /// each class's largest component.
@@ -459,6 +409,44 @@ struct PredictOptions {
   PrefixOptions prefix;
   /// Throws std::invalid_argument naming the field.
   void validate() const;
+
+  /// The table: visit(Field, member) for every option, in help order. The
+  /// rows a run's config.json also holds (the network, the window, the
+  /// inference, the prefix) are train's rows, so a run's values read back;
+  /// the command's own (the files, what to write) are flags only.
+  template <class Self, class Visit>
+  static void for_each_field(Self& o, Visit&& visit);
 };
+
+template <class Self, class Visit>
+void PredictOptions::for_each_field(Self& o, Visit&& visit) {
+  using F = Field;
+  // --model is the weights file here: the network's kind (key "model") is --network.
+  F weights("model_path", "state_dict .pt (model.pt, or MONAI's); required");
+  weights.flag_name = "--model";
+  visit(weights.flag_only(), o.model_path);
+  visit(F("image", "NIfTI image to segment; required").flag_only(), o.image_path);
+  visit(F("out", "NIfTI to write; required").flag_only(), o.out_path);
+  visit(F("output", "what to write: logits, probabilities or labels").flag_only(), o.output);
+  visit(F("roi",
+          "sliding window, voxels: one edge (a cube) or x,y,z (0: the config's --crop, as "
+          "validation, or the whole volume without one)"),
+        o.roi);
+  visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
+  visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
+        o.sw_batch_size);
+  visit(F("crop", "the training crop (a run's config.json): the window when --roi is 0"), o.crop);
+  visit(F("whole_volume",
+          "the whole volume in one pass (no sliding window), whatever the config says")
+            .flag_only(),
+        o.whole_volume);
+  for_each_model_field(o.model, visit);
+  visit(F("activation", "sigmoid: channels on their own; softmax: argmax over classes"),
+        o.activation);
+  for_each_inference_field(o.inference, visit);
+  visit(F("device", "where the network runs: auto (CUDA when there is a device), cpu, cuda"),
+        o.device);
+  for_each_prefix_field(o.prefix, visit);
+}
 
 }  // namespace volshard
