@@ -20,3 +20,32 @@ function(volshard_library name)
     volshard_set_warnings(${target})
   endif()
 endfunction()
+
+# volshard_precompile_torch(<target>): the target's sources that include
+# <torch/torch.h> take it precompiled, once per target; the others are built as
+# they are, so that none leans on a header it does not include. Parsing
+# torch.h is about 36 of a trainer source's 50-60 seconds (-O2 -g, one core:
+# docs/platform.md); the precompiled header costs about 50 seconds and 0.9 GB
+# once. A source that starts including it after CMake ran is built without
+# (slower, the same object) until CMake runs again. VOLSHARD_PRECOMPILE_TORCH
+# OFF builds every source plainly.
+option(VOLSHARD_PRECOMPILE_TORCH "Precompile <torch/torch.h> for the sources that include it" ON)
+function(volshard_precompile_torch target)
+  if(NOT VOLSHARD_PRECOMPILE_TORCH)
+    return()
+  endif()
+  get_target_property(sources ${target} SOURCES)
+  set(including 0)
+  foreach(source IN LISTS sources)
+    get_filename_component(path ${source} ABSOLUTE)
+    file(STRINGS ${path} includes REGEX "^#include <torch/torch\\.h>")
+    if(includes)
+      math(EXPR including "${including} + 1")
+    else()
+      set_source_files_properties(${source} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+    endif()
+  endforeach()
+  if(including GREATER 1)  # one source gains nothing from a header of its own
+    target_precompile_headers(${target} PRIVATE <torch/torch.h>)
+  endif()
+endfunction()

@@ -2,6 +2,8 @@
 // upsample_mode nontrainable, use_conv_final, no VAE): the registry's
 // "segresnet" entry, the network of MONAI's BraTS tutorial. Module names
 // follow MONAI's, so state_dict keys equal its.
+#include <torch/torch.h>  // torch::nn (layers.h); precompiled with the others
+
 #include <stdexcept>
 #include <string>
 

@@ -1,5 +1,7 @@
 // MONAI's UNet (monai.networks.nets.UNet, spatial_dims 3): the registry's
 // "unet" entry. Module names follow MONAI's, so state_dict keys equal its.
+#include <torch/torch.h>  // torch::nn (layers.h); precompiled with the others
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
