@@ -130,6 +130,19 @@ TEST(DiffTest, WrongTypesAreBadInputNamingFileLineAndField) {
               HasSubstr("fingerprints.jsonl:1: \"buckets\" must be a list of lists of strings"));
   std::ofstream(fs::path(layout) / "config.json") << "[1]";
   EXPECT_THAT(bad_input(layout, b), HasSubstr("config.json: not a JSON object"));
+  // config.json is read through the options' table, every key by its row.
+  const std::string a = three_steps("types_config");
+  for (const auto& [config, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"invariant": "yes"})", "config.json: invariant='yes' is not a valid invariant"},
+           {R"({"epochs": "five"})", "config.json: epochs='five' is not a valid epochs"},
+           {R"({"optimizer": "rmsprop"})", "config.json: optimizer='rmsprop' must be one of adam"},
+           {R"({"seed": -1})", "config.json: seed=-1 is not a valid seed"}}) {
+    std::ofstream(fs::path(a) / "config.json") << config;
+    EXPECT_THAT(bad_input(a, b), HasSubstr(expected)) << config;
+  }
+  std::ofstream(fs::path(a) / "config.json")
+      << R"({"epochs": 5, "seed": 18446744073709551615, "a_later_key": 1})";
+  EXPECT_TRUE(diff_runs(a, b).identical);  // a key of another version: the comparison's
 }
 
 TEST(DiffTest, FilesThatAreNotRegularAreRefusedBeforeAByteIsRead) {

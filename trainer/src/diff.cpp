@@ -15,6 +15,7 @@
 #include "json_lines.h"
 #include "resume.h"
 #include "volshard/core/file_io.h"
+#include "volshard/datasets/field_json.h"
 #include "volshard/trainer/options.h"
 
 namespace volshard {
@@ -134,16 +135,16 @@ Run read_run(const std::string& dir) {
   if (!c.is_object())
     throw std::invalid_argument("diff: " + config.string() + ": not a JSON object but a JSON " +
                                 c.type_name());
-  const auto bad_option = [&](const char* key, const char* what) {
-    throw std::invalid_argument("diff: " + config.string() + ": \"" + key + "\" must be " + what +
-                                ", not " + shown(c[key]));
-  };
-  if (c.contains("invariant") && !c["invariant"].is_boolean())
-    bad_option("invariant", "true or false");
-  if (c.contains("trace_samples") && !c["trace_samples"].is_string())
-    bad_option("trace_samples", "a path");
-  r.invariant = c.value("invariant", false);
-  r.trace = c.value("trace_samples", std::string());
+  // Every key of the table, through its row and the one JSON conversion (field_json.h, as a
+  // config given to --config and the Python Loader's pipeline); a key the table does not
+  // have (another version's) is left to the configs' comparison.
+  TrainOptions saved;
+  TrainOptions::for_each_field(saved, [&](const Field& f, auto& value) {
+    const auto it = c.find(f.key);
+    if (f.in_json && it != c.end()) field_from_json(f, *it, "diff: " + config.string() + ": ", value);
+  });
+  r.invariant = saved.invariant;
+  r.trace = saved.trace_samples;
   const fs::path prints = fs::path(dir) / "fingerprints.jsonl";
   if (!fs::exists(prints, ec) && !fs::is_symlink(prints, ec))
     throw std::invalid_argument("diff: " + prints.string() +

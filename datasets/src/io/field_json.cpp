@@ -74,6 +74,17 @@ void json_to(const Field& f, const nlohmann::json& v, const std::string& who, in
   fail_json_value(f, v, who, "an integer");
 }
 
+void json_to(const Field& f, const nlohmann::json& v, const std::string& who, uint64_t& out) {
+  if (v.is_number_unsigned()) {
+    out = v.get<uint64_t>();
+    return;
+  }
+  int64_t x = 0;
+  json_to(f, v, who, x);  // 8.0 and "8", as for any integer
+  if (x < 0) fail_json_value(f, v, who, "an integer >= 0");
+  out = static_cast<uint64_t>(x);
+}
+
 void json_to(const Field& f, const nlohmann::json& v, const std::string& who, std::string& out) {
   if (!v.is_string()) fail_json_value(f, v, who, "a string");
   out = v.get<std::string>();

@@ -25,6 +25,8 @@ std::string json_value_text(const nlohmann::json& v);
                                   const std::string& expected);
 void json_to(const Field& f, const nlohmann::json& v, const std::string& who, bool& out);
 void json_to(const Field& f, const nlohmann::json& v, const std::string& who, int64_t& out);
+/// A seed: the whole 64-bit range, or what the int64_t overload takes if not negative.
+void json_to(const Field& f, const nlohmann::json& v, const std::string& who, uint64_t& out);
 void json_to(const Field& f, const nlohmann::json& v, const std::string& who, double& out);
 void json_to(const Field& f, const nlohmann::json& v, const std::string& who, std::string& out);
 /// A list's elements: an array's, a string's comma-separated parts, or the one value.
