@@ -61,7 +61,7 @@ std::vector<std::string> class_names(const TrainOptions& o) {
 }
 
 Model make_model(const TrainOptions& o, Communicator& comm, const RankPlan& plan) {
-  Model net(o.model, SeedStreams(o.seed).shared_seed(purpose::kModelInit));
+  Model net(o.model, plan.seeds.shared_seed(purpose::kModelInit));
   // A state_dict or a checkpoint's model (docs/training.md); a resumed run's
   // weights are its checkpoint's, so the file it started from may be gone.
   if (!o.init_weights.empty() && o.resume.empty())
@@ -240,7 +240,6 @@ struct Engine {
   const DataSplit data;
   const std::string data_files;  // rank 0's stamp of them, for its checkpoints
   const int64_t n_train;
-  const at::Device device;  // plan.device: the network, its batches and the loss
   Model net;
   const std::unique_ptr<torch::optim::Optimizer> opt;
   ResumeState position;  // its sampler stays the checkpoint's (where this run resumed)
@@ -274,18 +273,17 @@ Engine::Engine(const TrainOptions& options, const RankPlan& rank_plan, DataSplit
       data(std::move(split)),
       data_files(lead ? data_files_stamp(data) : std::string()),
       n_train(static_cast<int64_t>(data.train.size())),
-      device(plan.device),
       net(make_model(o, c, plan)),
       opt(make_optimizer(o, net.parameters())),
       position(start_state(o, net, *opt, n_train, c)),
       resumed_steps(position.global_step),
-      scaler(make_grad_scaler(o, position, device)),
+      scaler(make_grad_scaler(o, position, plan.device)),
       reducer(net.parameters(), c),
-      graph(plan.mode == StepMode::kGraphed ? std::make_unique<GraphedStep>(device.is_cuda())
+      graph(plan.mode == StepMode::kGraphed ? std::make_unique<GraphedStep>(plan.device.is_cuda())
                                             : nullptr),
       pipeline(make_pipeline(o, plan, data.train)),
       loader(pipeline->loader()),
-      batches(loader, device, o.channels_last),
+      batches(loader, plan.device, o.channels_last),
       run(o, position, c),
       sampler(plan.sampler(n_train)),
       steps_per_epoch(plan.steps_per_epoch(n_train)),
@@ -349,7 +347,7 @@ at::Tensor Engine::forward_backward(const at::Tensor& image, const at::Tensor& l
                                     bool last, bool graphed) {
   at::Tensor logits;
   {
-    const AutocastScope autocast(o.amp, device.type(), /*cache=*/!graphed);
+    const AutocastScope autocast(o.amp, plan.device.type(), /*cache=*/!graphed);
     logits = net.forward(image);
   }
   // The loss in float32 (autocast's float16/bfloat16 logits widened).

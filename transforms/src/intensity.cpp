@@ -565,13 +565,14 @@ void filter_axis(const float* in, float* out, int64_t outer, int64_t n, int64_t 
                  const std::vector<float>& w, bool avx2) {
   const auto taps = static_cast<int64_t>(w.size()), pad = (taps - 1) / 2;
   at::parallel_for(0, outer, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> padded;  // filter_row_avx2's, one allocation a chunk of rows
     for (int64_t o = begin; o < end; ++o) {
       const float* src = in + o * n * inner;
       float* dst = out + o * n * inner;
       if (inner == 1) {
 #if defined(VOLSHARD_AVX2)
         if (avx2) {
-          detail::filter_row_avx2(src, dst, n, w.data(), taps);
+          detail::filter_row_avx2(src, dst, n, w.data(), taps, padded);
           continue;
         }
 #else

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "volshard/transforms/spatial.h"
 
@@ -41,9 +42,12 @@ at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>&
 /// dst[i] = the sum over taps k in order, from 0, of w[k] src[i + k - pad]
 /// where i + k - pad is in [0, n) (zero padding), pad = (taps - 1) / 2; each
 /// sum kept in a register, eight outputs at a time. (Its passes across rows
-/// stream whole rows and are memory-bound: the plain loop runs them.) Call
-/// only where avx2_available().
-void filter_row_avx2(const float* src, float* dst, int64_t n, const float* w, int64_t taps);
+/// stream whole rows and are memory-bound: the plain loop runs them.)
+/// `padded`: the caller's scratch for the row between its zeros, kept from
+/// row to row of one n and taps (its zeros stay; only the row is copied in).
+/// Call only where avx2_available().
+void filter_row_avx2(const float* src, float* dst, int64_t n, const float* w, int64_t taps,
+                     std::vector<float>& padded);
 
 // ---- RandGaussianNoise's field ----------------------------------------------
 

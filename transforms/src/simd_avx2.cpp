@@ -240,14 +240,15 @@ void noise_pairs_avx2(double* out, int64_t begin, int64_t end, uint32_t k0, uint
   }
 }
 
-void filter_row_avx2(const float* src, float* dst, int64_t n, const float* w, int64_t taps) {
+void filter_row_avx2(const float* src, float* dst, int64_t n, const float* w, int64_t taps,
+                     std::vector<float>& padded) {
   // The row between `pad` zeros on each side, every output's sum over all
   // taps in order, eight outputs at a time. The zeros change no sum: from +0,
   // adding +0 leaves every partial sum as it was (a sum that starts at +0
   // never becomes -0), so the bits are the plain loop's, which adds only the
   // taps inside the row.
   const int64_t pad = (taps - 1) / 2, groups = (n + 7) / 8;
-  std::vector<float> padded(static_cast<size_t>(groups * 8 + taps - 1), 0.0f);
+  padded.resize(static_cast<size_t>(groups * 8 + taps - 1), 0.0f);  // zeros once, then kept
   std::copy(src, src + n, padded.begin() + pad);
   for (int64_t g = 0; g < groups; ++g) {
     __m256 sum = _mm256_setzero_ps();
