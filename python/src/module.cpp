@@ -17,6 +17,7 @@
 #include "volshard/core/large_blocks.h"
 #include "volshard/core/log.h"
 #include "volshard/core/nearest_name.h"
+#include "volshard/datasets/batches_ahead.h"
 #include "volshard/datasets/cache.h"
 #include "volshard/datasets/content_hash.h"
 #include "volshard/datasets/datalist.h"
@@ -132,7 +133,9 @@ py::dict header_dict(const NiftiHeader& h) {
 }
 
 // One rank's pipeline (RankPipeline) for Python: its calls without the GIL,
-// its batches as dicts, and close().
+// its batches as dicts, and close(). With a device (to_device), its batches go
+// there one step ahead through BatchesAhead (as the trainer's engine takes
+// them), the user's transform (Python) applied on the host first.
 class LoaderCore {
  public:
   LoaderCore(std::vector<ImageLabelPair> pairs, const FeedOptions& feed, const LoaderOptions& lo,
@@ -141,9 +144,31 @@ class LoaderCore {
     pipeline_ = std::make_unique<RankPipeline>(std::move(pairs), feed, lo, co);
   }
 
+  /// From now on next() hands out batches on `device`, one taken ahead and
+  /// copied while the caller computes; `on_host` (None, or a callable taking
+  /// and returning a batch dict) replaces each batch's image and label first.
+  void to_device(const std::string& device, py::object on_host) {
+    on_host_ = std::move(on_host);
+    BatchesAhead::HostStep step;
+    if (!on_host_.is_none()) {
+      // on_host_ owns the callable and outlives ahead_, which holds no Python reference.
+      step = [fn = py::handle(on_host_)](Batch& b) {
+        py::gil_scoped_acquire gil;
+        const py::object out = fn(batch_dict(b));
+        b.image = out["image"].cast<at::Tensor>();
+        b.label = out["label"].cast<at::Tensor>();
+      };
+    }
+    ahead_ = std::make_unique<BatchesAhead>(live(), c10::Device(device), false, std::move(step));
+  }
+
   void start_epoch(std::vector<int64_t> indices, int64_t epoch) {
     py::gil_scoped_release nogil;
-    live().start_epoch(std::move(indices), epoch);
+    if (ahead_) {
+      ahead_->start_epoch(std::move(indices), epoch);
+    } else {
+      live().start_epoch(std::move(indices), epoch);
+    }
   }
 
   /// The epoch's batches taken and dropped in C++, the GIL released: the
@@ -156,6 +181,18 @@ class LoaderCore {
   }
 
   py::object next() {
+    if (ahead_) {
+      std::optional<DeviceBatch> b;
+      {
+        py::gil_scoped_release nogil;
+        b = ahead_->next();
+      }
+      if (!b) return py::none();
+      py::dict d = batch_dict(b->host);
+      d["image"] = b->image;
+      d["label"] = b->label;
+      return d;
+    }
     std::optional<Batch> b;
     {
       py::gil_scoped_release nogil;
@@ -173,6 +210,7 @@ class LoaderCore {
   /// Stops the worker threads (without the GIL: they may be warning).
   void close() {
     py::gil_scoped_release nogil;
+    ahead_.reset();
     pipeline_.reset();
   }
 
@@ -183,6 +221,8 @@ class LoaderCore {
   }
 
   std::unique_ptr<RankPipeline> pipeline_;
+  py::object on_host_ = py::none();
+  std::unique_ptr<BatchesAhead> ahead_;  ///< after pipeline_: goes first
 };
 
 PinMemory parse_pin_memory(const std::optional<bool>& pin) {
@@ -404,6 +444,7 @@ void bind_pipeline(py::module_& m) {
              return std::make_unique<LoaderCore>(std::move(pairs), feed, loader, cache);
            }),
            py::arg("files"), py::arg("feed"), py::arg("loader"), py::arg("cache"))
+      .def("to_device", &LoaderCore::to_device, py::arg("device"), py::arg("on_host"))
       .def("start_epoch", &LoaderCore::start_epoch, py::arg("indices"), py::arg("epoch"))
       .def("next", &LoaderCore::next)
       .def("drain", &LoaderCore::drain)

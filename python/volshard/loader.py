@@ -1,7 +1,6 @@
 """volshard.Loader: the C++ pipeline (cache, deterministic prefix, MONAI's
 DDP-tutorial augmentation, worker threads) as a Python iterable of batches."""
 
-import contextlib
 import json
 import math
 import os
@@ -179,32 +178,6 @@ def _device(device, name="device"):
     if d.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"Loader: {name}={device!r}: no CUDA device here (torch {torch.__version__})")
     return d
-
-
-class _DeviceMover:
-    """Batches to `device` one ahead: issue() starts the copies (non_blocking; on a side stream for CUDA),
-    take() hands the batch over once the consumer's stream may use it."""
-
-    def __init__(self, device, keys=_KEYS):
-        self.device = device
-        self.keys = keys
-        self.stream = torch.cuda.Stream(device) if device is not None and device.type == "cuda" else None
-
-    def issue(self, batch):
-        if batch is None:
-            return batch
-        with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
-            for key in self.keys:
-                batch[key] = batch[key].to(self.device, non_blocking=True)
-        return batch
-
-    def take(self, batch):
-        if batch is not None and self.stream is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_stream(self.stream)
-            for key in self.keys:
-                batch[key].record_stream(current)  # its memory is the consumer's stream's now
-        return batch
 
 
 def _pipeline(pipeline, who):
@@ -441,36 +414,36 @@ class Loader:
         self._generation += 1
         generation = self._generation
         indices = list(self.sampler)
-        self._core.start_epoch(indices, self.sampler.epoch)
-        self.sampler._set_consumed(0)
-        returned = 0
-
         streams = SeedStreams(self.seed % (1 << 64)) if self.transform is not None else None
         epoch = self.sampler.epoch
+        keys = self.keys
 
-        def take():  # the next batch, its image and label under self.keys, then the user's transform
-            batch = self._core.next()
-            if batch is None:
-                return None
-            batch = _named(batch, self.keys)
-            return batch if streams is None else _transform_rows(batch, self.transform, self.keys, streams, epoch)
+        def transformed(batch):  # the user's transform on a batch under self.keys
+            return batch if streams is None else _transform_rows(batch, self.transform, keys, streams, epoch)
 
-        # With a device, the next batch's copy is issued before this one is handed out (one batch ahead);
-        # without, each batch is taken when asked for.
-        mover = _DeviceMover(self.device, self.keys) if self.device is not None else None
-        ahead = mover.issue(take()) if mover else None
+        def on_host(batch):  # the same on a batch under the C++ names, before its copy to the device
+            out = transformed(_named(batch, keys))
+            return {"image": out[keys[0]], "label": out[keys[1]]}
+
+        if self.device is not None:
+            # Batches to the device one ahead, as `volshard train` takes them (C++ BatchesAhead): the next
+            # batch is taken, transformed on the host and its copy issued (non_blocking; on a side stream for
+            # CUDA) before this one is handed out.
+            self._core.to_device(str(self.device), on_host if streams is not None else None)
+        self._core.start_epoch(indices, epoch)
+        self.sampler._set_consumed(0)
+        returned = 0
         while True:
             if generation != self._generation:
                 raise RuntimeError("Loader: this iterator was superseded by a newer iter(loader), which restarted "
                                    "the epoch's stream; iterate one at a time (make a Loader per stream)")
             self._check_process()
-            if mover:
-                batch = mover.take(ahead)
-                ahead = mover.issue(take()) if batch is not None else None
-            else:
-                batch = take()
+            batch = self._core.next()
             if batch is None:
                 return
+            batch = _named(batch, keys)
+            if self.device is None:
+                batch = transformed(batch)
             returned = min(returned + self.batch_size, len(indices))
             self.sampler._set_consumed(returned)
             yield batch

@@ -15,9 +15,9 @@ def noise(sample, generator):
     return dict(sample, image=image + torch.randn(image.shape, generator=generator))
 
 
-def batches(data, transform, world=1, rank=0, epoch=0, workers=1, seed=3):
+def batches(data, transform, world=1, rank=0, epoch=0, workers=1, seed=3, **kw):
     sampler = volshard.DistributedSampler(6, num_replicas=world, rank=rank, seed=seed)
-    loader = volshard.Loader(data, sampler, transform=transform, workers=workers, **KW)
+    loader = volshard.Loader(data, sampler, transform=transform, workers=workers, **KW, **kw)
     loader.set_epoch(epoch)
     out = [{k: (v.clone() if torch.is_tensor(v) else v) for k, v in b.items()} for b in loader]
     loader.close()
@@ -77,3 +77,23 @@ def test_a_transform_that_breaks_the_batch_is_named(synth_data):
 
     with pytest.raises(ValueError, match="rows of a batch must keep one shape"):
         batches(synth_data, shrink_some)
+
+
+def test_with_a_device_the_transform_runs_on_the_host_before_the_batch_ahead_is_copied(synth_data, meta_device):
+    # device= takes its batches through the trainer's BatchesAhead: the transform is applied to each batch
+    # on the host, then its copy issued one batch ahead. On the CPU the bytes are the host path's; on "meta"
+    # (a GPU's stand-in: tensors without data) the transformed batch is what was moved.
+    host = batches(synth_data, noise, epoch=1)
+    on_cpu = batches(synth_data, noise, epoch=1, device="cpu")
+    assert [b["index"] for b in on_cpu] == [b["index"] for b in host]
+    for a, b in zip(host, on_cpu):
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+
+    def halve(sample, generator):  # a transform that changes the shape and dtype shows where it ran
+        return dict(sample, image=sample["image"][:, ::2].double())
+
+    moved = batches(synth_data, halve, device="meta")
+    assert moved and all(b["image"].device.type == "meta" and b["image"].dtype == torch.float64 for b in moved)
+    assert all(b["image"].shape[2] == 8 and b["label"].shape[2] == 16 for b in moved)
+    with pytest.raises(TypeError, match="transform must return the sample dict with 'image' and 'label'"):
+        batches(synth_data, lambda sample, generator: sample["image"], device="cpu")

@@ -18,15 +18,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "engine/validate.h"
+#include "parallel/ddp.h"
 #include "run_ranks.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/comm.h"
-#include "volshard/trainer/ddp.h"
 #include "volshard/trainer/launch.h"
 #include "volshard/trainer/loss.h"
 #include "volshard/trainer/model.h"
 #include "volshard/trainer/train.h"
-#include "volshard/trainer/validate.h"
 
 namespace volshard {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "json_lines.h"
+#include "io/json_lines.h"
 
 namespace volshard {
 namespace {

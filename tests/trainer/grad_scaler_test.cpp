@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "volshard/trainer/grad_scaler.h"
+#include "engine/grad_scaler.h"
 
 namespace volshard {
 namespace {

@@ -1,6 +1,6 @@
 // GraphedStep: a step's body on static buffers (captured and replayed on a
 // GPU), other shapes on themselves.
-#include "graph_step.h"
+#include "engine/graph_step.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

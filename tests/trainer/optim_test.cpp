@@ -1,7 +1,7 @@
 // FusedAdam (torch's _fused_adam_ behind LibTorch's Adam state) and the
 // clipping that reads nothing back to the host, against LibTorch's own Adam
 // and clip_grad_norm_.
-#include "optim.h"
+#include "engine/optim.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "archive_io.h"
+#include "io/archive_io.h"
+#include "io/checkpoint.h"
 #include "volshard/core/file_io.h"
-#include "volshard/trainer/checkpoint.h"
 #include "volshard/trainer/serialize.h"
 
 namespace volshard {

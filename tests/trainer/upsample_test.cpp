@@ -1,6 +1,6 @@
 // The trilinear up-sampling with a deterministic backward: torch's forward
 // values, and the gradient torch's own backward gives, within float rounding.
-#include "upsample.h"
+#include "models/upsample.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>

@@ -6,7 +6,7 @@
 #include "verbs.h"
 #include "volshard/core/error.h"
 #include "volshard/core/file_io.h"
-#include "volshard/trainer/train.h"
+#include "volshard/trainer/predict.h"
 
 namespace volshard::cli {
 

@@ -16,6 +16,7 @@
 #include "verbs.h"
 #include "volshard/core/error.h"
 #include "volshard/core/folder_lock.h"
+#include "volshard/trainer/data_split.h"
 #include "volshard/trainer/launch.h"
 #include "volshard/trainer/rendezvous.h"
 #include "volshard/trainer/train.h"

@@ -2,9 +2,9 @@
 // The training job: MONAI's DDP UNet tutorial, in C++, on this project's
 // sampler, cache, transforms and loader. One call per rank.
 //
-// The engine's parts: data_split.h (which volumes, checked before start),
-// validate.h, predict.h; inside trainer/src: machine, run_folder (RUN/),
-// optim, resume (checkpoint state), progress (what is printed).
+// Its room is trainer/src/engine/ (README.md there): the step loop, the run
+// folder, resume, validation; data_split.h says which volumes (checked before
+// any worker starts), predict.h what a trained model writes.
 
 #include <cstdint>
 #include <functional>
@@ -12,11 +12,8 @@
 #include <string>
 
 #include "volshard/trainer/comm.h"
-#include "volshard/trainer/data_split.h"
 #include "volshard/trainer/options.h"
-#include "volshard/trainer/predict.h"
 #include "volshard/trainer/rank_plan.h"
-#include "volshard/trainer/validate.h"
 
 namespace volshard {
 
