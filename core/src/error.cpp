@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "volshard/core/field.h"
+
 namespace volshard {
 
 void fail_file(const std::string& path, const std::string& message) {
@@ -114,9 +116,9 @@ void check_edges(const std::vector<int64_t>& v, const std::string& flag, int64_t
   bool ok = v.size() == 1 || v.size() == 3;
   for (const int64_t e : v) ok = ok && e >= lo && e <= hi;
   if (!ok) {
-    throw std::invalid_argument(flag + "=" + edges_text(v) +
-                                " must be one edge (a cube) or three, x,y,z, each in [" +
-                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw FieldError(flag + "=" + edges_text(v) +
+                     " must be one edge (a cube) or three, x,y,z, each in [" + std::to_string(lo) +
+                     ", " + std::to_string(hi) + "]");
   }
 }
 

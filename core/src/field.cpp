@@ -36,8 +36,62 @@ void Field::check(double value, const std::string& value_text, const std::string
     bound = std::string("in ") + (lo_open ? "(" : "[") + number(lo) + ", " + number(hi) +
             (hi_open ? ")" : "]");
   }
-  throw std::invalid_argument((who.empty() ? "" : who + ": ") + flag() + "=" + value_text +
-                              " must be " + bound);
+  throw FieldError((who.empty() ? "" : who + ": ") + field_ref(*this) + "=" + value_text +
+                   " must be " + bound);
+}
+
+namespace {
+
+// A field_ref is kUnit key kRecord flag kUnit: control characters no key,
+// flag or printable value holds.
+constexpr char kUnit = '\x1f';
+constexpr char kRecord = '\x1e';
+
+// `marked` with each field_ref as its key or its flag.
+std::string render(const std::string& marked, bool flags) {
+  std::string out;
+  out.reserve(marked.size());
+  size_t at = 0;
+  while (at < marked.size()) {
+    const size_t open = marked.find(kUnit, at);
+    const size_t middle = open == std::string::npos ? open : marked.find(kRecord, open + 1);
+    const size_t close = middle == std::string::npos ? middle : marked.find(kUnit, middle + 1);
+    if (close == std::string::npos) {
+      out.append(marked, at, std::string::npos);
+      break;
+    }
+    out.append(marked, at, open - at);
+    if (flags) {
+      out.append(marked, middle + 1, close - middle - 1);
+    } else {
+      out.append(marked, open + 1, middle - open - 1);
+    }
+    at = close + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string field_ref(const Field& f) {
+  return std::string(1, kUnit) + f.key + kRecord + f.flag() + kUnit;
+}
+
+std::string field_ref(const char* key) { return field_ref(Field(key, "")); }
+
+FieldError::FieldError(const std::string& marked)
+    : std::invalid_argument(render(marked, false)), marked_(marked) {}
+
+std::string FieldError::flag_text() const { return render(marked_, true); }
+
+std::string quoted(const std::exception& e) {
+  const auto* field = dynamic_cast<const FieldError*>(&e);
+  return field != nullptr ? field->marked() : e.what();
+}
+
+std::string flag_text(const std::exception& e) {
+  const auto* field = dynamic_cast<const FieldError*>(&e);
+  return field != nullptr ? field->flag_text() : e.what();
 }
 
 }  // namespace volshard

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "volshard/core/field.h"
+
 namespace volshard {
 
 namespace {
@@ -53,9 +55,8 @@ std::string bytes_text(double bytes) {
 void check_fits_in_memory(double bytes, const std::string& what) {
   const int64_t memory = physical_memory_bytes();
   if (memory <= 0 || !(bytes > static_cast<double>(memory))) return;
-  throw std::invalid_argument(what + " needs " + bytes_text(bytes) +
-                              " of memory; this machine has " +
-                              bytes_text(static_cast<double>(memory)));
+  throw FieldError(what + " needs " + bytes_text(bytes) + " of memory; this machine has " +
+                   bytes_text(static_cast<double>(memory)));
 }
 
 int64_t available_memory_bytes() {

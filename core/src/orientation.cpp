@@ -6,6 +6,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "volshard/core/field.h"
+
 namespace volshard {
 namespace {
 
@@ -109,7 +111,7 @@ std::string axcodes(const Affine& affine) {
 }
 
 void check_axcodes(const std::string& codes, const std::string& what) {
-  auto bad = [&](const std::string& why) { throw std::invalid_argument(what + " " + why); };
+  auto bad = [&](const std::string& why) { throw FieldError(what + " " + why); };
   if (codes.size() != 3) bad("must be three letters, one of L/R, P/A and I/S each (e.g. RAS)");
   bool used[3] = {false, false, false};
   for (const char c : codes) {

@@ -153,14 +153,11 @@ def _split(data, split, val_fraction, keys=_KEYS):
         return _pairs(data, keys)
     if split not in ("training", "validation"):
         raise ValueError(f"split={split!r} must be None, 'training' or 'validation'")
-    try:
-        if _is_datalist(data):
-            train, val = _volshard._split_datalist(os.fspath(data), float(val_fraction), *keys)
-        else:
-            source = os.fspath(data) if isinstance(data, (str, os.PathLike)) else "data"
-            train, val = _volshard._hold_out_tail(_pairs(data, keys), float(val_fraction), source)
-    except ValueError as e:
-        raise ValueError(_python_names(str(e))) from None
+    if _is_datalist(data):
+        train, val = _volshard._split_datalist(os.fspath(data), float(val_fraction), *keys)
+    else:
+        source = os.fspath(data) if isinstance(data, (str, os.PathLike)) else "data"
+        train, val = _volshard._hold_out_tail(_pairs(data, keys), float(val_fraction), source)
     return [(p["image"], p["label"]) for p in (train if split == "training" else val)]
 
 
@@ -238,13 +235,6 @@ def _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline, who="L
         raise ValueError(f"{who}: pipeline values must be numbers, strings, booleans or lists of them ({e})") \
             from None
     return _volshard._feed_options(text, f"{who}: ")
-
-
-def _python_names(message):
-    """The C++ checks name the command line's flags (--num-samples=0); a Python
-    user passed the argument num_samples=0."""
-    import re
-    return re.sub(r"--([a-z][a-z0-9-]*)=", lambda m: m.group(1).replace("-", "_") + "=", message)
 
 
 class Loader:
@@ -362,21 +352,19 @@ class Loader:
         self.drop_last_batch = drop_last_batch
         self._pid = os.getpid()
         self._generation = 0
-        try:
-            feed = _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline)
-            # Every pipeline key, as RUN/config.json names them: what this loader feeds.
-            self.pipeline = json.loads(feed.to_json())
-            self._core = _volshard._LoaderCore(
-                pairs,
-                feed,
-                _checked_options(_volshard._LoaderOptions, "Loader", batch_size=batch_size, drop_last_batch=drop_last_batch,
-                                  workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
-                                  pin_memory=pin_memory, device=cache_device),
-                _checked_options(_volshard._CacheOptions, "Loader", cache_rate=cache_rate, threads=cache_threads,
-                                  max_bytes=max_cache_bytes, cache_dir=_fspath(cache_dir, "Loader", "cache_dir"),
-                                  device=cache_device))
-        except ValueError as e:
-            raise ValueError(_python_names(str(e))) from None
+        # The C++ checks name each field by its key (num_samples=0), as the arguments here.
+        feed = _feed_options(crop, num_samples, allow_smaller, rot90_prob, pipeline)
+        # Every pipeline key, as RUN/config.json names them: what this loader feeds.
+        self.pipeline = json.loads(feed.to_json())
+        self._core = _volshard._LoaderCore(
+            pairs,
+            feed,
+            _checked_options(_volshard._LoaderOptions, "Loader", batch_size=batch_size, drop_last_batch=drop_last_batch,
+                              workers=workers, prefetch_batches=prefetch_batches, seed=self.seed % (1 << 64),
+                              pin_memory=pin_memory, device=cache_device),
+            _checked_options(_volshard._CacheOptions, "Loader", cache_rate=cache_rate, threads=cache_threads,
+                              max_bytes=max_cache_bytes, cache_dir=_fspath(cache_dir, "Loader", "cache_dir"),
+                              device=cache_device))
 
     def set_epoch(self, epoch):
         """Sets the sampler's epoch (its shuffle) and the augmentation's (each

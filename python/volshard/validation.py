@@ -6,7 +6,7 @@ import torch
 
 from . import _volshard
 from ._checks import fspath as _fspath
-from .loader import _NO_TRANSFORM, _feed_options, _keys, _named, _python_names, _split
+from .loader import _NO_TRANSFORM, _feed_options, _keys, _named, _split
 from .sampler import _world
 
 
@@ -43,10 +43,7 @@ class ValidationLoader:
         self.rank = me if rank is None else int(rank)
         if self.num_replicas < 1 or not 0 <= self.rank < self.num_replicas:
             raise ValueError(f"ValidationLoader: rank={self.rank} must be in [0, num_replicas={self.num_replicas})")
-        try:
-            self._feed = _feed_options(None, None, None, None, pipeline, who="ValidationLoader")
-        except ValueError as e:
-            raise ValueError(_python_names(str(e))) from None
+        self._feed = _feed_options(None, None, None, None, pipeline, who="ValidationLoader")
 
     @property
     def indices(self):
@@ -59,10 +56,7 @@ class ValidationLoader:
     def __iter__(self):
         for i in self.indices:
             image, label = self.pairs[i]
-            try:
-                item = _volshard._load_whole_volume(image, label, i, self._feed)
-            except ValueError as e:
-                raise ValueError(_python_names(str(e))) from None
+            item = _volshard._load_whole_volume(image, label, i, self._feed)
             yield _named({"image": item["image"].unsqueeze(0), "label": item["label"].unsqueeze(0), "index": i,
                           "source": image, "affine": item["affine"]}, self.keys)
 

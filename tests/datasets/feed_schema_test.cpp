@@ -143,13 +143,31 @@ TEST(FeedSchemaTest, AWrongValueIsNamedByItsKeyAndTheCallersName) {
   EXPECT_THAT(error_of("{"), HasSubstr("not valid JSON"));
 }
 
-TEST(FeedSchemaTest, TheSchemasBoundsValidateWithTheFlagsNames) {
+// The library names a field by its key, as the config and Python spell it; a
+// command line shows its flag (FieldError::flag_text), each field it names.
+TEST(FeedSchemaTest, TheSchemasBoundsNameTheFieldsAndACommandLineTheirFlags) {
+  const auto flags_of = [](const std::string& json) {
+    try {
+      (void)feed_from_json(json, "Loader: ");
+    } catch (const std::invalid_argument& e) {
+      return flag_text(e);
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(flags_of(R"({"num_samples": 5000})"), "Loader: --num-samples=5000 must be in [1, 4096]");
+  EXPECT_THAT(flags_of(R"({"crop": [32, 32]})"), HasSubstr("Loader: --crop=32,32 must be one edge"));
+  EXPECT_THAT(flags_of(R"({"affine_prob": 0.3, "elastic_prob": 0.2})"),
+              HasSubstr("Loader: --affine-prob=0.3 and --elastic-prob=0.2: one of them"));
+  EXPECT_THAT(flags_of(R"({"a_min": 5, "a_max": 1, "intensity": "range"})"),
+              HasSubstr("--a-min=5 must be <= --a-max=1"));
+  EXPECT_THAT(error_of(R"({"a_min": 5, "a_max": 1, "intensity": "range"})"),
+              HasSubstr("a_min=5 must be <= a_max=1"));
   EXPECT_THAT(error_of(R"({"crop": 0})"),
-              HasSubstr("Loader: --crop=0 must be one edge (a cube) or three, x,y,z, each in [1, "
+              HasSubstr("Loader: crop=0 must be one edge (a cube) or three, x,y,z, each in [1, "
                         "4096]"));
   EXPECT_THAT(error_of(R"({"crop": [32, 32]})"),
-              HasSubstr("Loader: --crop=32,32 must be one edge"));
-  EXPECT_THAT(error_of(R"({"crop": [40, 0, 40]})"), HasSubstr("--crop=40,0,40 must be"));
+              HasSubstr("Loader: crop=32,32 must be one edge"));
+  EXPECT_THAT(error_of(R"({"crop": [40, 0, 40]})"), HasSubstr("crop=40,0,40 must be"));
   EXPECT_EQ(feed_from_json(R"({"crop": [40, 56, 40]})", "").crop_size(),
             (std::array<int64_t, 3>{40, 56, 40}));
   EXPECT_EQ(feed_from_json(R"({"crop": "40,56,40"})", "").crop_size(),
@@ -157,33 +175,33 @@ TEST(FeedSchemaTest, TheSchemasBoundsValidateWithTheFlagsNames) {
   EXPECT_EQ(feed_from_json(R"({"crop": 24})", "").crop_size(),
             (std::array<int64_t, 3>{24, 24, 24}));
   EXPECT_THAT(error_of(R"({"num_samples": 5000})"),
-              HasSubstr("--num-samples=5000 must be in [1, 4096]"));
-  EXPECT_THAT(error_of(R"({"rot90_prob": 1.5})"), HasSubstr("--rot90-prob=1.5 must be in [0, 1]"));
-  EXPECT_THAT(error_of(R"({"rand_scale": 1})"), HasSubstr("--rand-scale=1 must be in [0, 1)"));
-  EXPECT_THAT(error_of(R"({"rand_shift": "inf"})"), HasSubstr("--rand-shift=inf must be >= 0"));
+              HasSubstr("num_samples=5000 must be in [1, 4096]"));
+  EXPECT_THAT(error_of(R"({"rot90_prob": 1.5})"), HasSubstr("rot90_prob=1.5 must be in [0, 1]"));
+  EXPECT_THAT(error_of(R"({"rand_scale": 1})"), HasSubstr("rand_scale=1 must be in [0, 1)"));
+  EXPECT_THAT(error_of(R"({"rand_shift": "inf"})"), HasSubstr("rand_shift=inf must be >= 0"));
   EXPECT_THAT(error_of(R"({"rand_scale_prob": 1.5})"),
-              HasSubstr("--rand-scale-prob=1.5 must be in [0, 1]"));
+              HasSubstr("rand_scale_prob=1.5 must be in [0, 1]"));
   EXPECT_THAT(error_of(R"({"noise_prob": -0.1})"),
-              HasSubstr("--noise-prob=-0.1 must be in [0, 1]"));
-  EXPECT_THAT(error_of(R"({"noise_std": "inf"})"), HasSubstr("--noise-std=inf must be >= 0"));
-  EXPECT_THAT(error_of(R"({"smooth_prob": 2})"), HasSubstr("--smooth-prob=2 must be in [0, 1]"));
+              HasSubstr("noise_prob=-0.1 must be in [0, 1]"));
+  EXPECT_THAT(error_of(R"({"noise_std": "inf"})"), HasSubstr("noise_std=inf must be >= 0"));
+  EXPECT_THAT(error_of(R"({"smooth_prob": 2})"), HasSubstr("smooth_prob=2 must be in [0, 1]"));
   EXPECT_THAT(
       error_of(R"({"smooth_sigma_x": [1.5, 0.25]})"),
-      HasSubstr("--smooth-sigma-x=1.5,0.25 must be two values lo,hi with 0 <= lo <= hi <= 100"));
+      HasSubstr("smooth_sigma_x=1.5,0.25 must be two values lo,hi with 0 <= lo <= hi <= 100"));
   EXPECT_THAT(error_of(R"({"smooth_sigma_z": 0.5})"),
-              HasSubstr("--smooth-sigma-z=0.5 must be two"));
-  EXPECT_THAT(error_of(R"({"smooth_sigma_y": [0.5, 200]})"), HasSubstr("--smooth-sigma-y=0.5,200"));
+              HasSubstr("smooth_sigma_z=0.5 must be two"));
+  EXPECT_THAT(error_of(R"({"smooth_sigma_y": [0.5, 200]})"), HasSubstr("smooth_sigma_y=0.5,200"));
   EXPECT_THAT(error_of(R"({"contrast_prob": 1.01})"),
-              HasSubstr("--contrast-prob=1.01 must be in [0, 1]"));
+              HasSubstr("contrast_prob=1.01 must be in [0, 1]"));
   EXPECT_THAT(error_of(R"({"contrast_gamma": [0, 1]})"),
-              HasSubstr("--contrast-gamma=0,1 must be two values lo,hi with 0 < lo"));
+              HasSubstr("contrast_gamma=0,1 must be two values lo,hi with 0 < lo"));
   EXPECT_THAT(error_of(R"({"contrast_gamma": 0.4})"),
-              HasSubstr("--contrast-gamma=0.4: one value must be > 0.5"));
+              HasSubstr("contrast_gamma=0.4: one value must be > 0.5"));
   EXPECT_THAT(error_of(R"({"contrast_gamma": [0.5, 1, 2]})"),
-              HasSubstr("--contrast-gamma=0.5,1,2"));
+              HasSubstr("contrast_gamma=0.5,1,2"));
   EXPECT_THAT(error_of(R"({"foreground_margin": -1})"),
-              HasSubstr("--foreground-margin=-1 must be >= 0"));
-  EXPECT_THAT(error_of(R"({"num_classes": -2})"), HasSubstr("--num-classes=-2 must be >= 0"));
+              HasSubstr("foreground_margin=-1 must be >= 0"));
+  EXPECT_THAT(error_of(R"({"num_classes": -2})"), HasSubstr("num_classes=-2 must be >= 0"));
 }
 
 // A step that is off is not in the pipeline, so today's pipelines (and the
@@ -227,14 +245,14 @@ TEST(FeedAugmentationTest, RandZoomAndRandAffineAreOneStepAfterTheCropWithTheirR
   EXPECT_EQ(g.affine().padding, PaddingMode::kBorder);
   EXPECT_EQ(g.affine().zoom, (std::array<double, 2>{0.7, 1.4}));
   EXPECT_THAT(error_of(R"({"affine_rotate": [0.1, 0.2]})"),
-              HasSubstr("--affine-rotate=0.1,0.2 must be one value or 3, each in [0, 3.14"));
+              HasSubstr("affine_rotate=0.1,0.2 must be one value or 3, each in [0, 3.14"));
   EXPECT_THAT(error_of(R"({"affine_scale": 1.5})"),
-              HasSubstr("--affine-scale=1.5 must be one value or 3, each in [0, 1)"));
+              HasSubstr("affine_scale=1.5 must be one value or 3, each in [0, 1)"));
   EXPECT_THAT(error_of(R"({"affine_shear": [0.1, 0.1, 0.1]})"),
-              HasSubstr("--affine-shear=0.1,0.1,0.1 must be one value or 6"));
+              HasSubstr("affine_shear=0.1,0.1,0.1 must be one value or 6"));
   EXPECT_THAT(error_of(R"({"affine_padding": "wrap"})"), HasSubstr("zeros, border, reflection"));
-  EXPECT_THAT(error_of(R"({"zoom_range": [1.2, 0.8]})"), HasSubstr("--zoom-range=1.2,0.8"));
-  EXPECT_THAT(error_of(R"({"zoom_prob": 2})"), HasSubstr("--zoom-prob=2 must be in [0, 1]"));
+  EXPECT_THAT(error_of(R"({"zoom_range": [1.2, 0.8]})"), HasSubstr("zoom_range=1.2,0.8"));
+  EXPECT_THAT(error_of(R"({"zoom_prob": 2})"), HasSubstr("zoom_prob=2 must be in [0, 1]"));
   // Rand3DElastic: RandAffine's step with the same ranges, in its place.
   FeedOptions e;
   e.crop = {4};
@@ -246,10 +264,10 @@ TEST(FeedAugmentationTest, RandZoomAndRandAffineAreOneStepAfterTheCropWithTheirR
   EXPECT_EQ(e.affine().elastic_sigma, (std::array<double, 2>{5, 8})) << "MONAI's tutorials' range";
   EXPECT_EQ(e.affine().elastic_magnitude, (std::array<double, 2>{100, 200}));
   EXPECT_THAT(error_of(R"({"elastic_prob": 0.2, "affine_prob": 0.3})"),
-              HasSubstr("--affine-prob=0.3 and --elastic-prob=0.2: one of them"));
-  EXPECT_THAT(error_of(R"({"elastic_sigma": [0, 2]})"), HasSubstr("--elastic-sigma=0,2"));
+              HasSubstr("affine_prob=0.3 and elastic_prob=0.2: one of them"));
+  EXPECT_THAT(error_of(R"({"elastic_sigma": [0, 2]})"), HasSubstr("elastic_sigma=0,2"));
   EXPECT_THAT(error_of(R"({"elastic_magnitude": [300, 200]})"),
-              HasSubstr("--elastic-magnitude=300,200"));
+              HasSubstr("elastic_magnitude=300,200"));
 }
 
 // Volume i: a 1 x 12 x 10 x 8 image of noise seeded by i, label = image > 0.7.

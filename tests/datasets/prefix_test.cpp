@@ -339,27 +339,27 @@ TEST(PrefixTest, VolumeNormalisationAndSpatialPadAsTheHippocampusConfigRunsThem)
   EXPECT_THAT(feed_prefix(feed).config_key(), HasSubstr("spatial_pad"));
 }
 
-TEST(PrefixTest, BadOptionsNameTheFlag) {
+TEST(PrefixTest, BadOptionsNameTheField) {
   PrefixOptions p;
   p.pixdim = {1.5, 0, 2};
   EXPECT_THAT([&] { p.validate(); },
-              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--pixdim=1.5,0,2")));
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("pixdim=1.5,0,2")));
   p.pixdim = {1, 1};
   EXPECT_THROW(p.validate(), std::invalid_argument);
   p.pixdim.clear();
   p.orientation = "RAR";
   EXPECT_THAT([&] { p.validate(); },
-              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--orientation=RAR")));
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("orientation=RAR")));
   // One rule with Orientation's (nibabel's): upper case only. The prefix
   // refused "ras" while orient() took it.
   p.orientation = "ras";
   EXPECT_THAT([&] { p.validate(); }, ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr(
-                                         "--orientation=ras has 'r', not one of L R P A I S")));
+                                         "orientation=ras has 'r', not one of L R P A I S")));
   p.orientation = "LPS";
   EXPECT_NO_THROW(p.validate());
   p.spatial_pad = {40, 56};
   EXPECT_THAT([&] { p.validate(); },
-              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--spatial-pad=40,56")));
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("spatial_pad=40,56")));
   p.spatial_pad = {40, -1, 40};
   EXPECT_THROW(p.validate(), std::invalid_argument);
   p.spatial_pad = {40, 0, 40};
@@ -367,7 +367,7 @@ TEST(PrefixTest, BadOptionsNameTheFlag) {
   p.order = {"intensity", "crop_foreground", "orientation"};
   EXPECT_THAT([&] { p.validate(); },
               ::testing::ThrowsMessage<std::invalid_argument>(
-                  HasSubstr("--prefix-order=intensity,crop_foreground,orientation: name each of "
+                  HasSubstr("prefix_order=intensity,crop_foreground,orientation: name each of "
                             "orientation, spacing, intensity, crop_foreground once")));
   p.order = {"intensity", "spacing", "orientation", "spacing"};
   EXPECT_THAT([&] { p.validate(); }, ::testing::ThrowsMessage<std::invalid_argument>(

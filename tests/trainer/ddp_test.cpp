@@ -299,7 +299,7 @@ TEST(ValidationTest, DiceOverUnevenShardsEqualsASingleProcessExactly) {
   TrainOptions o;
   o.model = small_net();
   o.feed.crop = {16};
-  o.overlap = 0.25;
+  o.inference.overlap = 0.25;
   Model reference(o.model, 4);
   Communicator one;
   const double expected = validation_dice(reference, val, o, one);
@@ -337,7 +337,7 @@ TEST(ValidationTest, PerClassSoftmaxDiceOverShardsEqualsASingleProcessExactly) {
   o.model.out_channels = 3;
   o.activation = Activation::kSoftmax;
   o.feed.crop = {16};
-  o.sw_batch_size = 2;
+  o.inference.sw_batch_size = 2;
   Model reference(o.model, 4);
   Communicator one;
   const ValidationScores expected = validation_scores(reference, val, o, one);

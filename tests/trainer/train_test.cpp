@@ -806,7 +806,7 @@ TEST_F(TrainTest, ValidationWithTheInferenceOptionsScoresAlikeOnOneAndTwoRanks) 
   TrainOptions o = options("inference");
   o.model.in_channels = 1;
   o.roi = {16};
-  o.overlap = 0.5;
+  o.inference.overlap = 0.5;
   const DataSplit d = list_data(o);
   const auto scores = [&](const TrainOptions& with, int64_t world) {
     std::vector<ValidationScores> out(static_cast<size_t>(world));

@@ -8,6 +8,7 @@
 #include "std_commands.h"
 #include "verbs.h"
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 #include "volshard/core/nearest_name.h"
 
 namespace volshard::cli {
@@ -72,10 +73,11 @@ int parse_and_run(CLI::App& app, const std::vector<std::pair<std::string, Run>>&
     std::cerr << "volshard: " << printable_lines(e.what()) << "\nRun with --help for usage.\n";
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "volshard: " << printable_lines(e.what()) << "\n";
+    // The library names fields by their keys (a config's, Python's); here each is its flag.
+    std::cerr << "volshard: " << printable_lines(flag_text(e)) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "volshard: error: " << printable_lines(e.what()) << "\n";
+    std::cerr << "volshard: error: " << printable_lines(flag_text(e)) << "\n";
     return 1;
   }
 }

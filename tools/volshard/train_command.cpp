@@ -204,7 +204,7 @@ int train_command(const TrainOptions& given, const TrainLaunch& launch,
     const bool bad_input = dynamic_cast<const std::invalid_argument*>(&e) != nullptr;
     const std::string line =
         "volshard train: rank " + std::to_string(r.rank) + ": " + (bad_input ? "" : "error: ") +
-        printable_lines(c10_error ? c10_error->what_without_backtrace() : e.what());
+        printable_lines(c10_error ? c10_error->what_without_backtrace() : flag_text(e));
     if (!report_worker_error(line)) print_run_line(std::cerr, line);
     return bad_input ? 2 : 1;
   }

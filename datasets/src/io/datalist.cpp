@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 #include "volshard/core/file_io.h"
 
 namespace volshard {
@@ -152,7 +153,8 @@ PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
   if (!(val_fraction >= 0 && val_fraction < 1)) {  // NaN too
     std::ostringstream fraction;
     fraction << val_fraction;
-    throw std::invalid_argument(source + ": val_fraction=" + fraction.str() + " must be in [0, 1)");
+    throw FieldError(source + ": " + field_ref("val_fraction") + "=" + fraction.str() +
+                     " must be in [0, 1)");
   }
   int64_t n_val = 0;
   if (val_fraction > 0)
@@ -160,8 +162,8 @@ PairSplit hold_out_tail(std::vector<ImageLabelPair> pairs, double val_fraction,
   if (n - n_val < 1) {
     std::ostringstream fraction;
     fraction << val_fraction;
-    throw std::invalid_argument(source + " has " + std::to_string(n) +
-                                " pairs: too few to hold out --val-fraction=" + fraction.str());
+    throw FieldError(source + " has " + std::to_string(n) + " pairs: too few to hold out " +
+                     field_ref("val_fraction") + "=" + fraction.str());
   }
   PairSplit split;
   split.val.assign(pairs.end() - n_val, pairs.end());

@@ -59,17 +59,16 @@ const std::vector<std::string>& feed_keys() {
 namespace {
 
 // One value for every axis, or one per axis; each in [0, hi] ([0, hi) when
-// open), named as the flag.
-void check_per_axis(const char* flag, const std::vector<double>& v, size_t n, double hi,
+// open), naming the field.
+void check_per_axis(const char* key, const std::vector<double>& v, size_t n, double hi,
                     bool open_hi) {
   std::string text;
   for (const double x : v) text += (text.empty() ? "" : ",") + value_text(x);
   bool ok = v.size() == 1 || v.size() == n;
   for (const double x : v) ok = ok && x >= 0 && (open_hi ? x < hi : x <= hi);
   if (!ok) {
-    throw std::invalid_argument(std::string(flag) + "=" + text + " must be one value or " +
-                                std::to_string(n) + ", each in [0, " + value_text(hi) +
-                                (open_hi ? ")" : "]"));
+    throw FieldError(field_ref(key) + "=" + text + " must be one value or " + std::to_string(n) +
+                     ", each in [0, " + value_text(hi) + (open_hi ? ")" : "]"));
   }
 }
 
@@ -85,52 +84,53 @@ std::array<double, N> per_axis(const std::vector<double>& v) {
 
 void FeedOptions::validate() const {
   prefix.validate();
-  // The schema's bounds, named as the flags ("--crop=0 must be >= 1").
+  // The schema's bounds, naming the fields ("crop=0 must be >= 1"; a command
+  // line shows the flag, "--crop=0").
   for_each_feed_field(*this, CheckFieldBounds{});
-  // The ranges (lists): two values lo <= hi, named as the flags.
-  const auto range = [](const char* flag, const std::vector<double>& v, double lo, bool lo_open,
+  // The ranges (lists): two values lo <= hi.
+  const auto range = [](const char* key, const std::vector<double>& v, double lo, bool lo_open,
                         double hi) {
     std::string text;
     for (const double x : v) text += (text.empty() ? "" : ",") + value_text(x);
     const bool ok =
         v.size() == 2 && (lo_open ? v[0] > lo : v[0] >= lo) && v[0] <= v[1] && v[1] <= hi;
     if (!ok) {
-      throw std::invalid_argument(std::string(flag) + "=" + text +
-                                  " must be two values lo,hi with " + value_text(lo) +
-                                  (lo_open ? " < " : " <= ") + "lo <= hi <= " + value_text(hi));
+      throw FieldError(field_ref(key) + "=" + text + " must be two values lo,hi with " +
+                       value_text(lo) + (lo_open ? " < " : " <= ") + "lo <= hi <= " +
+                       value_text(hi));
     }
   };
-  range("--smooth-sigma-x", smooth_sigma_x, 0.0, false, kMaxSmoothSigma);
-  range("--smooth-sigma-y", smooth_sigma_y, 0.0, false, kMaxSmoothSigma);
-  range("--smooth-sigma-z", smooth_sigma_z, 0.0, false, kMaxSmoothSigma);
+  range("smooth_sigma_x", smooth_sigma_x, 0.0, false, kMaxSmoothSigma);
+  range("smooth_sigma_y", smooth_sigma_y, 0.0, false, kMaxSmoothSigma);
+  range("smooth_sigma_z", smooth_sigma_z, 0.0, false, kMaxSmoothSigma);
   if (contrast_gamma.size() == 1 && !(contrast_gamma[0] > 0.5)) {  // MONAI's message too
-    throw std::invalid_argument("--contrast-gamma=" + value_text(contrast_gamma[0]) +
-                                ": one value must be > 0.5 (the range is 0.5 to it)");
+    throw FieldError(field_ref("contrast_gamma") + "=" + value_text(contrast_gamma[0]) +
+                     ": one value must be > 0.5 (the range is 0.5 to it)");
   }
   if (contrast_gamma.size() != 1)
-    range("--contrast-gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
-  range("--zoom-range", zoom_range, 0.0, true, kMaxZoom);
-  range("--elastic-sigma", elastic_sigma, 0.0, true, kMaxElasticSigma);
-  range("--elastic-magnitude", elastic_magnitude, 0.0, false, kMaxElasticMagnitude);
+    range("contrast_gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
+  range("zoom_range", zoom_range, 0.0, true, kMaxZoom);
+  range("elastic_sigma", elastic_sigma, 0.0, true, kMaxElasticSigma);
+  range("elastic_magnitude", elastic_magnitude, 0.0, false, kMaxElasticMagnitude);
   if (affine_prob > 0 && elastic_prob > 0) {
-    throw std::invalid_argument("--affine-prob=" + value_text(affine_prob) +
-                                " and --elastic-prob=" + value_text(elastic_prob) +
-                                ": one of them (Rand3DElastic holds the affine and takes its "
-                                "ranges)");
+    throw FieldError(field_ref("affine_prob") + "=" + value_text(affine_prob) + " and " +
+                     field_ref("elastic_prob") + "=" + value_text(elastic_prob) +
+                     ": one of them (Rand3DElastic holds the affine and takes its ranges)");
   }
   // RandAffine's ranges: one value or one per axis, each in the transform's bounds.
-  check_per_axis("--affine-rotate", affine_rotate, 3, kMaxAffineRotate, false);
-  check_per_axis("--affine-shear", affine_shear, 6, kMaxAffineShear, false);
-  check_per_axis("--affine-translate", affine_translate, 3, kMaxAffineTranslate, false);
-  check_per_axis("--affine-scale", affine_scale, 3, kAffineScaleBound, true);
-  check_edges(crop, "--crop", 1, kMaxCropEdge);
+  check_per_axis("affine_rotate", affine_rotate, 3, kMaxAffineRotate, false);
+  check_per_axis("affine_shear", affine_shear, 6, kMaxAffineShear, false);
+  check_per_axis("affine_translate", affine_translate, 3, kMaxAffineTranslate, false);
+  check_per_axis("affine_scale", affine_scale, 3, kAffineScaleBound, true);
+  check_edges(crop, field_ref("crop"), 1, kMaxCropEdge);
   // One channel of this volume's crops, before a batch is even assembled.
   const std::array<int64_t, 3> c = crop_size();
   const double crop_voxels =
       static_cast<double>(c[0]) * static_cast<double>(c[1]) * static_cast<double>(c[2]);
   check_fits_in_memory(
       4.0 * crop_voxels * static_cast<double>(num_samples),
-      "--crop=" + edges_text(crop) + " with --num-samples=" + std::to_string(num_samples));
+      field_ref("crop") + "=" + edges_text(crop) + " with " + field_ref("num_samples") + "=" +
+          std::to_string(num_samples));
 }
 
 AffineOptions FeedOptions::affine() const {
@@ -176,7 +176,7 @@ FeedOptions apply_feed_json(const nlohmann::json& j, const std::string& who,
   try {
     f.validate();
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(who + e.what());
+    throw FieldError(who + quoted(e));
   }
   return f;
 }

@@ -116,41 +116,42 @@ std::vector<PrefixStep> PrefixOptions::steps() const {
     const auto it =
         std::find_if(all.begin(), all.end(), [&](const auto& n) { return n.first == name; });
     if (it == all.end() || std::find(out.begin(), out.end(), it->second) != out.end()) {
-      throw std::invalid_argument("--prefix-order=" + given + ": '" + printable(name) + "' " +
-                                  (it == all.end() ? "is not a step" : "is named twice") +
-                                  "; name each of " + names + " once, in the order they run");
+      throw FieldError(field_ref("prefix_order") + "=" + given + ": '" + printable(name) + "' " +
+                       (it == all.end() ? "is not a step" : "is named twice") + "; name each of " +
+                       names + " once, in the order they run");
     }
     out.push_back(it->second);
   }
   if (out.size() != step_names().size())
-    throw std::invalid_argument("--prefix-order=" + given + ": name each of " + names +
-                                " once, in the order they run");
+    throw FieldError(field_ref("prefix_order") + "=" + given + ": name each of " + names +
+                     " once, in the order they run");
   return out;
 }
 
 void PrefixOptions::validate() const {
   for_each_prefix_field(*this, CheckFieldBounds{});  // the schema's bounds (feed.h)
   (void)steps();
-  if (!orientation.empty()) check_axcodes(orientation, "--orientation=" + printable(orientation));
+  if (!orientation.empty())
+    check_axcodes(orientation, field_ref("orientation") + "=" + printable(orientation));
   if (!pixdim.empty()) {
     bool ok = pixdim.size() == 3;
     for (double v : pixdim) ok = ok && std::isfinite(v) && v > 0;
     if (!ok) {
       std::string text;
       for (double v : pixdim) text += (text.empty() ? "" : ",") + value_text(v);
-      throw std::invalid_argument("--pixdim=" + text +
-                                  " must be three spacings in mm, each > 0 (e.g. 1.5,1.5,2)");
+      throw FieldError(field_ref("pixdim") + "=" + text +
+                       " must be three spacings in mm, each > 0 (e.g. 1.5,1.5,2)");
     }
   }
   if (intensity == IntensityKind::kRange && !(range.a_min <= range.a_max))
-    throw std::invalid_argument("--a-min=" + value_text(range.a_min) +
-                                " must be <= --a-max=" + value_text(range.a_max));
+    throw FieldError(field_ref("a_min") + "=" + value_text(range.a_min) + " must be <= " +
+                     field_ref("a_max") + "=" + value_text(range.a_max));
   if (!spatial_pad.empty())  // 0: that axis as it is
-    check_edges(spatial_pad, "--spatial-pad", 0, kMaxPadEdge);
+    check_edges(spatial_pad, field_ref("spatial_pad"), 0, kMaxPadEdge);
   const std::array<int64_t, 3> pad = pad_size();
   check_fits_in_memory(
       4.0 * static_cast<double>(pad[0]) * static_cast<double>(pad[1]) * static_cast<double>(pad[2]),
-      "--spatial-pad=" + shape_text(pad));
+      field_ref("spatial_pad") + "=" + shape_text(pad));
 }
 
 std::array<int64_t, 3> PrefixOptions::pad_size() const { return cube_or_xyz(spatial_pad); }

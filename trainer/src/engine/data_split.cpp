@@ -210,7 +210,7 @@ DataSplit list_data(const TrainOptions& o) {
                                 o.data_dir)
                 : split_datalist(o.datalist, fraction);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("train: ") + e.what());
+    throw FieldError("train: " + quoted(e));
   }
   if (o.val_every == 0) split.val.clear();  // a datalist's "validation" list, unused
   return split;
@@ -273,7 +273,7 @@ std::vector<int64_t> validation_costs(const TrainOptions& o,
     int64_t windows = 1;
     for (size_t a = 0; a < 3; ++a)
       windows *=
-          static_cast<int64_t>(window_starts(std::max(shape[a], roi[a]), roi[a], o.overlap).size());
+          static_cast<int64_t>(window_starts(std::max(shape[a], roi[a]), roi[a], o.inference.overlap).size());
     costs.push_back(windows * roi[0] * roi[1] * roi[2]);
   }
   return costs;

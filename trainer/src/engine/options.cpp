@@ -116,16 +116,20 @@ void InferenceOptions::validate() const {
   bool ok = sigma_scale.size() == 1 || sigma_scale.size() == 3;
   for (const double v : sigma_scale) ok = ok && v > 0 && v <= kMaxSigmaScale;
   if (!ok)
-    throw std::invalid_argument("--sigma-scale=" + text + " must be one value or 3, each in (0, " +
-                                value_text(kMaxSigmaScale) + "]");
+    throw FieldError(field_ref("sigma_scale") + "=" + text + " must be one value or 3, each in (0, " +
+                     value_text(kMaxSigmaScale) + "]");
   try {
     (void)volshard::mirrored([](const at::Tensor& x) { return x; }, tta_flips);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--tta-flips=" + edges_text(tta_flips) + ": " + e.what());
+    throw FieldError(field_ref("tta_flips") + "=" + edges_text(tta_flips) + ": " + quoted(e));
   }
 }
 
-SlidingWindowOptions InferenceOptions::blended(SlidingWindowOptions sw) const {
+SlidingWindowOptions InferenceOptions::window(const std::array<int64_t, 3>& roi) const {
+  SlidingWindowOptions sw;
+  sw.roi = roi;
+  sw.overlap = overlap;
+  sw.sw_batch_size = sw_batch_size;
   sw.blend = blend;
   for (size_t a = 0; a < 3; ++a) sw.sigma_scale[a] = sigma_scale[sigma_scale.size() == 1 ? 0 : a];
   return sw;
@@ -154,7 +158,8 @@ std::string InferenceOptions::text() const {
 }
 
 void TrainOptions::validate() const {
-  auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  // FieldError: the fields quoted from below (quoted(e)) keep their flags.
+  auto bad = [](const std::string& what) { throw FieldError(what); };
   if (data_dir.empty() == datalist.empty())
     bad("train: give exactly one of --data DIR and --datalist FILE");
   if (out_dir.empty()) bad("train: --out RUN is required");
@@ -174,7 +179,7 @@ void TrainOptions::validate() const {
   try {
     feed.validate();
   } catch (const std::invalid_argument& e) {
-    bad(std::string("train: ") + e.what());
+    bad("train: " + quoted(e));
   }
   ModelOptions net = model;
   if (net.in_channels == 0) net.in_channels = 1;  // from the data, known later
@@ -198,7 +203,7 @@ void TrainOptions::validate() const {
   try {
     (void)resolve_cache_device(cache_device, resolve_device(device, 0));
   } catch (const std::invalid_argument& e) {
-    bad(std::string("train: ") + e.what());
+    bad("train: " + quoted(e));
   }
   if (invariant && amp != Amp::kOff)
     bad("train: --invariant sums float32 gradients exactly: --amp " + enum_name(amp) +
@@ -224,7 +229,7 @@ void TrainOptions::validate() const {
   try {
     check_roi(roi, "--roi");
   } catch (const std::invalid_argument& e) {
-    bad(std::string("train: ") + e.what());
+    bad("train: " + quoted(e));
   }
   net.check_spatial_size(feed.crop_size(), "train: --crop");
   if (roi_given(roi)) net.check_spatial_size(cube_or_xyz(roi), "train: --roi");
@@ -234,9 +239,9 @@ void TrainOptions::validate() const {
                            " x --num-samples=" + std::to_string(feed.num_samples) +
                            " crops of --crop=" + edges_text(feed.crop));
   if (roi_given(roi))
-    check_fits_in_memory(voxels_bytes(cube_or_xyz(roi), sw_batch_size, net),
+    check_fits_in_memory(voxels_bytes(cube_or_xyz(roi), inference.sw_batch_size, net),
                          "train: --roi=" + edges_text(roi) +
-                             " with --sw-batch-size=" + std::to_string(sw_batch_size));
+                             " with --sw-batch-size=" + std::to_string(inference.sw_batch_size));
 }
 
 std::array<int64_t, 3> TrainOptions::val_window() const {
@@ -280,9 +285,10 @@ std::string PredictOptions::inference_text() const {
   const std::string extra = inference.text();
   if (edges[0] <= 0) return "whole volume" + (extra.empty() ? "" : ", " + extra);
   char overlap_text[32];
-  std::snprintf(overlap_text, sizeof overlap_text, "%g", overlap);
+  std::snprintf(overlap_text, sizeof overlap_text, "%g", inference.overlap);
+  const int64_t per_pass = inference.sw_batch_size;
   return "sliding window " + edges3_text(edges) + ", overlap " + overlap_text + ", " +
-         std::to_string(sw_batch_size) + (sw_batch_size == 1 ? " window" : " windows") + " a pass" +
+         std::to_string(per_pass) + (per_pass == 1 ? " window" : " windows") + " a pass" +
          (extra.empty() ? "" : ", " + extra);
 }
 
@@ -292,7 +298,7 @@ void PredictOptions::validate() const {
   try {
     (void)resolve_device(device, 0);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("predict: ") + e.what());
+    throw FieldError("predict: " + quoted(e));
   }
   auto ends_with = [&](const char* suffix) {
     const std::string s(suffix);
@@ -311,7 +317,7 @@ void PredictOptions::validate() const {
   try {
     inference.validate();
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("predict: ") + e.what());
+    throw FieldError("predict: " + quoted(e));
   }
   if (inference.largest_component && output != PredictOutput::kLabel)
     throw std::invalid_argument(
@@ -323,9 +329,9 @@ void PredictOptions::validate() const {
       roi_given(roi) ? "predict: --roi" : "predict: --crop (the run's, as --roi)";
   if (edges[0] > 0) {
     model.check_spatial_size(edges, flag);
-    check_fits_in_memory(voxels_bytes(edges, sw_batch_size, model),
+    check_fits_in_memory(voxels_bytes(edges, inference.sw_batch_size, model),
                          flag + "=" + edges_text(roi_given(roi) ? roi : crop) +
-                             " with --sw-batch-size=" + std::to_string(sw_batch_size));
+                             " with --sw-batch-size=" + std::to_string(inference.sw_batch_size));
   }
 }
 

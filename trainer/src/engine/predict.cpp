@@ -62,11 +62,7 @@ void predict(const PredictOptions& o) {
   torch::NoGradGuard no_grad;
   const Predictor forward =
       o.inference.mirrored([&](const at::Tensor& x) { return net.forward_from_cpu(x); });
-  SlidingWindowOptions sw;
-  sw.roi = o.window();
-  sw.overlap = o.overlap;
-  sw.sw_batch_size = o.sw_batch_size;
-  sw = o.inference.blended(sw);
+  const SlidingWindowOptions sw = o.inference.window(o.window());
   at::Tensor logits = infer_volume(image, sw, o.model.size_multiple(), forward, o.image_path);
   logits = logits.squeeze(0);  // C x X x Y x Z
   const bool softmax = o.activation == Activation::kSoftmax;

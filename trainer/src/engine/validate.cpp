@@ -81,11 +81,7 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
   net.train(false);
   {
     torch::NoGradGuard no_grad;
-    SlidingWindowOptions sw;
-    sw.roi = o.val_window();
-    sw.overlap = o.overlap;
-    sw.sw_batch_size = o.sw_batch_size;
-    sw = o.inference.blended(sw);
+    const SlidingWindowOptions sw = o.inference.window(o.val_window());
     // The logits stay on the network's device: the windows are blended and scored there.
     const at::Device device = net.device();
     const Predictor forward = o.inference.mirrored(

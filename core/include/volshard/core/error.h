@@ -47,10 +47,12 @@ std::string shape_text(const std::array<int64_t, N>& s, bool as_tuple = false) {
 std::array<int64_t, 3> cube_or_xyz(const std::vector<int64_t>& v);
 /// "96^3" for a cube, else "40x56x40": three edges in words.
 std::string edges3_text(const std::array<int64_t, 3>& e);
-/// "96" or "40,56,40": such a size as its flag takes it.
+/// "96" or "40,56,40": a list of integers as its flag takes it (a size, the
+/// network's channels and strides, the mirrored axes).
 std::string edges_text(const std::vector<int64_t>& v);
-/// Throws std::invalid_argument "<flag>=<v> must be one edge (a cube) or
-/// three, x,y,z, each in [lo, hi]" unless it is.
+/// Throws FieldError (a std::invalid_argument; field.h) "<flag>=<v> must be
+/// one edge (a cube) or three, x,y,z, each in [lo, hi]" unless it is; `flag`
+/// may be a field_ref, named by its key or its flag as the reader shows it.
 void check_edges(const std::vector<int64_t>& v, const std::string& flag, int64_t lo, int64_t hi);
 
 }  // namespace volshard

@@ -5,7 +5,9 @@
 // each field; the flags, the JSON, validation and the Python bindings all
 // walk it (tensorstore binds a type's JSON once beside the type). Std only.
 
+#include <exception>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -77,11 +79,38 @@ struct Field {
   Field& not_in_cache_key() { return in_cache_key = false, *this; }
   /// "--batch-size"
   std::string flag() const;
-  /// Throws std::invalid_argument "<who>: --flag=value must be in [lo, hi]"
-  /// (or ">= lo", "> lo", ...; without "<who>: " when `who` is empty) when
-  /// `value` is outside the bounds.
+  /// Throws FieldError "<who>: key=value must be in [lo, hi]" (or ">= lo",
+  /// "> lo", ...; without "<who>: " when `who` is empty) when `value` is
+  /// outside the bounds; a command line tool shows the flag for the key.
   void check(double value, const std::string& value_text, const std::string& who) const;
 };
+
+/// A field as a library message names it: read as it is (what()), the
+/// message says its key, as a config file, the Python module and
+/// RUN/config.json spell it ("crop=0 must be >= 1"); a command line tool
+/// shows the row's flag instead (FieldError::flag_text: "--crop=0 must be
+/// >= 1"). `f` gives the flag its row spells (predict's weights: --model).
+std::string field_ref(const Field& f);
+std::string field_ref(const char* key);
+
+/// std::invalid_argument whose message names its fields with field_ref.
+class FieldError : public std::invalid_argument {
+ public:
+  explicit FieldError(const std::string& marked);
+  /// The message with each field named by its flag, for a command line.
+  std::string flag_text() const;
+  /// The message as made, field_refs kept, for a message that quotes it.
+  const std::string& marked() const { return marked_; }
+
+ private:
+  std::string marked_;
+};
+
+/// What a message that quotes `e` should quote, field_refs kept where `e`
+/// is a FieldError: FieldError(context + quoted(e)) keeps its flags.
+std::string quoted(const std::exception& e);
+/// `e`'s message as a command line tool shows it: each field by its flag.
+std::string flag_text(const std::exception& e);
 
 /// A table's visitor that checks every number against its field's bounds
 /// (Field::check), the value as the flag would take it ("0.5", "96").

@@ -51,17 +51,20 @@ const std::vector<std::pair<std::string, LossKind>>& enum_names(LossKind);
 const std::vector<std::pair<std::string, BlendMode>>& enum_names(BlendMode);
 
 /// What inference does around the network's windows, shared by validation
-/// (train) and predict: how windows blend, test-time mirroring, and keeping
-/// each class's largest component.
+/// (train) and predict: how windows overlap and batch, how they blend,
+/// test-time mirroring, and keeping each class's largest component.
 struct InferenceOptions {
+  double overlap = 0.25;                   ///< MONAI's sliding_window_inference `overlap`
+  int64_t sw_batch_size = 1;               ///< windows per forward pass
   BlendMode blend = BlendMode::kConstant;  ///< MONAI's sliding_window_inference `mode`
   std::vector<double> sigma_scale{0.125};  ///< gaussian: one value or x,y,z (MONAI's)
   std::vector<int64_t> tta_flips;          ///< axes mirrored (nnU-Net: 0,1,2); empty: none
   bool largest_component = false;          ///< MONAI's KeepLargestConnectedComponent per class
-  /// Throws std::invalid_argument naming the flag.
+  /// Throws FieldError naming the field.
   void validate() const;
-  /// `sw` with this blend; `predict` wrapped in the mirroring (transforms/inference.h).
-  SlidingWindowOptions blended(SlidingWindowOptions sw) const;
+  /// The sliding window over `roi` with these options; `predict` wrapped in
+  /// the mirroring (transforms/inference.h).
+  SlidingWindowOptions window(const std::array<int64_t, 3>& roi) const;
   Predictor mirrored(Predictor predict) const;
   /// "gaussian blend (sigma 0.125), mirrored over 0,1,2 (8 passes), largest
   /// component" or "" when none is set.
@@ -70,6 +73,9 @@ struct InferenceOptions {
 
 template <class Self, class Visit>
 void for_each_inference_field(Self& o, Visit&& visit) {
+  visit(Field("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
+  visit(Field("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
+        o.sw_batch_size);
   visit(Field("blend",
               "how overlapping sliding windows combine: constant (averaged, MONAI's default) or "
               "gaussian (each window weighted towards its centre: MONAI's mode=\"gaussian\", "
@@ -131,9 +137,7 @@ struct TrainOptions {
   int64_t val_every = 1;  ///< epochs; 0: never
   /// Validation's sliding window, voxels: one edge (a cube) or x,y,z; 0: the crop.
   std::vector<int64_t> roi{0};
-  double overlap = 0.25;
-  int64_t sw_batch_size = 1;
-  InferenceOptions inference;  ///< blend, mirroring, largest component
+  InferenceOptions inference;  ///< overlap, windows a pass, blend, mirroring, largest component
   ValBalance val_balance = ValBalance::kCost;
   // Checkpoints and faults
   int64_t checkpoint_every = 0;  ///< also every k steps (mid-epoch); 0: at epoch ends only
@@ -286,9 +290,6 @@ void TrainOptions::for_each_field(Self& o, Visit&& visit) {
           "windows per axis are ceil((edge - roi) / (roi x (1 - overlap))) + 1: 125 a 128^3 "
           "volume at --roi 32, 8 at 96"),
         o.roi);
-  visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
-  visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
-        o.sw_batch_size);
   for_each_inference_field(o.inference, visit);
   visit(F("val_balance",
           "validation volumes to ranks (cost: by sliding-window cost, longest first to the least "
@@ -390,8 +391,6 @@ struct PredictOptions {
   /// config.json: the window its validation used, as `volshard train`'s roi
   /// 0), or the whole volume when that is 0 too or whole_volume is set.
   std::vector<int64_t> roi{0};
-  double overlap = 0.25;
-  int64_t sw_batch_size = 1;
   std::vector<int64_t> crop{0};  ///< the training crop (a run's config.json), for roi 0
   bool whole_volume = false;     ///< the whole volume in one pass, whatever roi and crop say
   InferenceOptions inference;    ///< blend, mirroring, largest component (a run's, or flags)
@@ -432,9 +431,6 @@ void PredictOptions::for_each_field(Self& o, Visit&& visit) {
           "sliding window, voxels: one edge (a cube) or x,y,z (0: the config's --crop, as "
           "validation, or the whole volume without one)"),
         o.roi);
-  visit(F("overlap", "sliding-window overlap fraction").at_least(0).below(1), o.overlap);
-  visit(F("sw_batch_size", "sliding windows per forward pass").at_least(1).at_most(4096),
-        o.sw_batch_size);
   visit(F("crop", "the training crop (a run's config.json): the window when --roi is 0"), o.crop);
   visit(F("whole_volume",
           "the whole volume in one pass (no sliding window), whatever the config says")
