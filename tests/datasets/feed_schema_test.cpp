@@ -154,8 +154,10 @@ TEST(FeedSchemaTest, TheSchemasBoundsNameTheFieldsAndACommandLineTheirFlags) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(flags_of(R"({"num_samples": 5000})"), "Loader: --num-samples=5000 must be in [1, 4096]");
-  EXPECT_THAT(flags_of(R"({"crop": [32, 32]})"), HasSubstr("Loader: --crop=32,32 must be one edge"));
+  EXPECT_EQ(flags_of(R"({"num_samples": 5000})"),
+            "Loader: --num-samples=5000 must be in [1, 4096]");
+  EXPECT_THAT(flags_of(R"({"crop": [32, 32]})"),
+              HasSubstr("Loader: --crop=32,32 must be one edge"));
   EXPECT_THAT(flags_of(R"({"affine_prob": 0.3, "elastic_prob": 0.2})"),
               HasSubstr("Loader: --affine-prob=0.3 and --elastic-prob=0.2: one of them"));
   EXPECT_THAT(flags_of(R"({"a_min": 5, "a_max": 1, "intensity": "range"})"),

@@ -141,7 +141,8 @@ Run read_run(const std::string& dir) {
   TrainOptions saved;
   TrainOptions::for_each_field(saved, [&](const Field& f, auto& value) {
     const auto it = c.find(f.key);
-    if (f.in_json && it != c.end()) field_from_json(f, *it, "diff: " + config.string() + ": ", value);
+    if (f.in_json && it != c.end())
+      field_from_json(f, *it, "diff: " + config.string() + ": ", value);
   });
   r.invariant = saved.invariant;
   r.trace = saved.trace_samples;

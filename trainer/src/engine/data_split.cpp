@@ -272,8 +272,8 @@ std::vector<int64_t> validation_costs(const TrainOptions& o,
                   .shape;
     int64_t windows = 1;
     for (size_t a = 0; a < 3; ++a)
-      windows *=
-          static_cast<int64_t>(window_starts(std::max(shape[a], roi[a]), roi[a], o.inference.overlap).size());
+      windows *= static_cast<int64_t>(
+          window_starts(std::max(shape[a], roi[a]), roi[a], o.inference.overlap).size());
     costs.push_back(windows * roi[0] * roi[1] * roi[2]);
   }
   return costs;

@@ -116,8 +116,8 @@ void InferenceOptions::validate() const {
   bool ok = sigma_scale.size() == 1 || sigma_scale.size() == 3;
   for (const double v : sigma_scale) ok = ok && v > 0 && v <= kMaxSigmaScale;
   if (!ok)
-    throw FieldError(field_ref("sigma_scale") + "=" + text + " must be one value or 3, each in (0, " +
-                     value_text(kMaxSigmaScale) + "]");
+    throw FieldError(field_ref("sigma_scale") + "=" + text +
+                     " must be one value or 3, each in (0, " + value_text(kMaxSigmaScale) + "]");
   try {
     (void)volshard::mirrored([](const at::Tensor& x) { return x; }, tta_flips);
   } catch (const std::invalid_argument& e) {
