@@ -12,3 +12,21 @@ check_linker_flag(CXX "-fuse-ld=lld" VOLSHARD_HAVE_LLD)
 if(VOLSHARD_HAVE_LLD)
   add_link_options(-fuse-ld=lld)
 endif()
+
+# RelWithDebInfo's debug info. "lines" (-g1, the default for volshard's own
+# build): file:line and function names, what backtraces, perf and the
+# sanitizers' reports need. "full" (-g): variables and types as well, for gdb.
+# Full debug info of LibTorch's types is most of a source's compile time: a
+# transforms source takes 33 s with -g and 11 s with -g1 (-O2, one core,
+# docs/platform.md trap 10), and the cold build of every target about 1.6x as
+# long. A consumer's add_subdirectory keeps its own flags.
+set(VOLSHARD_DEBUG_INFO lines CACHE STRING
+  "RelWithDebInfo's debug info: lines (-g1, backtraces and profiles) or full (-g, for gdb)")
+set_property(CACHE VOLSHARD_DEBUG_INFO PROPERTY STRINGS lines full)
+if(NOT VOLSHARD_DEBUG_INFO MATCHES "^(lines|full)$")
+  message(FATAL_ERROR "VOLSHARD_DEBUG_INFO=${VOLSHARD_DEBUG_INFO}: must be lines or full")
+endif()
+if(VOLSHARD_TOP_LEVEL AND VOLSHARD_DEBUG_INFO STREQUAL "lines")
+  string(REGEX REPLACE "(^| )-g( |$)" "\\1-g1\\2" CMAKE_CXX_FLAGS_RELWITHDEBINFO
+    "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
+endif()
