@@ -128,6 +128,9 @@ TEST(FeedSchemaTest, ListsTakeAnArrayACommaSeparatedStringOrOneValueAsTheFlagsDo
           .prefix.order.front(),
       "intensity");
   EXPECT_EQ(feed_from_json(R"({"crop": 8.0, "a_min": "-57"})", "").crop, std::vector<int64_t>{8});
+  // An enum by its name in any case, as its flag takes it.
+  EXPECT_EQ(feed_from_json(R"({"intensity": "NORMALIZE"})", "").prefix.intensity,
+            feed_from_json(R"({"intensity": "normalize"})", "").prefix.intensity);
 }
 
 TEST(FeedSchemaTest, AWrongValueIsNamedByItsKeyAndTheCallersName) {
@@ -135,6 +138,9 @@ TEST(FeedSchemaTest, AWrongValueIsNamedByItsKeyAndTheCallersName) {
               HasSubstr("Loader: pixdim='abc' is not a valid pixdim (a number)"));
   EXPECT_THAT(error_of(R"({"intensity": "zscore"})"),
               HasSubstr("intensity='zscore' must be one of none, scale, range, normalize"));
+  EXPECT_THAT(error_of(R"({"intensity": "Normalise"})"),
+              HasSubstr("intensity='Normalise' must be one of none, scale, range, normalize; did "
+                        "you mean 'normalize'?"));
   EXPECT_THAT(error_of(R"({"crop": 9223372036854775808})"),
               HasSubstr("crop=9223372036854775808 is out of range"));
   EXPECT_THAT(error_of(R"({"clip": "yes"})"), HasSubstr("clip='yes' is not a valid clip"));

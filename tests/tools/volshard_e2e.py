@@ -183,12 +183,16 @@ class VolshardToolTest(unittest.TestCase):
         self.assertIn("unknown key 'epochz' (did you mean 'epochs'?)", p.stderr)
         p = run("train", "--config", self.write_config({"optimizer": "rmsprop"}))
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn('optimizer="rmsprop" must be one of adam, sgd', p.stderr)  # not CLI11's internals
+        self.assertIn("optimizer='rmsprop' must be one of adam, sgd", p.stderr)  # not CLI11's internals
         p = run("train", "--config", self.write_config({"intensity": "window"}))
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn('intensity="window" must be one of none, scale, range, normalize', p.stderr)
+        self.assertIn("intensity='window' must be one of none, scale, range, normalize", p.stderr)
         p = run("train", "--config", self.write_config({"optimizer": "adma"}))
-        self.assertIn('optimizer="adma" must be one of adam, sgd; did you mean "adam"?', p.stderr)
+        self.assertIn("optimizer='adma' must be one of adam, sgd; did you mean 'adam'?", p.stderr)
+        # Read as the flags take them: any case; a number where a list is; a bad value named.
+        p = run("train", "--config", self.write_config({"optimizer": "ADAM", "crop": 16, "epochs": "x"}))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("epochs='x' is not a valid epochs (an integer)", p.stderr)
         p = run("train", "--data", self.dir, "--out", self.dir, "--backend", "mpi")
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--backend: mpi is not one of auto, gloo, nccl", p.stderr)

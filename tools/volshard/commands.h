@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "std_commands.h"
+#include "volshard/datasets/preview.h"
 #include "volshard/trainer/options.h"
 
 namespace volshard::cli {
@@ -32,11 +33,11 @@ void add_repro_flags(CLI::App* cmd, TrainOptions& options);
 /// predict's network, activation and prefix flags, and --config (a run's config.json; other keys
 /// ignored).
 void add_predict_flags(CLI::App* cmd, PredictOptions& options);
-/// The whole pipeline's flags (the prefix's, the crop's, the augmentation's:
-/// for_each_feed_field, the network's num_classes aside), and --config (its
-/// pipeline keys and `own_keys`, the command's flags named as the keys; other
+/// preview's flags (its own table, for_each_preview_field, and the whole
+/// pipeline's: for_each_feed_field, the network's num_classes aside), and
+/// --config (a training config's pipeline keys, data and seed; its other
 /// training keys ignored).
-void add_feed_flags(CLI::App* cmd, FeedOptions& feed, std::set<std::string> own_keys);
+void add_preview_flags(CLI::App* cmd, PreviewOptions& options);
 /// The deterministic prefix's flags, and --config (other keys ignored).
 void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix);
 

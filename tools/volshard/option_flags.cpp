@@ -15,6 +15,7 @@
 #include "volshard/core/file_io.h"
 #include "volshard/core/log.h"
 #include "volshard/core/nearest_name.h"
+#include "volshard/datasets/field_json.h"
 
 #include "commands.h"
 
@@ -109,16 +110,30 @@ struct CollectKeys {
   }
 };
 
+// Reads a parsed config into the command's options: its tables' fields that
+// `take` accepts, through fields_from_json (datasets/field_json.h), the one
+// reader of configs/*.json, RUN/config.json and a Python pipeline.
+using ReadFields = std::function<void(const nlohmann::json& config, const std::string& who,
+                                      const std::function<bool(const Field&)>& take)>;
+
+// A ReadFields over one table (`table(options, visit)`, as for_each_prefix_field walks it).
+template <class Options, class Table>
+ReadFields read_table(Options& options, Table table) {
+  return [&options, table](const nlohmann::json& config, const std::string& who,
+                           const std::function<bool(const Field&)>& take) {
+    fields_from_json(config, who, options, table, take);
+  };
+}
+
 // `--config FILE.json` (keys as in RUN/config.json: key "batch_size" is flag
 // "--batch-size"): once the command line is parsed, every key whose flag was
-// not given there is added as if it had been, through the flag's own
-// conversion and choices. Keys outside `accept` are an error, or skipped when
-// `ignore_others` (predict reads only the network's keys of a run's config)
-// and they are keys of `volshard train`: a misspelt key is an error either way.
-// (CLI11 2.1 reads config files for the top-level app only, so a subcommand
-// applies its own.)
+// not given there sets its field (`read`). Keys outside `accept` are an
+// error, or skipped when `ignore_others` (predict reads only the network's
+// keys of a run's config) and they are keys of `volshard train`: a misspelt
+// key is an error either way. (CLI11 2.1 reads config files for the top-level
+// app only, so a subcommand applies its own.)
 void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<std::string>& accept,
-                       bool ignore_others, const FlagNames& renamed,
+                       bool ignore_others, const FlagNames& renamed, const ReadFields& read,
                        const std::set<std::string>& untrusted = {}) {
   nlohmann::json j;
   try {
@@ -133,87 +148,52 @@ void apply_json_config(CLI::App* cmd, const std::string& path, const std::set<st
   TrainOptions defaults;
   TrainOptions::for_each_field(defaults, CollectKeys{&train_keys});
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!accept.count(it.key())) {
-      if (ignore_others && train_keys.count(it.key())) continue;
-      std::vector<std::string> known(accept.begin(), accept.end());
-      const std::string nearest = nearest_key(it.key(), known);
-      throw std::invalid_argument(
-          "--config " + path + ": unknown key '" + it.key() + "'" +
-          (nearest.empty() ? std::string() : " (did you mean '" + nearest + "'?)") +
-          "; keys are the flags' names with '_', as in RUN/config.json");
-    }
-    CLI::Option* option = cmd->get_option_no_throw(flag_of(it.key(), renamed));
-    if (option == nullptr || option->count() > 0) continue;  // the command line wins
-    if (untrusted.count(it.key())) {
-      if (it.key() != "out" && it->is_string() && !it->get<std::string>().empty())
-        warn(path + ": not taken from a run's config: \"" + it.key() + "\": " + it->dump() +
+    if (accept.count(it.key()) || (ignore_others && train_keys.count(it.key()))) continue;
+    std::vector<std::string> known(accept.begin(), accept.end());
+    const std::string nearest = nearest_key(it.key(), known);
+    throw std::invalid_argument(
+        "--config " + path + ": unknown key '" + it.key() + "'" +
+        (nearest.empty() ? std::string() : " (did you mean '" + nearest + "'?)") +
+        "; keys are the flags' names with '_', as in RUN/config.json");
+  }
+  const auto take = [&](const Field& f) {
+    if (!accept.count(f.key)) return false;
+    const CLI::Option* option = cmd->get_option_no_throw(flag_of(f.key, renamed));
+    if (option == nullptr || option->count() > 0) return false;  // the command line wins
+    const nlohmann::json& v = j.at(f.key);
+    if (untrusted.count(f.key)) {
+      if (f.key != std::string("out") && v.is_string() && !v.get<std::string>().empty())
+        warn(path + ": not taken from a run's config: \"" + f.key + "\": " + v.dump() +
              " (a path a run's config names is not trusted; give " + option->get_name() +
              " again to keep it)");
-      continue;
+      return false;
     }
-    bool excluded = false;  // the file's --data when the command line gave --datalist
-    for (const CLI::Option* other : option->get_excludes()) excluded |= other->count() > 0;
-    if (excluded) continue;
+    // The file's --data when the command line gave --datalist.
+    for (const CLI::Option* other : option->get_excludes())
+      if (other->count() > 0) return false;
     // "data": "" beside "datalist": a run's config.json names the one it used.
-    if (it->is_string() && it->get<std::string>().empty() && !option->get_excludes().empty())
-      continue;
-    const auto text = [](const nlohmann::json& v) {
-      return v.is_string() ? v.get<std::string>() : v.dump();
-    };
-    std::vector<std::string> inputs;
-    if (it->is_array() && it->empty()) {  // "pixdim": [] is "none", each list's default
-      option->clear();
-      if (!option->get_default_str().empty() && option->get_default_str() != "[]")
-        throw std::invalid_argument("--config " + path + ": key '" + it.key() +
-                                    "' must not be an empty list");
-      continue;
-    }
-    if (it->is_array()) {
-      for (const auto& v : *it) inputs.push_back(text(v));
-    } else {
-      inputs.push_back(text(*it));
-    }
-    try {
-      option->add_result(inputs);
-      option->run_callback();
-    } catch (const CLI::Error& e) {
-      // An enum (type name "a|b|c"): its choices, as a Python user would read them.
-      const std::string choices = option->get_type_name();
-      if (choices.find('|') != std::string::npos) {
-        std::vector<std::string> names;
-        std::istringstream split(choices);
-        for (std::string name; std::getline(split, name, '|');) names.push_back(name);
-        std::string listed;
-        for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
-        const std::string nearest =
-            it->is_string() ? nearest_name(it->get<std::string>(), names,
-                                           std::max<size_t>(2, it->get<std::string>().size() / 3))
-                            : std::string();
-        throw std::invalid_argument("--config " + path + ": " + it.key() + "=" + it->dump() +
-                                    " must be one of " + listed +
-                                    (nearest.empty() ? "" : "; did you mean \"" + nearest + "\"?"));
-      }
-      throw std::invalid_argument("--config " + path + ": key '" + it.key() + "': " + e.what());
-    }
-  }
+    return !(v.is_string() && v.get<std::string>().empty() && !option->get_excludes().empty());
+  };
+  read(j, "--config " + path + ": ", take);
 }
 
 // `fallback` (may be empty) names the config to read when --config is not
 // given: a run's own (resume's), whose paths of where to write (`out`, the
 // trace, the cache) are not taken: a run folder one is handed could name any.
 void add_config(CLI::App* cmd, std::set<std::string> keys, bool ignore_others, const char* help,
-                std::function<std::string()> fallback = {}, FlagNames renamed = {}) {
+                ReadFields read, std::function<std::string()> fallback = {},
+                FlagNames renamed = {}) {
   auto path = std::make_shared<std::string>();
   cmd->add_option("--config", *path, help)->type_name("FILE.json");
-  cmd->final_callback(
-      [cmd, path, keys = std::move(keys), ignore_others, fallback, renamed = std::move(renamed)] {
-        static const std::set<std::string> kRunsOwnPaths{"out", "trace_samples", "cache_dir"};
-        if (!path->empty()) {
-          apply_json_config(cmd, *path, keys, ignore_others, renamed);
-        } else if (const std::string run = fallback ? fallback() : std::string(); !run.empty()) {
-          apply_json_config(cmd, run, keys, ignore_others, renamed, kRunsOwnPaths);
-        }
-      });
+  cmd->final_callback([cmd, path, keys = std::move(keys), ignore_others, read = std::move(read),
+                       fallback, renamed = std::move(renamed)] {
+    static const std::set<std::string> kRunsOwnPaths{"out", "trace_samples", "cache_dir"};
+    if (!path->empty()) {
+      apply_json_config(cmd, *path, keys, ignore_others, renamed, read);
+    } else if (const std::string run = fallback ? fallback() : std::string(); !run.empty()) {
+      apply_json_config(cmd, run, keys, ignore_others, renamed, read, kRunsOwnPaths);
+    }
+  });
 }
 
 // `train --resume RUN` alone: RUN/config.json (beside the checkpoint file
@@ -268,15 +248,19 @@ void add_training_flags(CLI::App* cmd, TrainOptions& options, const std::set<std
   cmd->get_option("--datalist")->group(one_of);
   std::set<std::string> keys;
   TrainOptions::for_each_field(options, CollectKeysExcept{&keys, skip});
+  ReadFields read = read_table(options, [](TrainOptions& o, auto&& visit) {
+    TrainOptions::for_each_field(o, visit);
+  });
   if (skip.empty()) {
     add_config(cmd, std::move(keys), false,
                "JSON of these options (keys as in RUN/config.json; with --resume RUN alone, "
                "RUN/config.json); flags override it",
-               [cmd] { return resumed_run_config(cmd); });
+               std::move(read), [cmd] { return resumed_run_config(cmd); });
   } else {
     add_config(cmd, std::move(keys), true,
                "JSON of these options (keys as in RUN/config.json; the keys of the options "
-               "repro sets for its runs are ignored); flags override it");
+               "repro sets for its runs are ignored); flags override it",
+               std::move(read));
   }
 }
 
@@ -300,6 +284,9 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
   add_config(cmd, std::move(keys), true,
              "RUN/config.json: the network's and the prefix's keys (model, channels, pixdim, ...); "
              "flags override it (the network's kind is --network here)",
+             read_table(o, [](PredictOptions& p, auto&& visit) {
+               PredictOptions::for_each_field(p, visit);
+             }),
              {}, kRenamed);
 }
 
@@ -316,12 +303,24 @@ struct AddFeedFlag {
 
 }  // namespace
 
-void add_feed_flags(CLI::App* cmd, FeedOptions& feed, std::set<std::string> own_keys) {
-  for_each_feed_field(feed, AddFeedFlag{cmd});
-  for_each_feed_field(feed, CollectKeys{&own_keys});
-  add_config(cmd, std::move(own_keys), true,
+void add_preview_flags(CLI::App* cmd, PreviewOptions& o) {
+  for_each_preview_field(o, AddFlag{cmd});
+  for_each_feed_field(o.feed, AddFeedFlag{cmd});
+  std::set<std::string> keys;
+  for_each_preview_field(o, CollectKeys{&keys});
+  for_each_feed_field(o.feed, CollectKeys{&keys});
+  add_config(cmd, std::move(keys), true,
              "a training config (configs/spleen.json, RUN/config.json): its pipeline keys (the "
-             "prefix, the crop, the augmentation) and its data and seed; flags override it");
+             "prefix, the crop, the augmentation) and its data and seed; flags override it",
+             [&o](const nlohmann::json& config, const std::string& who,
+                  const std::function<bool(const Field&)>& take) {
+               read_table(o, [](PreviewOptions& p, auto&& visit) {
+                 for_each_preview_field(p, visit);
+               })(config, who, take);
+               read_table(o.feed, [](FeedOptions& f, auto&& visit) {
+                 for_each_feed_field(f, visit);
+               })(config, who, take);
+             });
 }
 
 void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix) {
@@ -331,7 +330,10 @@ void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix) {
   for_each_prefix_field(prefix, CollectKeys{&keys});
   add_config(cmd, std::move(keys), true,
              "a training config (configs/spleen.json, RUN/config.json): its prefix keys "
-             "(orientation, pixdim, intensity, ...); flags override it");
+             "(orientation, pixdim, intensity, ...); flags override it",
+             read_table(prefix, [](PrefixOptions& p, auto&& visit) {
+               for_each_prefix_field(p, visit);
+             }));
 }
 
 }  // namespace volshard::cli

@@ -7,7 +7,6 @@
 
 #include "commands.h"
 #include "verbs.h"
-#include "volshard/datasets/preview.h"
 
 namespace volshard::cli {
 
@@ -21,11 +20,12 @@ Run add_preview_command(CLI::App& app) {
       "--out spleen_crops.png\n"
       "  volshard preview --image img15.nii.gz --label seg15.nii.gz --prediction pred15.nii.gz "
       "--out pred15.png");
-  auto* data = cmd->add_option("--data", o->data_dir,
-                               "folder of image/label pairs: the augmented crops training feeds");
-  auto* datalist = cmd->add_option(
-      "--datalist", o->datalist,
-      "instead of --data: a datalist or Decathlon dataset.json (its \"training\" entries)");
+  // The picture's flags and the pipeline as training runs it: its schema's
+  // flags, and a training config's pipeline keys (CT and MRI prefixes
+  // included) with its data and seed.
+  add_preview_flags(cmd, *o);
+  auto* data = cmd->get_option("--data");
+  auto* datalist = cmd->get_option("--datalist");
   data->excludes(datalist);
   auto* prediction =
       cmd->add_option("--prediction", versus->prediction,
@@ -36,17 +36,6 @@ Run add_preview_command(CLI::App& app) {
   cmd->add_option("--image", versus->image, "--prediction: the image it was made from")
       ->needs(prediction);
   cmd->add_option("--label", versus->label, "--prediction: the manual label")->needs(prediction);
-  cmd->add_option("--out", o->out, "PNG to write")->capture_default_str();
-  cmd->add_option("--count", o->count, "crops to show")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "base seed of the augmentation")->capture_default_str();
-  cmd->add_option("--epoch", o->epoch, "epoch whose augmentation to show")->capture_default_str();
-  cmd->add_option("--image-glob", o->image_glob, "image file pattern")->capture_default_str();
-  cmd->add_option("--label-glob", o->label_glob, "label file pattern")->capture_default_str();
-  cmd->add_option("--channel", o->channel, "image channel to draw (-1: every channel)")
-      ->capture_default_str();
-  // The pipeline as training runs it: its schema's flags, and a training
-  // config's pipeline keys (CT and MRI prefixes included) with its data and seed.
-  add_feed_flags(cmd, o->feed, {"data", "datalist", "image_glob", "label_glob", "seed"});
   return [o, versus, prediction] {
     if (prediction->count() > 0) {
       if (versus->image.empty() || versus->label.empty())

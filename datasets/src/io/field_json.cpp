@@ -1,5 +1,7 @@
 #include "volshard/datasets/field_json.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -7,6 +9,7 @@
 #include <stdexcept>
 
 #include "volshard/core/error.h"
+#include "volshard/core/nearest_name.h"
 
 namespace volshard::detail {
 
@@ -108,6 +111,25 @@ std::vector<nlohmann::json> json_elements(const nlohmann::json& v) {
     out.push_back(v);
   }
   return out;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+void fail_enum_value(const Field& f, const nlohmann::json& v, const std::string& who,
+                     const std::vector<std::string>& names) {
+  std::string listed;
+  for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
+  // The nearest as the flags name it (choice_message's rule: max(2, length / 3) edits).
+  const std::string nearest =
+      v.is_string() ? nearest_name(lower(v.get<std::string>()), names,
+                                   std::max<size_t>(2, v.get<std::string>().size() / 3))
+                    : std::string();
+  throw std::invalid_argument(who + f.key + "=" + json_value_text(v) + " must be one of " +
+                              listed +
+                              (nearest.empty() ? "" : "; did you mean '" + nearest + "'?"));
 }
 
 }  // namespace volshard::detail

@@ -169,10 +169,9 @@ FeedOptions apply_feed_json(const nlohmann::json& j, const std::string& who,
                                 "; known: " + known);
   }
   FeedOptions f = base;
-  for_each_feed_field(f, [&](const Field& field, auto& member) {
-    const auto it = j.find(field.key);
-    if (it != j.end()) field_from_json(field, *it, who, member);
-  });
+  fields_from_json(
+      j, who, f, [](FeedOptions& o, auto&& visit) { for_each_feed_field(o, visit); },
+      [](const Field&) { return true; });
   try {
     f.validate();
   } catch (const std::invalid_argument& e) {

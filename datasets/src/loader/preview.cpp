@@ -94,9 +94,7 @@ std::string preview_caption(const SampleMeta& m, int64_t channel) {
 }
 
 int64_t write_preview(const PreviewOptions& o) {
-  if (o.count < 1 || o.count > 256)
-    throw std::invalid_argument("preview: --count=" + std::to_string(o.count) +
-                                " must be in [1, 256] (crops in one picture)");
+  for_each_preview_field(o, CheckFieldBounds{"preview"});  // the table's bounds
   if (o.data_dir.empty() == o.datalist.empty())
     throw std::invalid_argument("preview: give exactly one of --data DIR and --datalist FILE");
   const Compose pipeline = feed_augmentation(o.feed);  // validates, before any file is listed

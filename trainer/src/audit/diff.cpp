@@ -139,11 +139,10 @@ Run read_run(const std::string& dir) {
   // config given to --config and the Python Loader's pipeline); a key the table does not
   // have (another version's) is left to the configs' comparison.
   TrainOptions saved;
-  TrainOptions::for_each_field(saved, [&](const Field& f, auto& value) {
-    const auto it = c.find(f.key);
-    if (f.in_json && it != c.end())
-      field_from_json(f, *it, "diff: " + config.string() + ": ", value);
-  });
+  fields_from_json(
+      c, "diff: " + config.string() + ": ", saved,
+      [](TrainOptions& o, auto&& visit) { TrainOptions::for_each_field(o, visit); },
+      [](const Field& f) { return f.in_json; });
   r.invariant = saved.invariant;
   r.trace = saved.trace_samples;
   const fs::path prints = fs::path(dir) / "fingerprints.jsonl";

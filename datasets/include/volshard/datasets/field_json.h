@@ -31,23 +31,27 @@ void json_to(const Field& f, const nlohmann::json& v, const std::string& who, do
 void json_to(const Field& f, const nlohmann::json& v, const std::string& who, std::string& out);
 /// A list's elements: an array's, a string's comma-separated parts, or the one value.
 std::vector<nlohmann::json> json_elements(const nlohmann::json& v);
+/// `s` in lower case (ASCII).
+std::string lower(std::string s);
+/// "<who>key=value must be one of a, b; did you mean 'a'?"
+[[noreturn]] void fail_enum_value(const Field& f, const nlohmann::json& v, const std::string& who,
+                                  const std::vector<std::string>& names);
 
 }  // namespace detail
 
 /// Sets `out` from `v`, the JSON value of field `f`. Throws
 /// std::invalid_argument "<who>key=value is not a valid key (...)" for a value
-/// of the wrong type, "... must be one of a, b" for an unknown enum name.
+/// of the wrong type, "... must be one of a, b; did you mean 'a'?" for an
+/// unknown enum name (names in any case, as the flags take them).
 template <class T>
 void field_from_json(const Field& f, const nlohmann::json& v, const std::string& who, T& out) {
   if constexpr (std::is_enum_v<T>) {
-    std::string names;
-    if (v.is_string()) {
-      for (const auto& [name, value] : enum_names(T{}))
-        if (name == v.get<std::string>()) return void(out = value);
+    std::vector<std::string> names;
+    for (const auto& [name, value] : enum_names(T{})) {
+      if (v.is_string() && detail::lower(v.get<std::string>()) == name) return void(out = value);
+      names.push_back(name);
     }
-    for (const auto& [name, value] : enum_names(T{})) names += (names.empty() ? "" : ", ") + name;
-    throw std::invalid_argument(who + f.key + "=" + detail::json_value_text(v) +
-                                " must be one of " + names);
+    detail::fail_enum_value(f, v, who, names);
   } else if constexpr (IsVector<T>::value) {
     T list;
     for (const nlohmann::json& e : detail::json_elements(v)) {
@@ -59,6 +63,21 @@ void field_from_json(const Field& f, const nlohmann::json& v, const std::string&
   } else {
     detail::json_to(f, v, who, out);
   }
+}
+
+/// The one reader of a table's fields from a JSON object (configs/*.json,
+/// RUN/config.json, a Python pipeline, `--config`): every field of `options`
+/// whose key `j` holds and that `take(field)` accepts is set through
+/// field_from_json. `table(options, visit)` walks the rows, as
+/// for_each_feed_field does. Keys `j` holds beyond the table's are the
+/// caller's to refuse or skip.
+template <class Options, class Table, class Take>
+void fields_from_json(const nlohmann::json& j, const std::string& who, Options& options,
+                      Table&& table, Take&& take) {
+  table(options, [&](const Field& f, auto& member) {
+    const auto it = j.find(f.key);
+    if (it != j.end() && take(f)) field_from_json(f, *it, who, member);
+  });
 }
 
 /// Every row of an options table that is in the persistent cache's key

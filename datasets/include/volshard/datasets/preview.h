@@ -23,6 +23,27 @@ struct PreviewOptions {
   int64_t channel = -1;  ///< image channel to draw; -1: every channel, side by side
 };
 
+/// PreviewOptions' own rows (the pipeline's are for_each_feed_field's): the
+/// command's flags, and the keys it takes from a training config (the data and
+/// the seed; the picture's own, out to channel, are flags only: a run's "out"
+/// is its folder).
+template <class Self, class Visit>
+void for_each_preview_field(Self& o, Visit&& visit) {
+  visit(Field("data", "folder of image/label pairs: the augmented crops training feeds"),
+        o.data_dir);
+  visit(Field("datalist",
+              "instead of --data: a datalist or Decathlon dataset.json (its \"training\" entries)"),
+        o.datalist);
+  visit(Field("image_glob", "image file pattern"), o.image_glob);
+  visit(Field("label_glob", "label file pattern"), o.label_glob);
+  visit(Field("seed", "base seed of the augmentation"), o.seed);
+  visit(Field("out", "PNG to write").flag_only(), o.out);
+  visit(Field("count", "crops to show").at_least(1).at_most(256).flag_only(), o.count);
+  visit(Field("epoch", "epoch whose augmentation to show").at_least(0).flag_only(), o.epoch);
+  visit(Field("channel", "image channel to draw (-1: every channel)").at_least(-1).flag_only(),
+        o.channel);
+}
+
 /// The two caption lines of a crop (joined by '\n'): file name, patch,
 /// channel (when one is chosen) and quarter turns; then the crop's first
 /// voxel in the volume and the class its centre was drawn from
