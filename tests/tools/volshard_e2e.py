@@ -481,6 +481,17 @@ class DecathlonSynthTest(unittest.TestCase):
         p = run("preview", "--config", config, "--datalist", datalist, "--out", os.path.join(self.dir, "x.png"))
         self.assertEqual(p.returncode, 2)
         self.assertIn("unknown key 'num_sample' (did you mean 'num_samples'?)", p.stderr)
+        # preview's own rows: their bounds by flag; a run's "out" (its folder) is not the picture.
+        p = run("preview", "--datalist", datalist, "--count", 0, "--out", os.path.join(self.dir, "x.png"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("preview: --count=0 must be in [1, 256]", p.stderr)
+        with open(config, "w") as f:
+            json.dump({"crop": 12, "num_samples": 1, "out": os.path.join(self.dir, "run"), "seed": 3}, f)
+        png = os.path.join(self.dir, "from_run_config.png")
+        p = run("preview", "--config", config, "--datalist", datalist, "--count", 1, "--out", png)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.exists(png))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "run")))
 
     def test_synth_default_sizes_and_bad_kind_size_and_flags_are_named(self):
         out = self.synth("ct", "default", count=1, size=96)

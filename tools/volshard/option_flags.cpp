@@ -2,13 +2,11 @@
 // flags given on the command line override the file's values.
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
