@@ -32,7 +32,8 @@ endfunction()
 # <torch/torch.h> about half. A source that starts including the header after
 # CMake ran is built without (slower, the same object) until CMake runs again.
 # VOLSHARD_PRECOMPILE_TORCH OFF builds every source plainly.
-option(VOLSHARD_PRECOMPILE_TORCH "Precompile LibTorch's heaviest header for the sources that include it" ON)
+option(VOLSHARD_PRECOMPILE_TORCH
+  "Precompile LibTorch's heaviest header for the sources that include it" ON)
 function(volshard_precompile_torch target)
   if(NOT VOLSHARD_PRECOMPILE_TORCH)
     return()
@@ -69,7 +70,8 @@ function(volshard_precompile_torch target)
   endif()
   foreach(source IN LISTS sources)
     if(NOT source IN_LIST taking)
-      set_source_files_properties(${source} TARGET_DIRECTORY ${target} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+      set_source_files_properties(${source} TARGET_DIRECTORY ${target}
+        PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
     endif()
   endforeach()
   target_precompile_headers(${target} PRIVATE ${header})

@@ -246,9 +246,8 @@ void add_training_flags(CLI::App* cmd, TrainOptions& options, const std::set<std
   cmd->get_option("--datalist")->group(one_of);
   std::set<std::string> keys;
   TrainOptions::for_each_field(options, CollectKeysExcept{&keys, skip});
-  ReadFields read = read_table(options, [](TrainOptions& o, auto&& visit) {
-    TrainOptions::for_each_field(o, visit);
-  });
+  ReadFields read = read_table(
+      options, [](TrainOptions& o, auto&& visit) { TrainOptions::for_each_field(o, visit); });
   if (skip.empty()) {
     add_config(cmd, std::move(keys), false,
                "JSON of these options (keys as in RUN/config.json; with --resume RUN alone, "
@@ -282,9 +281,8 @@ void add_predict_flags(CLI::App* cmd, PredictOptions& o) {
   add_config(cmd, std::move(keys), true,
              "RUN/config.json: the network's and the prefix's keys (model, channels, pixdim, ...); "
              "flags override it (the network's kind is --network here)",
-             read_table(o, [](PredictOptions& p, auto&& visit) {
-               PredictOptions::for_each_field(p, visit);
-             }),
+             read_table(o, [](PredictOptions& p,
+                              auto&& visit) { PredictOptions::for_each_field(p, visit); }),
              {}, kRenamed);
 }
 
@@ -326,12 +324,11 @@ void add_prefix_flags(CLI::App* cmd, PrefixOptions& prefix) {
   for_each_prefix_field(prefix, AddWholeVolumeFlag{cmd, kNone});
   std::set<std::string> keys;
   for_each_prefix_field(prefix, CollectKeys{&keys});
-  add_config(cmd, std::move(keys), true,
-             "a training config (configs/spleen.json, RUN/config.json): its prefix keys "
-             "(orientation, pixdim, intensity, ...); flags override it",
-             read_table(prefix, [](PrefixOptions& p, auto&& visit) {
-               for_each_prefix_field(p, visit);
-             }));
+  add_config(
+      cmd, std::move(keys), true,
+      "a training config (configs/spleen.json, RUN/config.json): its prefix keys "
+      "(orientation, pixdim, intensity, ...); flags override it",
+      read_table(prefix, [](PrefixOptions& p, auto&& visit) { for_each_prefix_field(p, visit); }));
 }
 
 }  // namespace volshard::cli

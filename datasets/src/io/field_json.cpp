@@ -127,8 +127,7 @@ void fail_enum_value(const Field& f, const nlohmann::json& v, const std::string&
       v.is_string() ? nearest_name(lower(v.get<std::string>()), names,
                                    std::max<size_t>(2, v.get<std::string>().size() / 3))
                     : std::string();
-  throw std::invalid_argument(who + f.key + "=" + json_value_text(v) + " must be one of " +
-                              listed +
+  throw std::invalid_argument(who + f.key + "=" + json_value_text(v) + " must be one of " + listed +
                               (nearest.empty() ? "" : "; did you mean '" + nearest + "'?"));
 }
 
