@@ -368,7 +368,7 @@ class TrainJobTest(Base):
             (["--master-port", str(busy)], "is busy"),
             (["--data", bad_data], "seg3.nii.gz"),
             (["--data", mismatched], "seg2.nii.gz is 64x64x48"),
-            (["--amp", "fp16", "--invariant"], "--invariant sums float32 gradients exactly: --amp fp16"),
+            (["--amp", "fp16", "--invariant"], "--invariant sums float32 gradients exactly: --amp=fp16"),
             (["--model", "segresnet", "--init-filters", "12"], "init_filters=12 is not a multiple of num_groups=8"),
         ]
         cases.append((["--device", "cuda"], "--device cuda: no CUDA device here"))  # the GPUs are hidden
@@ -571,7 +571,7 @@ class ReproTest(Base):
         self.assertEqual(models[0], models[2])
         p = run("train", "--data", self.data, "--out", self.out("bn"), "--invariant", "--norm", "batch")
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("--invariant: --norm batch", p.stderr)
+        self.assertIn("--invariant: --norm=batch mixes the volumes", p.stderr)
 
     def test_train_log_holds_what_rank_0_printed_on_both_streams(self):
         out = self.out("run")

@@ -372,18 +372,67 @@ TEST_F(TrainTest, CudaGraphRefusesWhatItCannotCapture) {
     return "accepted";
   };
   using ::testing::HasSubstr;
+  // The library names the fields by key (as a config spells them); a command line by flag.
   EXPECT_THAT(refusal([](TrainOptions& o) { o.fused_optimizer = false; }),
-              HasSubstr("--cuda-graph captures one step of one batch: it needs --optimizer adam "
-                        "with --fused-optimizer"));
-  EXPECT_THAT(refusal([](TrainOptions& o) { o.accumulate = 2; }), HasSubstr("--accumulate=2"));
-  EXPECT_THAT(refusal([](TrainOptions& o) { o.model.dropout = 0.2; }), HasSubstr("--dropout=0.2"));
+              HasSubstr("cuda_graph captures one step of one batch: it needs optimizer=adam "
+                        "with fused_optimizer"));
+  EXPECT_THAT(refusal([](TrainOptions& o) { o.accumulate = 2; }), HasSubstr("accumulate=2"));
+  EXPECT_THAT(refusal([](TrainOptions& o) { o.model.dropout = 0.2; }), HasSubstr("dropout=0.2"));
   EXPECT_THAT(refusal([](TrainOptions&) {}),
               HasSubstr("--cuda-graph captures one rank's step, and 2 ranks"));
   EXPECT_THAT(refusal([](TrainOptions& o) {
                 o.cuda_graph = false;
                 o.optimizer = Optimizer::kSgd;
               }),
-              HasSubstr("--fused-optimizer is adam's fused kernel: --optimizer sgd"));
+              HasSubstr("fused_optimizer is adam's fused kernel: optimizer=sgd"));
+  TrainOptions o = options("refused");
+  o.fused_optimizer = true;
+  o.optimizer = Optimizer::kSgd;
+  try {
+    o.validate();
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(flag_text(e), HasSubstr("train: --fused-optimizer is adam's fused kernel: "
+                                        "--optimizer=sgd has none here (use adam, or "
+                                        "--fused-optimizer=false)"));
+  }
+}
+
+// The checks across fields name each field: by key as the library says it, by flag on a
+// command line.
+TEST_F(TrainTest, CrossFieldChecksNameEachFieldByKeyAndOnACommandLineByFlag) {
+  const auto refusal = [this](const std::function<void(TrainOptions&)>& set) {
+    TrainOptions o = options("refused");
+    set(o);
+    try {
+      o.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::make_pair(std::string(e.what()), flag_text(e));
+    }
+    return std::make_pair(std::string("accepted"), std::string("accepted"));
+  };
+  using ::testing::HasSubstr;
+  const auto [dropout, dropout_flags] = refusal([](TrainOptions& o) {
+    o.invariant = true;
+    o.model.dropout = 0.25;
+  });
+  EXPECT_THAT(dropout, HasSubstr("train: invariant: dropout=0.25 draws from each rank's own "
+                                 "generator; use dropout=0"));
+  EXPECT_THAT(dropout_flags, HasSubstr("train: --invariant: --dropout=0.25 draws from each "
+                                       "rank's own generator; use --dropout=0"));
+  const auto [softmax, softmax_flags] = refusal([](TrainOptions& o) {
+    o.activation = Activation::kSoftmax;
+    o.model.out_channels = 1;
+  });
+  EXPECT_THAT(softmax, HasSubstr("train: activation=softmax needs out_channels >= 2"));
+  EXPECT_THAT(softmax_flags, HasSubstr("train: --activation=softmax needs --out-channels >= 2"));
+  const auto [data, data_flags] = refusal([](TrainOptions& o) { o.datalist = "x.json"; });
+  EXPECT_THAT(data, HasSubstr("give exactly one of data (a folder) and datalist (a file)"));
+  EXPECT_THAT(data_flags, HasSubstr("give exactly one of --data (a folder) and --datalist"));
+  for (const auto& said : {dropout, softmax, data}) {
+    EXPECT_EQ(said.find('\x1f'), std::string::npos) << said;
+    EXPECT_EQ(said.find("--"), std::string::npos) << said;
+  }
 }
 
 // On a GPU (skipped without one): SegResNet (the BraTS tutorial's network)
@@ -602,7 +651,7 @@ TEST_F(TrainTest, InvariantTrainingRefusesWhatWouldMixVolumesOrRanks) {
   o.model.norm = NormKind::kBatch;
   EXPECT_THROW(
       try { o.validate(); } catch (const std::invalid_argument& e) {
-        EXPECT_THAT(e.what(), ::testing::HasSubstr("--norm batch"));
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("norm=batch mixes the volumes"));
         throw;
       },
       std::invalid_argument);

@@ -161,20 +161,23 @@ void TrainOptions::validate() const {
   // FieldError: the fields quoted from below (quoted(e)) keep their flags.
   auto bad = [](const std::string& what) { throw FieldError(what); };
   if (data_dir.empty() == datalist.empty())
-    bad("train: give exactly one of --data DIR and --datalist FILE");
-  if (out_dir.empty()) bad("train: --out RUN is required");
+    bad("train: give exactly one of " + field_ref("data") + " (a folder) and " +
+        field_ref("datalist") + " (a file)");
+  if (out_dir.empty()) bad("train: " + field_ref("out") + " (the run folder) is required");
   for_each_field(*this, CheckFieldBounds{"train"});
   inference.validate();
   // Refused here, with the other values, not when the first collective is
   // built (a single process never builds one and would train on the CPU).
 #ifndef VOLSHARD_WITH_NCCL
   if (backend == Backend::kNccl)
-    bad("train: --backend=nccl: this build has no NCCL (LibTorch without CUDA); use --backend "
-        "gloo");
+    bad("train: " + field_ref("backend") +
+        "=nccl: this build has no NCCL (LibTorch without CUDA); use " + field_ref("backend") +
+        "=gloo");
 #else
   if (backend == Backend::kNccl && visible_gpus() == 0)
-    bad("train: --backend=nccl: no CUDA device here (NCCL reduces between GPUs); use --backend "
-        "gloo");
+    bad("train: " + field_ref("backend") +
+        "=nccl: no CUDA device here (NCCL reduces between GPUs); use " + field_ref("backend") +
+        "=gloo");
 #endif
   try {
     feed.validate();
@@ -185,46 +188,53 @@ void TrainOptions::validate() const {
   if (net.in_channels == 0) net.in_channels = 1;  // from the data, known later
   net.validate();
   if (feed.prefix.labels != LabelMap::kClasses && activation != Activation::kSigmoid)
-    bad("train: --labels=" + enum_name(feed.prefix.labels) +
-        " gives overlapping region channels: use --activation sigmoid");
+    bad("train: " + field_ref("labels") + "=" + enum_name(feed.prefix.labels) +
+        " gives overlapping region channels: use " + field_ref("activation") + "=sigmoid");
   if (feed.prefix.labels != LabelMap::kClasses && model.out_channels != 3)
-    bad("train: --labels=" + enum_name(feed.prefix.labels) +
-        " gives 3 channels (TC, WT, ET): "
-        "--out-channels=" +
+    bad("train: " + field_ref("labels") + "=" + enum_name(feed.prefix.labels) +
+        " gives 3 channels (TC, WT, ET): " + field_ref("out_channels") + "=" +
         std::to_string(model.out_channels) + " must be 3");
   if (activation == Activation::kSoftmax && model.out_channels < 2)
-    bad("train: --activation softmax needs --out-channels >= 2 (background and classes)");
+    bad("train: " + field_ref("activation") + "=softmax needs " + field_ref("out_channels") +
+        " >= 2 (background and classes)");
   if (invariant && model.resolved_norm() == NormKind::kBatch)
-    bad("train: --invariant: --norm batch mixes the volumes of a rank's batch; use --norm "
-        "instance or group");
+    bad("train: " + field_ref("invariant") + ": " + field_ref("norm") +
+        "=batch mixes the volumes of a rank's batch; use instance or group");
   if (invariant && model.dropout > 0)
-    bad("train: --invariant: --dropout=" + std::to_string(model.dropout) +
-        " draws from each rank's own generator; use --dropout 0");
+    bad("train: " + field_ref("invariant") + ": " + field_ref("dropout") + "=" +
+        value_text(model.dropout) + " draws from each rank's own generator; use " +
+        field_ref("dropout") + "=0");
   try {
     (void)resolve_cache_device(cache_device, resolve_device(device, 0));
   } catch (const std::invalid_argument& e) {
     bad("train: " + quoted(e));
   }
   if (invariant && amp != Amp::kOff)
-    bad("train: --invariant sums float32 gradients exactly: --amp " + enum_name(amp) +
-        " rounds the forward pass instead (use off)");
+    bad("train: " + field_ref("invariant") + " sums float32 gradients exactly: " +
+        field_ref("amp") + "=" + enum_name(amp) + " rounds the forward pass instead (use off)");
   if (invariant && accumulate != 1)
-    bad("train: --invariant takes --batch-size as the global batch: --accumulate=" +
-        std::to_string(accumulate) + " has no meaning there (use 1)");
+    bad("train: " + field_ref("invariant") + " takes " + field_ref("batch_size") +
+        " as the global batch: " + field_ref("accumulate") + "=" + std::to_string(accumulate) +
+        " has no meaning there (use 1)");
   if (fused_optimizer && optimizer != Optimizer::kAdam)
-    bad("train: --fused-optimizer is adam's fused kernel: --optimizer " + enum_name(optimizer) +
-        " has none here (use adam, or --fused-optimizer false)");
+    bad("train: " + field_ref("fused_optimizer") +
+        " is adam's fused kernel: " + field_ref("optimizer") + "=" + enum_name(optimizer) +
+        " has none here (use adam, or " + field_ref("fused_optimizer") + "=false)");
   if (cuda_graph) {
-    const std::string why = "train: --cuda-graph captures one step of one batch: ";
+    const std::string why =
+        "train: " + field_ref("cuda_graph") + " captures one step of one batch: ";
     if (!fused_optimizer || optimizer != Optimizer::kAdam)
-      bad(why +
-          "it needs --optimizer adam with --fused-optimizer (torch::optim::Adam counts its "
-          "steps on the host, which a replayed graph does not see)");
-    if (accumulate != 1) bad(why + "--accumulate=" + std::to_string(accumulate) + " (use 1)");
-    if (invariant) bad(why + "--invariant takes each volume on its own (use one or the other)");
+      bad(why + "it needs " + field_ref("optimizer") + "=adam with " +
+          field_ref("fused_optimizer") +
+          " (torch::optim::Adam counts its steps on the host, which a replayed graph does not "
+          "see)");
+    if (accumulate != 1)
+      bad(why + field_ref("accumulate") + "=" + std::to_string(accumulate) + " (use 1)");
+    if (invariant)
+      bad(why + field_ref("invariant") + " takes each volume on its own (use one or the other)");
     if (model.dropout > 0)
-      bad(why + "--dropout=" + value_text(model.dropout) +
-          " draws new masks from the host each step (use --dropout 0)");
+      bad(why + field_ref("dropout") + "=" + value_text(model.dropout) +
+          " draws new masks from the host each step (use 0)");
   }
   try {
     check_roi(roi, "--roi");
