@@ -1,6 +1,7 @@
 #include "volshard/core/nearest_name.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "volshard/core/field.h"
 
@@ -53,13 +54,22 @@ std::string unknown_flag_message(const std::string& word, const std::vector<std:
   return message;
 }
 
+std::string nearest_choice(const std::string& value, const std::vector<std::string>& choices) {
+  return nearest_name(value, choices, std::max<size_t>(2, value.size() / 3));
+}
+
 std::string choice_message(const std::string& value, const std::vector<std::string>& choices) {
   std::string listed;
   for (const std::string& c : choices) listed += (listed.empty() ? "" : ", ") + c;
   std::string message = value + " is not one of " + listed;
-  const std::string nearest = nearest_name(value, choices, std::max<size_t>(2, value.size() / 3));
+  const std::string nearest = nearest_choice(value, choices);
   if (!nearest.empty()) message += "; did you mean " + nearest + "?";
   return message;
+}
+
+std::string ascii_lower(std::string name) {
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
 }
 
 }  // namespace volshard

@@ -2,7 +2,6 @@
 // flags given on the command line override the file's values.
 #include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -29,8 +28,7 @@ void add_enum_option(CLI::App* cmd, const std::string& flag, T& value, const std
   // A name (any case) to the enum's number, which CLI11 assigns; anything else
   // named with the choices and the nearest, as every other value is.
   const auto to_number = [names](std::string& text) -> std::string {
-    std::string lower = text;
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string lower = ascii_lower(text);
     for (const auto& [name, v] : enum_names(T{})) {
       if (name == lower) {
         text = std::to_string(static_cast<int>(v));

@@ -1,7 +1,5 @@
 #include "volshard/datasets/field_json.h"
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -113,20 +111,13 @@ std::vector<nlohmann::json> json_elements(const nlohmann::json& v) {
   return out;
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 void fail_enum_value(const Field& f, const nlohmann::json& v, const std::string& who,
                      const std::vector<std::string>& names) {
   std::string listed;
   for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
-  // The nearest as the flags name it (choice_message's rule: max(2, length / 3) edits).
+  // The nearest as the flags name it.
   const std::string nearest =
-      v.is_string() ? nearest_name(lower(v.get<std::string>()), names,
-                                   std::max<size_t>(2, v.get<std::string>().size() / 3))
-                    : std::string();
+      v.is_string() ? nearest_choice(ascii_lower(v.get<std::string>()), names) : std::string();
   throw std::invalid_argument(who + f.key + "=" + json_value_text(v) + " must be one of " + listed +
                               (nearest.empty() ? "" : "; did you mean '" + nearest + "'?"));
 }

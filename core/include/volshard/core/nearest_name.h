@@ -29,8 +29,15 @@ std::string nearest_key(const std::string& key, const std::vector<std::string>& 
 /// 4) edits away. Every command names an unknown flag so.
 std::string unknown_flag_message(const std::string& word, const std::vector<std::string>& known);
 
+/// The choice nearest to `value`, a value that must be one of `choices`, at
+/// most max(2, length / 3) edits away, else "".
+std::string nearest_choice(const std::string& value, const std::vector<std::string>& choices);
+
 /// "softmx is not one of sigmoid, softmax; did you mean softmax?": a value
-/// that must be one of `choices`, with the nearest (max(2, length / 3) edits).
+/// that must be one of `choices`, with the nearest (nearest_choice).
 std::string choice_message(const std::string& value, const std::vector<std::string>& choices);
+
+/// `name` in lower case (ASCII): an enum's name as its flag and a config take it, in any case.
+std::string ascii_lower(std::string name);
 
 }  // namespace volshard

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "volshard/core/field.h"
+#include "volshard/core/nearest_name.h"
 
 namespace volshard {
 namespace detail {
@@ -31,8 +32,6 @@ void json_to(const Field& f, const nlohmann::json& v, const std::string& who, do
 void json_to(const Field& f, const nlohmann::json& v, const std::string& who, std::string& out);
 /// A list's elements: an array's, a string's comma-separated parts, or the one value.
 std::vector<nlohmann::json> json_elements(const nlohmann::json& v);
-/// `s` in lower case (ASCII).
-std::string lower(std::string s);
 /// "<who>key=value must be one of a, b; did you mean 'a'?"
 [[noreturn]] void fail_enum_value(const Field& f, const nlohmann::json& v, const std::string& who,
                                   const std::vector<std::string>& names);
@@ -48,7 +47,7 @@ void field_from_json(const Field& f, const nlohmann::json& v, const std::string&
   if constexpr (std::is_enum_v<T>) {
     std::vector<std::string> names;
     for (const auto& [name, value] : enum_names(T{})) {
-      if (v.is_string() && detail::lower(v.get<std::string>()) == name) return void(out = value);
+      if (v.is_string() && ascii_lower(v.get<std::string>()) == name) return void(out = value);
       names.push_back(name);
     }
     detail::fail_enum_value(f, v, who, names);
