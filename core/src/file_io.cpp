@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 #include "volshard/core/large_blocks.h"
 
 namespace volshard {
@@ -223,9 +224,8 @@ void check_not_an_input(const std::string& out, const std::vector<NamedInput>& i
       same = !ec && !e2 && in_path == out_path;
     }
     if (same)
-      throw std::invalid_argument(what + " is " + in.flag +
-                                  "'s file: volshard never writes over what it reads; give another "
-                                  "path");
+      throw FieldError(what + " is " + in.flag +
+                       "'s file: volshard never writes over what it reads; give another path");
   }
 }
 

@@ -356,10 +356,18 @@ TEST(DataLoaderTest, CropsThatAllowSmallerShrankToDifferentVolumesNameBothShapes
   const std::string s1 =
       shape_text(std::vector<int64_t>{1, 3, big.image.size(2), big.image.size(3)});
   const std::string s0 = shape_text(big.image.sizes().vec());
-  EXPECT_THAT(
-      [&] { collate(samples); },
-      ::testing::ThrowsMessage<std::invalid_argument>(::testing::AllOf(
-          HasSubstr("image " + s1), HasSubstr("image " + s0), HasSubstr("--allow-smaller"))));
+  // The fields by key (as Python and a config spell them); a command line shows their flags.
+  EXPECT_THAT([&] { collate(samples); },
+              ::testing::ThrowsMessage<std::invalid_argument>(::testing::AllOf(
+                  HasSubstr("image " + s1), HasSubstr("image " + s0),
+                  HasSubstr("with allow_smaller use a crop that fits every volume, or "
+                            "batch_size=1 with num_samples=1"))));
+  try {
+    collate(samples);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(flag_text(e), HasSubstr("with --allow-smaller use a --crop that fits every volume, "
+                                        "or --batch-size=1 with --num-samples=1"));
+  }
 }
 
 TEST(DataLoaderTest, FlattensCropsOfEachVolumeIntoTheBatchAsListDataCollate) {

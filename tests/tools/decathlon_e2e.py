@@ -85,7 +85,7 @@ class DecathlonTest(unittest.TestCase):
                       last)
         for i in range(3):
             self.assertIn(self.ct_file(i, "image"), last)
-        self.assertIn("--spatial-pad 96 or --allow-smaller", last)
+        self.assertIn("--spatial-pad=96 or --allow-smaller", last)
         self.assertNotIn("DataLoader", p.stderr)  # not from a loader's worker
 
     def test_spleen_config_trains_on_the_decathlon_folder_and_predicts_onto_the_input_grid(self):

@@ -278,7 +278,7 @@ class TrainJobTest(Base):
         p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
                 "--image", img, "--out", pred, "--output", "prob", "--largest-component")
         self.assertEqual(p.returncode, 2)
-        self.assertIn("--largest-component keeps components of labels: it needs --output label", p.stderr)
+        self.assertIn("--largest-component keeps components of labels: it needs --output=label", p.stderr)
         p = run("predict", "--model", os.path.join(out, "model.pt"), "--config", os.path.join(out, "config.json"),
                 "--image", img, "--out", pred, "--tta-flips", "0,3")
         self.assertEqual(p.returncode, 2)
@@ -357,9 +357,9 @@ class TrainJobTest(Base):
             (["--crop", "96"], "--crop=96 is larger than"),
             (["--crop", "96"], "is larger than 6 of 6 training volume(s) as stored: "),
             (["--crop", "96"], "img5.nii.gz (64x64x64); every volume holds a crop of 64x64x64"),
-            (["--crop", "96"], "use --crop 64,64,64 or less, --spatial-pad 96 or --allow-smaller"),
+            (["--crop", "96"], "use --crop=64,64,64 or less, --spatial-pad=96 or --allow-smaller"),
             (["--crop", "32,80,32"], "--crop=32,80,32 is larger than 6 of 6"),
-            (["--crop", "32,80,32"], "use --crop 32,64,32 or less, --spatial-pad 32,80,32 or"),
+            (["--crop", "32,80,32"], "use --crop=32,64,32 or less, --spatial-pad=32,80,32 or"),
             (["--crop", "32,32"], "--crop=32,32 must be one edge (a cube) or three, x,y,z"),
             (["--crop", "36"], "multiple of 8"),
             (["--batch-size", "0"], "--batch-size=0"),
@@ -398,8 +398,8 @@ class FrontDoorTest(Base):
         p = self.train(out, epochs=1, check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("already holds a run", p.stderr)
-        self.assertIn("--resume " + out, p.stderr)
-        self.assertIn("--overwrite", p.stderr)
+        self.assertIn("--out=%s already holds a run" % out, p.stderr)
+        self.assertIn("continue it with --resume=%s or start afresh with --overwrite" % out, p.stderr)
         with open(os.path.join(out, "metrics.jsonl")) as f:
             self.assertEqual(f.read(), before)
         # predict takes the checkpoint's model: the same prediction as from model.pt
@@ -1327,14 +1327,14 @@ class RunFolderTest(Base):
     def test_resume_names_a_missing_run_and_a_complete_one(self):
         p = run("train", "--resume", self.out("nonexistent_run"))
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("--resume %s: no such run" % self.out("nonexistent_run"), p.stderr)
+        self.assertIn("--resume=%s: no such run" % self.out("nonexistent_run"), p.stderr)
         self.assertNotIn("--datalist", p.stderr)
         done = self.out("done")
         self.train(done, "--val-every", 0, epochs=1)
         p = run("train", "--resume", done)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("the run is complete: it trained 1 epoch(s)", p.stderr)
-        self.assertIn("--resume %s --epochs 2 (or more)" % done, p.stderr)
+        self.assertIn("--resume=%s --epochs=2 (or more)" % done, p.stderr)
         p = run("train", "--resume", done, "--epochs", 2)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("resuming epoch 2/2 (sampler epoch 1, 0-based as sampler-inspect's)", p.stderr)

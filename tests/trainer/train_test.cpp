@@ -379,7 +379,7 @@ TEST_F(TrainTest, CudaGraphRefusesWhatItCannotCapture) {
   EXPECT_THAT(refusal([](TrainOptions& o) { o.accumulate = 2; }), HasSubstr("accumulate=2"));
   EXPECT_THAT(refusal([](TrainOptions& o) { o.model.dropout = 0.2; }), HasSubstr("dropout=0.2"));
   EXPECT_THAT(refusal([](TrainOptions&) {}),
-              HasSubstr("--cuda-graph captures one rank's step, and 2 ranks"));
+              HasSubstr("cuda_graph captures one rank's step, and 2 ranks"));
   EXPECT_THAT(refusal([](TrainOptions& o) {
                 o.cuda_graph = false;
                 o.optimizer = Optimizer::kSgd;
@@ -724,8 +724,8 @@ TEST_F(TrainTest, AFreshRunIntoAFolderHoldingARunIsRefusedUnlessResumedOrOverwri
   EXPECT_THAT(
       [&] { check_training_config(o, 2); },
       ::testing::ThrowsMessage<std::invalid_argument>(::testing::AllOf(
-          ::testing::HasSubstr("already holds a run"),
-          ::testing::HasSubstr("--resume " + o.out_dir), ::testing::HasSubstr("--overwrite"))));
+          ::testing::HasSubstr("out=" + o.out_dir + " already holds a run"),
+          ::testing::HasSubstr("with resume=" + o.out_dir + " or start afresh with overwrite"))));
   o.overwrite = true;
   EXPECT_NO_THROW(check_training_config(o, 2));
 }

@@ -200,7 +200,7 @@ std::string resumed_run_config(CLI::App* cmd) {
   const std::filesystem::path given(resume->as<std::string>());
   // Said here, before the options its config.json would give are missed.
   if (!std::filesystem::exists(given))
-    throw std::invalid_argument("--resume " + given.string() +
+    throw std::invalid_argument("--resume=" + given.string() +
                                 ": no such run (no folder or checkpoint file of that name)");
   const std::filesystem::path config = std::filesystem::is_directory(given)
                                            ? given / "config.json"

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 #include "volshard/core/large_blocks.h"
 #include "volshard/core/limits.h"
 
@@ -131,13 +132,13 @@ Batch collate(std::vector<Sample> samples, std::optional<at::ScalarType> label_d
     if (!fits(samples[k], batch.image, batch.label, label_dtype)) {
       // As MONAI's list_data_collate, crops are stacked, not padded: a crop
       // that allow_smaller shrank to a smaller volume does not stack.
-      throw std::invalid_argument(
-          "collate: sample " + std::to_string(k) + " (dataset index " +
-          std::to_string(samples[k].meta.index) + ": " + rows_text(samples[k]) +
-          ") has another shape or dtype than sample 0 (dataset index " +
-          std::to_string(samples[0].meta.index) + ": " + rows_text(samples[0]) +
-          "); a batch stacks equal crops: with --allow-smaller use a --crop that fits every "
-          "volume, or --batch-size 1 with --num-samples 1");
+      throw FieldError("collate: sample " + std::to_string(k) + " (dataset index " +
+                       std::to_string(samples[k].meta.index) + ": " + rows_text(samples[k]) +
+                       ") has another shape or dtype than sample 0 (dataset index " +
+                       std::to_string(samples[0].meta.index) + ": " + rows_text(samples[0]) +
+                       "); a batch stacks equal crops: with " + field_ref("allow_smaller") +
+                       " use a " + field_ref("crop") + " that fits every volume, or " +
+                       field_ref("batch_size") + "=1 with " + field_ref("num_samples") + "=1");
     }
   }
   for (size_t k = 0; k < samples.size(); ++k) {

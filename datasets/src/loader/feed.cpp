@@ -204,12 +204,13 @@ void check_crop_fits(const FeedOptions& o, const std::vector<VolumeShape>& volum
         (i ? ", " : "") + small[i]->source + " (" + shape_text(small[i]->shape.data(), 3) + ")";
   if (small.size() > kNamed) named += " and " + std::to_string(small.size() - kNamed) + " more";
   const std::string crop_text = edges_text(o.crop);
-  throw std::invalid_argument("train: --crop=" + crop_text + " is larger than " +
-                              std::to_string(small.size()) + " of " +
-                              std::to_string(volumes.size()) + " training volume(s) " + after +
-                              ": " + named + "; every volume holds a crop of " + shape_text(fits) +
-                              ": use --crop " + edges_text({fits[0], fits[1], fits[2]}) +
-                              " or less, --spatial-pad " + crop_text + " or --allow-smaller");
+  throw FieldError("train: " + field_ref("crop") + "=" + crop_text + " is larger than " +
+                   std::to_string(small.size()) + " of " + std::to_string(volumes.size()) +
+                   " training volume(s) " + after + ": " + named +
+                   "; every volume holds a crop of " + shape_text(fits) + ": use " +
+                   field_ref("crop") + "=" + edges_text({fits[0], fits[1], fits[2]}) +
+                   " or less, " + field_ref("spatial_pad") + "=" + crop_text + " or " +
+                   field_ref("allow_smaller"));
 }
 
 FeedOptions feed_from_json(const std::string& json_object, const std::string& who,

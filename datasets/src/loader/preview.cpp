@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 #include "volshard/core/png.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/datasets/datalist.h"
@@ -96,7 +97,8 @@ std::string preview_caption(const SampleMeta& m, int64_t channel) {
 int64_t write_preview(const PreviewOptions& o) {
   for_each_preview_field(o, CheckFieldBounds{"preview"});  // the table's bounds
   if (o.data_dir.empty() == o.datalist.empty())
-    throw std::invalid_argument("preview: give exactly one of --data DIR and --datalist FILE");
+    throw FieldError("preview: give exactly one of " + field_ref("data") + " (a folder) and " +
+                     field_ref("datalist") + " (a file)");
   const Compose pipeline = feed_augmentation(o.feed);  // validates, before any file is listed
   const auto pairs = o.datalist.empty() ? pairs_from_folder(o.data_dir, o.image_glob, o.label_glob)
                                         : pairs_from_datalist(o.datalist, "training");
@@ -105,9 +107,9 @@ int64_t write_preview(const PreviewOptions& o) {
   for (size_t i = 0; i < pairs.size() && static_cast<int64_t>(crops.size()) < o.count; ++i) {
     Sample s = load_pair(pairs[i], static_cast<int64_t>(i), feed_prefix(o.feed));
     if (o.channel >= s.image.size(0))
-      throw std::invalid_argument("preview: --channel=" + std::to_string(o.channel) + " but " +
-                                  printable(pairs[i].image) + " has " +
-                                  std::to_string(s.image.size(0)) + " channel(s)");
+      throw FieldError("preview: " + field_ref("channel") + "=" + std::to_string(o.channel) +
+                       " but " + printable(pairs[i].image) + " has " +
+                       std::to_string(s.image.size(0)) + " channel(s)");
     for (auto& c : pipeline(std::move(s), streams.sample_seed(static_cast<int64_t>(i), o.epoch))) {
       if (c.meta.source.empty()) c.meta.source = pairs[i].image;
       if (static_cast<int64_t>(crops.size()) < o.count) crops.push_back(std::move(c));
@@ -151,9 +153,9 @@ int64_t write_preview(const PreviewOptions& o) {
 std::vector<double> write_prediction_preview(const PredictionPreviewOptions& o) {
   const Volume image = read_volume_as_float(o.image);
   if (o.channel < 0 || o.channel >= image.data.size(0))
-    throw std::invalid_argument("preview: --channel=" + std::to_string(o.channel) + " but " +
-                                printable(o.image) + " has " + std::to_string(image.data.size(0)) +
-                                " channel(s)");
+    throw FieldError("preview: " + field_ref("channel") + "=" + std::to_string(o.channel) +
+                     " but " + printable(o.image) + " has " + std::to_string(image.data.size(0)) +
+                     " channel(s)");
   const at::Tensor label = read_classes(o.label, "label");
   const at::Tensor prediction = read_classes(o.prediction, "prediction");
   const at::Tensor img = image.data[o.channel];

@@ -86,9 +86,10 @@ std::array<int64_t, 3> check_pair(const TrainOptions& o, const ImageLabelPair& p
   if (!prefix.pixdim.empty()) {
     for (int a = 1; a <= 3; ++a) {
       if (!(hi.raw_pixdim[a] > 0) && hi.sform_code == 0)  // the affine is built from it
-        throw std::invalid_argument("train: " + p.image + ": pixdim[" + std::to_string(a) +
-                                    "]=" + number_text(hi.raw_pixdim[a], 6) +
-                                    " (voxel spacing) must be > 0 to resample it (--pixdim)");
+        throw FieldError("train: " + p.image + ": pixdim[" + std::to_string(a) +
+                         "]=" + number_text(hi.raw_pixdim[a], 6) +
+                         " (voxel spacing) must be > 0 to resample it (" + field_ref("pixdim") +
+                         ")");
     }
     const Grid g =
         spacing_grid(si, hi.affine, {prefix.pixdim[0], prefix.pixdim[1], prefix.pixdim[2]});
@@ -113,11 +114,12 @@ void check_crop_fits(const TrainOptions& o, const std::vector<ImageLabelPair>& t
   for (size_t i = 0; i < shapes.size(); ++i) volumes.push_back({train[i].image, shapes[i]});
   const PrefixOptions& prefix = o.feed.prefix;
   const bool padded = prefix.pad_size() != std::array<int64_t, 3>{};
+  const std::string pixdim = field_ref("pixdim"), pad = field_ref("spatial_pad");
   volshard::check_crop_fits(o.feed, volumes,
                             prefix.pixdim.empty() && !padded ? "as stored"
-                            : prefix.pixdim.empty()          ? "after --spatial-pad"
-                            : padded                         ? "after --pixdim and --spatial-pad"
-                                                             : "after --pixdim");
+                            : prefix.pixdim.empty()          ? "after " + pad
+                            : padded                         ? "after " + pixdim + " and " + pad
+                                                             : "after " + pixdim);
 }
 
 // A fresh run would replace checkpoint.pt and model.pt: only when asked to. A
@@ -129,9 +131,9 @@ void check_out_folder(const TrainOptions& o) {
   for (const char* name : {"checkpoint.pt", "model.pt"}) {
     const std::filesystem::path held = dir / name;
     if (std::filesystem::exists(held))
-      throw std::invalid_argument("train: --out=" + o.out_dir + " already holds a run (" +
-                                  held.string() + "): continue it with --resume " + o.out_dir +
-                                  " or start afresh with --overwrite");
+      throw FieldError("train: " + field_ref("out") + "=" + o.out_dir + " already holds a run (" +
+                       held.string() + "): continue it with " + field_ref("resume") + "=" +
+                       o.out_dir + " or start afresh with " + field_ref("overwrite"));
   }
   // Files a run writes, in a folder that is not a run's (no config.json):
   // someone else's, which a fresh run would replace. Other files are kept.
@@ -142,28 +144,28 @@ void check_out_folder(const TrainOptions& o) {
     if (std::filesystem::exists(dir / name))
       found += (found.empty() ? "" : ", ") + std::string(name);
   if (!found.empty())
-    throw std::invalid_argument(
-        "train: --out=" + o.out_dir + " holds " + found +
-        " but no config.json: not a volshard run's files, and a fresh run would replace them. "
-        "Give another --out (or --overwrite to replace them)");
+    throw FieldError("train: " + field_ref("out") + "=" + o.out_dir + " holds " + found +
+                     " but no config.json: not a volshard run's files, and a fresh run would "
+                     "replace them. Give another " +
+                     field_ref("out") + " (or " + field_ref("overwrite") + " to replace them)");
 }
 
 // What --resume names: a run (or checkpoint) that exists, was trained on
 // these files and has epochs left to train, found before any worker starts.
 void check_resume_point(const TrainOptions& o, const DataSplit& d) {
+  const std::string resume = "train: " + field_ref("resume") + "=" + o.resume;
   if (!std::filesystem::exists(o.resume))
-    throw std::invalid_argument("train: --resume " + o.resume +
-                                ": no such run (no folder or checkpoint file of that name)");
+    throw FieldError(resume + ": no such run (no folder or checkpoint file of that name)");
   const std::string path = resume_checkpoint_path(o);
   if (!std::filesystem::exists(path))
-    throw std::invalid_argument("train: --resume " + o.resume + ": " + path +
-                                " does not exist (not a run's folder, or a run stopped before its "
-                                "first checkpoint: start it afresh)");
+    throw FieldError(resume + ": " + path +
+                     " does not exist (not a run's folder, or a run stopped before its first "
+                     "checkpoint: start it afresh)");
   Checkpoint c;
   try {
     c = load_checkpoint(path);
   } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(std::string("train: --resume: ") + e.what());
+    throw FieldError(resume + ": " + e.what());
   }
   const nlohmann::json meta = nlohmann::json::parse(c.meta_json, nullptr, false);
   if (!meta.is_object() || !meta.contains("sampler") || !meta["sampler"].is_object()) return;
@@ -174,23 +176,23 @@ void check_resume_point(const TrainOptions& o, const DataSplit& d) {
     for (size_t i = 0; i < std::min(now.size(), then.size()); ++i) {
       if (now[i] == then[i] || !then[i].is_array() || then[i].size() != 3) continue;
       if (now[i][0] != then[i][0]) break;  // another list: resume names it by its options
-      throw std::invalid_argument(
-          "train: --resume " + o.resume + ": " + now[i][0].get<std::string>() +
-          " changed since the checkpoint (" + then[i][1].dump() + " bytes then, " +
-          now[i][1].dump() + " now; modified " +
-          (now[i][2] == then[i][2] ? "at the same time" : "since") +
-          "): the run trained on other data. Resume with the files it trained on (or give "
-          "--resume-anyway to continue regardless)");
+      throw FieldError(resume + ": " + now[i][0].get<std::string>() +
+                       " changed since the checkpoint (" + then[i][1].dump() + " bytes then, " +
+                       now[i][1].dump() + " now; modified " +
+                       (now[i][2] == then[i][2] ? "at the same time" : "since") +
+                       "): the run trained on other data. Resume with the files it trained on "
+                       "(or give " +
+                       field_ref("resume_anyway") + " to continue regardless)");
     }
   }
   const int64_t epoch = meta["sampler"].value("epoch", int64_t{0});  // 0-based: the next to train
   const int64_t consumed = meta["sampler"].value("consumed", int64_t{0});
   if (epoch >= o.epochs && consumed == 0)
-    throw std::invalid_argument(
-        "train: --resume " + o.resume + ": the run is complete: it trained " +
-        std::to_string(epoch) + " epoch(s) (" + std::to_string(meta.value("global_step", 0)) +
-        " steps) and --epochs is " + std::to_string(o.epochs) + ". To train it longer: --resume " +
-        o.resume + " --epochs " + std::to_string(epoch + 1) + " (or more)");
+    throw FieldError(resume + ": the run is complete: it trained " + std::to_string(epoch) +
+                     " epoch(s) (" + std::to_string(meta.value("global_step", 0)) + " steps) and " +
+                     field_ref("epochs") + "=" + std::to_string(o.epochs) +
+                     ". To train it longer: " + field_ref("resume") + "=" + o.resume + " " +
+                     field_ref("epochs") + "=" + std::to_string(epoch + 1) + " (or more)");
 }
 
 bool datalist_has_validation(const std::string& path) {
@@ -346,29 +348,33 @@ void check_training_config(const TrainOptions& o, int64_t world_size) {
   for (const auto& p : d.val) check_pair(o, p, same);
   check_crop_fits(o, d.train, shapes);
   if (o.model.in_channels > 0 && same.channels() != o.model.in_channels)
-    throw std::invalid_argument("train: --in-channels=" + std::to_string(o.model.in_channels) +
-                                " but " + same.first() + " has " + std::to_string(same.channels()) +
-                                " channel(s) (--in-channels 0 takes them from the data)");
+    throw FieldError("train: " + field_ref("in_channels") + "=" +
+                     std::to_string(o.model.in_channels) + " but " + same.first() + " has " +
+                     std::to_string(same.channels()) + " channel(s) (" + field_ref("in_channels") +
+                     "=0 takes them from the data)");
   if (!o.resume.empty()) check_resume_point(o, d);
   if (!o.trace_samples.empty()) {
     // The trace is started anew (emptied): never over a file the run reads or writes.
-    std::vector<NamedInput> inputs{{"--datalist", o.datalist},
-                                   {"--init-weights", o.init_weights},
-                                   {"--resume", o.resume.empty() ? "" : resume_checkpoint_path(o)}};
+    std::vector<NamedInput> inputs{
+        {field_ref("datalist"), o.datalist},
+        {field_ref("init_weights"), o.init_weights},
+        {field_ref("resume"), o.resume.empty() ? "" : resume_checkpoint_path(o)}};
     for (const char* own : {"checkpoint.pt", "model.pt", "best_model.pt", "best_model.json",
                             "config.json", "metrics.jsonl", "fingerprints.jsonl", "train.log",
                             "curves.png", "launch.json", "run.lock"})
-      inputs.push_back({"--out", (std::filesystem::path(o.out_dir) / own).string()});
-    const std::string data_flag = o.datalist.empty() ? "--data" : "--datalist";
+      inputs.push_back({field_ref("out"), (std::filesystem::path(o.out_dir) / own).string()});
+    const std::string data_flag = field_ref(o.datalist.empty() ? "data" : "datalist");
     for (const auto* list : {&d.train, &d.val})
       for (const ImageLabelPair& p : *list) {
         inputs.push_back({data_flag, p.image});
         inputs.push_back({data_flag, p.label});
       }
-    check_not_an_input(o.trace_samples, inputs, "train: --trace-samples=" + o.trace_samples);
+    check_not_an_input(o.trace_samples, inputs,
+                       "train: " + field_ref("trace_samples") + "=" + o.trace_samples);
   }
   if (!o.init_weights.empty() && o.resume.empty() && !std::filesystem::exists(o.init_weights))
-    throw std::invalid_argument("train: --init-weights: " + o.init_weights + " does not exist");
+    throw FieldError("train: " + field_ref("init_weights") + "=" + o.init_weights +
+                     " does not exist");
 }
 
 }  // namespace volshard

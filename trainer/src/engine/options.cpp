@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "volshard/core/error.h"
@@ -89,10 +90,11 @@ bool roi_given(const std::vector<int64_t>& roi) {
 
 void TrainOptions::check_world_size(int64_t world_size) const {
   if (cuda_graph && world_size > 1)
-    throw std::invalid_argument(
-        "train: --cuda-graph captures one rank's step, and " + std::to_string(world_size) +
-        " ranks all-reduce their gradients between its backward and its update (not captured "
-        "here): train on one rank, or without --cuda-graph");
+    throw FieldError("train: " + field_ref("cuda_graph") + " captures one rank's step, and " +
+                     std::to_string(world_size) +
+                     " ranks all-reduce their gradients between its backward and its update (not "
+                     "captured here): train on one rank, or without " +
+                     field_ref("cuda_graph"));
 }
 
 const std::set<std::string>& TrainOptions::keys_with(Field::Role role) {
@@ -236,22 +238,20 @@ void TrainOptions::validate() const {
       bad(why + field_ref("dropout") + "=" + value_text(model.dropout) +
           " draws new masks from the host each step (use 0)");
   }
-  try {
-    check_roi(roi, "--roi");
-  } catch (const std::invalid_argument& e) {
-    bad("train: " + quoted(e));
-  }
-  net.check_spatial_size(feed.crop_size(), "train: --crop");
-  if (roi_given(roi)) net.check_spatial_size(cube_or_xyz(roi), "train: --roi");
+  check_roi(roi, "train: " + field_ref("roi"));
+  net.check_spatial_size(feed.crop_size(), "train: " + field_ref("crop"));
+  if (roi_given(roi)) net.check_spatial_size(cube_or_xyz(roi), "train: " + field_ref("roi"));
   // Lower bounds of what a step and a validation window hold, before a worker starts.
   check_fits_in_memory(voxels_bytes(feed.crop_size(), batch_size * feed.num_samples, net),
-                       "train: --batch-size=" + std::to_string(batch_size) +
-                           " x --num-samples=" + std::to_string(feed.num_samples) +
-                           " crops of --crop=" + edges_text(feed.crop));
+                       "train: " + field_ref("batch_size") + "=" + std::to_string(batch_size) +
+                           " x " + field_ref("num_samples") + "=" +
+                           std::to_string(feed.num_samples) + " crops of " + field_ref("crop") +
+                           "=" + edges_text(feed.crop));
   if (roi_given(roi))
     check_fits_in_memory(voxels_bytes(cube_or_xyz(roi), inference.sw_batch_size, net),
-                         "train: --roi=" + edges_text(roi) +
-                             " with --sw-batch-size=" + std::to_string(inference.sw_batch_size));
+                         "train: " + field_ref("roi") + "=" + edges_text(roi) + " with " +
+                             field_ref("sw_batch_size") + "=" +
+                             std::to_string(inference.sw_batch_size));
 }
 
 std::array<int64_t, 3> TrainOptions::val_window() const {
@@ -303,8 +303,18 @@ std::string PredictOptions::inference_text() const {
 }
 
 void PredictOptions::validate() const {
+  // A row of predict's table as field_ref names it (model_path's flag is --model).
+  const auto ref = [](const char* key) {
+    std::string out;
+    PredictOptions o;
+    for_each_field(o, [&](const Field& f, const auto&) {
+      if (out.empty() && std::strcmp(f.key, key) == 0) out = field_ref(f);
+    });
+    return out;
+  };
   if (model_path.empty() || image_path.empty() || out_path.empty())
-    throw std::invalid_argument("predict: --model, --image and --out are required");
+    throw FieldError("predict: " + ref("model_path") + ", " + ref("image") + " and " + ref("out") +
+                     " are required");
   try {
     (void)resolve_device(device, 0);
   } catch (const std::invalid_argument& e) {
@@ -315,33 +325,34 @@ void PredictOptions::validate() const {
     return out_path.size() > s.size() &&
            out_path.compare(out_path.size() - s.size(), s.size(), s) == 0;
   };
+  const std::string out_text = "predict: " + ref("out") + "=" + printable(out_path);
   if (!ends_with(".nii") && !ends_with(".nii.gz"))
-    throw std::invalid_argument(
-        "predict: --out=" + printable(out_path) +
-        " must end in .nii or .nii.gz (the prediction is written as NIfTI)");
-  check_not_an_input(out_path, {{"--image", image_path}, {"--model", model_path}},
-                     "predict: --out=" + printable(out_path));
+    throw FieldError(out_text +
+                     " must end in .nii or .nii.gz (the prediction is written as NIfTI)");
+  check_not_an_input(out_path, {{ref("image"), image_path}, {ref("model_path"), model_path}},
+                     out_text);
   for_each_field(*this, CheckFieldBounds{"predict"});
-  check_roi(roi, "predict: --roi");
-  check_roi(crop, "predict: --crop");
+  check_roi(roi, "predict: " + ref("roi"));
+  check_roi(crop, "predict: " + ref("crop"));
   try {
     inference.validate();
   } catch (const std::invalid_argument& e) {
     throw FieldError("predict: " + quoted(e));
   }
   if (inference.largest_component && output != PredictOutput::kLabel)
-    throw std::invalid_argument(
-        "predict: --largest-component keeps components of labels: it needs --output label");
+    throw FieldError("predict: " + ref("largest_component") +
+                     " keeps components of labels: it needs " + ref("output") + "=label");
   model.validate();
   prefix.validate();
   const std::array<int64_t, 3> edges = window();
-  const std::string flag =
-      roi_given(roi) ? "predict: --roi" : "predict: --crop (the run's, as --roi)";
+  const std::string window_ref =
+      roi_given(roi) ? "predict: " + ref("roi")
+                     : "predict: " + ref("crop") + " (the run's, as " + ref("roi") + ")";
   if (edges[0] > 0) {
-    model.check_spatial_size(edges, flag);
+    model.check_spatial_size(edges, window_ref);
     check_fits_in_memory(voxels_bytes(edges, inference.sw_batch_size, model),
-                         flag + "=" + edges_text(roi_given(roi) ? roi : crop) +
-                             " with --sw-batch-size=" + std::to_string(inference.sw_batch_size));
+                         window_ref + "=" + edges_text(roi_given(roi) ? roi : crop) + " with " +
+                             ref("sw_batch_size") + "=" + std::to_string(inference.sw_batch_size));
   }
 }
 

@@ -66,9 +66,9 @@ void check_resumed_config(const json& now, const json& saved, const std::string&
   const std::string d =
       differences(saved, now, [&](const std::string& key) { return kept.count(key) > 0; });
   if (!d.empty())
-    throw std::invalid_argument("train: --resume " + path + " was trained otherwise: " + d +
-                                ". Resume with the run's own options (or give --resume-anyway "
-                                "to continue regardless)");
+    throw FieldError("train: " + field_ref("resume") + "=" + path + " was trained otherwise: " + d +
+                     ". Resume with the run's own options (or give " + field_ref("resume_anyway") +
+                     " to continue regardless)");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "models/layers.h"
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 #include "volshard/trainer/comm.h"
 
 namespace volshard {
@@ -78,10 +79,9 @@ void ModelOptions::check_spatial_size(const std::array<int64_t, 3>& size,
   const int64_t m = size_multiple();
   for (int a = 0; a < 3; ++a) {
     if (size[a] < 1 || size[a] % m != 0) {
-      throw std::invalid_argument(what + " " + std::to_string(size[0]) + "x" +
-                                  std::to_string(size[1]) + "x" + std::to_string(size[2]) +
-                                  ": every side must be a positive multiple of " +
-                                  std::to_string(m) + " (the " + name() + "'s down-sampling)");
+      throw FieldError(what + " " + std::to_string(size[0]) + "x" + std::to_string(size[1]) + "x" +
+                       std::to_string(size[2]) + ": every side must be a positive multiple of " +
+                       std::to_string(m) + " (the " + name() + "'s down-sampling)");
     }
   }
 }

@@ -83,15 +83,16 @@ void write_file_atomic(const std::string& path, const std::vector<const void*>& 
 /// write_file_atomic of one string.
 void write_string_atomic(const std::string& path, const std::string& text, bool sync = true);
 
-/// A file a command reads, named by its flag ("--image").
+/// A file a command reads, named by its flag ("--image") or a field_ref.
 struct NamedInput {
   std::string flag;
   std::string path;
 };
-/// Throws std::invalid_argument when `out` is one of `inputs` (the same file
+/// Throws FieldError (field.h) when `out` is one of `inputs` (the same file
 /// by device and inode when both exist, else the same normalised path):
 /// "<what> is --image's file: volshard never writes over what it reads; give
-/// another path" (`what` names the output: "predict: --out=a.nii.gz").
+/// another path" (`what` names the output: "predict: --out=a.nii.gz"; it and
+/// the inputs' names may be field_refs).
 /// Nothing a command reads is replaced by it.
 void check_not_an_input(const std::string& out, const std::vector<NamedInput>& inputs,
                         const std::string& what);

@@ -65,8 +65,8 @@ struct ModelOptions {
   /// Feature channels at the input's resolution (UNet: channels[0],
   /// SegResNet: init_filters), for memory estimates.
   int64_t top_channels() const;
-  /// Throws std::invalid_argument naming the size unless each is a positive
-  /// multiple of size_multiple() (MONAI fails later, with a size error).
+  /// Throws FieldError (`what` may hold field_refs) naming the size unless each
+  /// is a positive multiple of size_multiple() (MONAI fails later, with a size error).
   void check_spatial_size(const std::array<int64_t, 3>& size, const std::string& what) const;
 };
 
