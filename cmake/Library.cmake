@@ -74,5 +74,67 @@ function(volshard_precompile_torch target)
         PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
     endif()
   endforeach()
-  target_precompile_headers(${target} PRIVATE ${header})
+  # The header itself is given at the end of configuration (volshard_share_precompiled_headers),
+  # when every target's flags are known.
+  set_property(GLOBAL APPEND PROPERTY VOLSHARD_PCH_TARGETS ${target})
+  set_property(TARGET ${target} PROPERTY VOLSHARD_PCH_HEADER ${header})
+endfunction()
+
+# Called once, at the end of the top-level CMakeLists.txt: each target that
+# volshard_precompile_torch chose gets its header, built once for the targets
+# that can share it. GCC takes a precompiled header only where it was built
+# with the same -fPIC or -fPIE, debug info and -m options, and with no macro
+# that the user does not define alike (a target's own macros, warnings and
+# include folders it may add). So a group of targets with the same header and
+# the same position-independence takes the header from a target of its own,
+# volshard_pch_<group>, that has LibTorch's flags and macros alone: the tests'
+# <ATen/ATen.h> is built once for transforms_tests, datasets_tests and
+# bench_pipeline, and <torch/torch.h> once for volshard_trainer and
+# trainer_tests (about 18 s and 36 s a build on this project's 2-core machine;
+# docs/platform.md). A target alone in its group builds its own. -Winvalid-pch
+# (which CMake adds) with -Werror fails a build whose header GCC refused.
+function(volshard_share_precompiled_headers)
+  get_property(targets GLOBAL PROPERTY VOLSHARD_PCH_TARGETS)
+  set(groups)
+  foreach(target IN LISTS targets)
+    get_target_property(header ${target} VOLSHARD_PCH_HEADER)
+    # What CMake passes: -fPIE to an executable, -fPIC to a library, or nothing.
+    get_target_property(pic ${target} POSITION_INDEPENDENT_CODE)
+    get_target_property(type ${target} TYPE)
+    if(NOT pic)
+      set(pic none)
+    elseif(type STREQUAL "EXECUTABLE")
+      set(pic pie)
+    else()
+      set(pic pic)
+    endif()
+    string(MAKE_C_IDENTIFIER "${header}_${pic}" group)
+    list(APPEND groups ${group})
+    list(APPEND members_${group} ${target})
+    set(header_${group} ${header})
+    set(pic_${group} ${pic})
+  endforeach()
+  list(REMOVE_DUPLICATES groups)
+  foreach(group IN LISTS groups)
+    list(LENGTH members_${group} count)
+    if(count EQUAL 1)
+      target_precompile_headers(${members_${group}} PRIVATE ${header_${group}})
+      continue()
+    endif()
+    set(owner volshard_pch_${group})
+    set(source ${PROJECT_BINARY_DIR}/pch/${group}.cpp)
+    file(CONFIGURE OUTPUT ${source} CONTENT
+      "// ${header_${group}} precompiled once for ${members_${group}} (cmake/Library.cmake).\n")
+    add_library(${owner} OBJECT ${source})
+    target_link_libraries(${owner} PRIVATE torch)
+    if(pic_${group} STREQUAL "none")
+      set_target_properties(${owner} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    else()
+      set_target_properties(${owner} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+    endif()
+    target_precompile_headers(${owner} PRIVATE ${header_${group}})
+    foreach(target IN LISTS members_${group})
+      target_precompile_headers(${target} REUSE_FROM ${owner})
+    endforeach()
+  endforeach()
 endfunction()
