@@ -3,7 +3,7 @@
 of it on the same split, machine and epochs (issue 44 item 1).
 
     bench/hippocampus_monai.py --bin build/bin/volshard [--data ../shared/data/msd_hippocampus]
-                               [--out build/bench_hippocampus_monai] [--seeds N] [--epochs E] [--side both]
+                               [--out build/bench_hippocampus_monai] [--seeds N] [--epochs E] [--val-every N] [--side both]
 
 MONAI's side, set up as the config says: LoadImaged, EnsureChannelFirstd, NormalizeIntensityd over
 the volume, SpatialPadd to 32 (symmetric), all of it cached (CacheDataset); RandCropByPosNegLabeld
@@ -100,7 +100,7 @@ def monai_rank(rank, world, args, config, seed, queue):
             loss.backward()
             opt.step()
             poly.step()
-        if (epoch + 1) % config["val_every"] != 0:
+        if (epoch + 1) % (args.val_every or config["val_every"]) != 0:
             continue
         model.eval()
         scores = DiceSums(classes - 1)
@@ -155,6 +155,8 @@ def run_volshard(args, seed):
            "--overwrite", "--nproc-per-node", str(args.nproc), "--seed", str(seed)]
     if args.epochs:
         cmd += ["--epochs", str(args.epochs)]
+    if args.val_every:
+        cmd += ["--val-every", str(args.val_every)]
     t0 = time.monotonic()
     with open(out + ".log", "w") as log:
         code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -192,6 +194,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2, help="MONAI's DataLoader workers a rank")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=0, help="fewer epochs than the config's (a smoke run)")
+    ap.add_argument("--val-every", type=int, default=0, help="validate every N epochs, both sides (0: the config's)")
     ap.add_argument("--side", choices=["both", "monai", "volshard"], default="both")
     ap.add_argument("--port", type=int, default=29517)
     ap.add_argument("--one", default="", help=argparse.SUPPRESS)  # SIDE:SEED, one run (internal)
