@@ -21,6 +21,7 @@
 #include "engine/validate.h"
 #include "parallel/ddp.h"
 #include "run_ranks.h"
+#include "validation_plan.h"
 #include "volshard/datasets/volume.h"
 #include "volshard/trainer/comm.h"
 #include "volshard/trainer/launch.h"
@@ -302,13 +303,13 @@ TEST(ValidationTest, DiceOverUnevenShardsEqualsASingleProcessExactly) {
   o.inference.overlap = 0.25;
   Model reference(o.model, 4);
   Communicator one;
-  const double expected = validation_dice(reference, val, o, one);
+  const double expected = validation_dice(reference, val, o, testing::validation_plan(o, one), one);
   EXPECT_FALSE(std::isnan(expected));
   std::map<int64_t, double> got;
   std::mutex mutex;
   run_ranks(3, [&](Communicator& comm) {
     Model net(o.model, 4);
-    const double d = validation_dice(net, val, o, comm);
+    const double d = validation_dice(net, val, o, testing::validation_plan(o, comm), comm);
     std::lock_guard<std::mutex> lock(mutex);
     got[comm.rank()] = d;
   });
@@ -340,7 +341,8 @@ TEST(ValidationTest, PerClassSoftmaxDiceOverShardsEqualsASingleProcessExactly) {
   o.inference.sw_batch_size = 2;
   Model reference(o.model, 4);
   Communicator one;
-  const ValidationScores expected = validation_scores(reference, val, o, one);
+  const ValidationScores expected =
+      validation_scores(reference, val, o, testing::validation_plan(o, one), one);
   ASSERT_EQ(expected.per_class.size(), 2u);  // classes 1 and 2, background left out
   EXPECT_FALSE(std::isnan(expected.per_class[0]));
   EXPECT_FALSE(std::isnan(expected.per_class[1]));
@@ -348,7 +350,8 @@ TEST(ValidationTest, PerClassSoftmaxDiceOverShardsEqualsASingleProcessExactly) {
   std::mutex mutex;
   run_ranks(2, [&](Communicator& comm) {
     Model net(o.model, 4);
-    const ValidationScores s = validation_scores(net, val, o, comm);
+    const ValidationScores s =
+        validation_scores(net, val, o, testing::validation_plan(o, comm), comm);
     std::lock_guard<std::mutex> lock(mutex);
     got[comm.rank()] = s;
   });

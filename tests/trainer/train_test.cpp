@@ -21,6 +21,7 @@
 
 #include "engine/validate.h"
 #include "run_ranks.h"
+#include "validation_plan.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/limits.h"
 #include "volshard/trainer/data_split.h"
@@ -760,9 +761,11 @@ TEST_F(TrainTest, ValidationCostCountsTheSlidingWindowsOfTheResampledShape) {
   TrainOptions o = options("costs");
   o.roi = {16};  // 24^3: windows at 0 and 8 per axis (interval 12)
   const DataSplit d = list_data(o);
-  EXPECT_EQ(validation_costs(o, d.val), std::vector<int64_t>(d.val.size(), 8 * 16 * 16 * 16));
+  EXPECT_EQ(validation_costs(o, {16, 16, 16}, d.val),
+            std::vector<int64_t>(d.val.size(), 8 * 16 * 16 * 16));
   o.feed.prefix.pixdim = {2.0, 2.0, 2.0};  // 12^3: one window, padded
-  EXPECT_EQ(validation_costs(o, d.val), std::vector<int64_t>(d.val.size(), 16 * 16 * 16));
+  EXPECT_EQ(validation_costs(o, {16, 16, 16}, d.val),
+            std::vector<int64_t>(d.val.size(), 16 * 16 * 16));
 }
 
 // Validation's sliding window, when the network's activations on its windows
@@ -779,7 +782,7 @@ TEST_F(TrainTest, AValidationWindowThatFindsNoMemoryNamesItsVolume) {
     at::set_num_threads(1);
     run_ranks(1, [&](Communicator& comm) {  // rethrows the rank's error
       Model net(o.model);
-      (void)validation_scores(net, d.val, o, comm);
+      (void)validation_scores(net, d.val, o, testing::validation_plan(o, comm), comm);
     });
   });
   EXPECT_THAT(text, ::testing::StartsWith(d.val[0].image +
@@ -808,17 +811,17 @@ TEST_F(TrainTest, ValidationKeepsEachRanksVolumesBetweenValidations) {
   };
   run_ranks(1, [&](Communicator& comm) {
     Model net(o.model, 3);
-    unkept[0] = validation_scores(net, d.val, o, comm);
+    unkept[0] = validation_scores(net, d.val, o, testing::validation_plan(o, comm), comm);
   });
   run_ranks(2, [&](Communicator& comm) {
     Model net(o.model, 3);
     ValidationCache cache{CacheOptions{}};
     const auto r = static_cast<size_t>(comm.rank());
-    before[r] = validation_scores(net, d.val, o, comm, &cache);
+    before[r] = validation_scores(net, d.val, o, testing::validation_plan(o, comm), comm, &cache);
     comm.barrier();  // every rank has read its share
     if (comm.rank() == 0) overwrite_images();
     comm.barrier();
-    after[r] = validation_scores(net, d.val, o, comm, &cache);
+    after[r] = validation_scores(net, d.val, o, testing::validation_plan(o, comm), comm, &cache);
     kept[r] = cache.cached_items();
     // The kept labels are uint8 (integers in [0, 255]): a quarter of float32's memory.
     const std::vector<int64_t>& share = cache.share([] { return std::vector<int64_t>{}; });
@@ -839,7 +842,8 @@ TEST_F(TrainTest, ValidationKeepsEachRanksVolumesBetweenValidations) {
         CacheOptions none;
         none.cache_rate = 0;  // --cache-rate 0: read at every validation
         ValidationCache cache{none};
-        (void)validation_scores(net, d.val, o, comm, with_cache ? &cache : nullptr);
+        (void)validation_scores(net, d.val, o, testing::validation_plan(o, comm), comm,
+                                with_cache ? &cache : nullptr);
       });
       ADD_FAILURE() << "read an overwritten file";
     } catch (const std::exception& e) {
@@ -861,7 +865,8 @@ TEST_F(TrainTest, ValidationWithTheInferenceOptionsScoresAlikeOnOneAndTwoRanks) 
     std::vector<ValidationScores> out(static_cast<size_t>(world));
     run_ranks(world, [&](Communicator& comm) {
       Model net(with.model, 3);
-      out[static_cast<size_t>(comm.rank())] = validation_scores(net, d.val, with, comm);
+      out[static_cast<size_t>(comm.rank())] =
+          validation_scores(net, d.val, with, testing::validation_plan(with, comm), comm);
     });
     return out[0].mean;
   };

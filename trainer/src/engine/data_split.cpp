@@ -261,9 +261,8 @@ int64_t image_channels(const DataSplit& d) {
   return same.channels();
 }
 
-std::vector<int64_t> validation_costs(const TrainOptions& o,
+std::vector<int64_t> validation_costs(const TrainOptions& o, const std::array<int64_t, 3>& roi,
                                       const std::vector<ImageLabelPair>& val) {
-  const std::array<int64_t, 3> roi = o.val_window();
   const PrefixOptions& prefix = o.feed.prefix;
   std::vector<int64_t> costs;
   for (const ImageLabelPair& p : val) {

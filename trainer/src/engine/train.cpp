@@ -570,7 +570,7 @@ void Engine::end_epoch(int64_t epoch, const EpochTotals& totals, TrainSummary& s
   double val_dice = NAN;
   ValidationScores scores;
   if (o.val_every > 0 && (epoch + 1) % o.val_every == 0 && !data.val.empty()) {
-    scores = validation_scores(net, data.val, o, comm, &val_cache);
+    scores = validation_scores(net, data.val, o, plan, comm, &val_cache);
     val_dice = scores.mean;
     summary.last_val_dice = std::isnan(val_dice) ? -1 : val_dice;
   }

@@ -58,7 +58,7 @@ int64_t ValidationCache::cached_items() const { return cache_ ? cache_->cached_i
 // mean is taken in index order, so the result equals a single process's bit
 // for bit.
 ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>& val,
-                                   const TrainOptions& o, Communicator& comm,
+                                   const TrainOptions& o, const RankPlan& plan, Communicator& comm,
                                    ValidationCache* cache) {
   const auto n = static_cast<int64_t>(val.size());
   ValidationScores out;
@@ -69,9 +69,9 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
   // By sliding-window cost (or MONAI's split): every volume once.
   const auto assign = [&] {
     return assign_validation(o.val_balance == ValBalance::kCost
-                                 ? validation_costs(o, val)
+                                 ? validation_costs(o, plan.val_window, val)
                                  : std::vector<int64_t>(static_cast<size_t>(n), 1),
-                             comm.world_size(), o.val_balance)[static_cast<size_t>(comm.rank())];
+                             plan.world, o.val_balance)[static_cast<size_t>(plan.rank)];
   };
   const std::vector<int64_t> indices = cache ? cache->share(assign) : assign();
   // Row 2c: class c's Dice per volume; row 2c + 1: 1 where it was scored.
@@ -81,7 +81,7 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
   net.train(false);
   {
     torch::NoGradGuard no_grad;
-    const SlidingWindowOptions sw = o.inference.window(o.val_window());
+    const SlidingWindowOptions sw = o.inference.window(plan.val_window);
     // The logits stay on the network's device: the windows are blended and scored there.
     const at::Device device = net.device();
     const Predictor forward = o.inference.mirrored(
@@ -142,8 +142,8 @@ ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>
 }
 
 double validation_dice(Model& net, const std::vector<ImageLabelPair>& val, const TrainOptions& o,
-                       Communicator& comm) {
-  return validation_scores(net, val, o, comm).mean;
+                       const RankPlan& plan, Communicator& comm) {
+  return validation_scores(net, val, o, plan, comm).mean;
 }
 
 }  // namespace volshard

@@ -13,6 +13,7 @@
 #include "volshard/trainer/comm.h"
 #include "volshard/trainer/model.h"
 #include "volshard/trainer/options.h"
+#include "volshard/trainer/rank_plan.h"
 
 namespace volshard {
 
@@ -56,19 +57,19 @@ class ValidationCache {
 
 /// Validation Dice (class_dice with options.activation) over `val`, each
 /// volume through the run's whole-volume prefix (whole_volume_prefix) and
-/// sliding-window inference with options.roi (or crop), overlap and
-/// sw_batch_size. Each rank scores its share (assign_validation with
-/// options.val_balance); the result equals a single process's exactly, for
-/// any world size and either balance. Every rank must call it (two
+/// sliding-window inference with the plan's window (plan.val_window), overlap
+/// and sw_batch_size. Rank plan.rank of plan.world scores its share
+/// (assign_validation with options.val_balance); the result equals a single
+/// process's exactly, for any world size and either balance. Every rank must call it (two
 /// all-reduces). With a `cache`, the volumes come from it (the same values).
 /// The windows' logits stay on the network's device, where they are blended
 /// and scored.
 ValidationScores validation_scores(Model& net, const std::vector<ImageLabelPair>& val,
-                                   const TrainOptions& options, Communicator& comm,
-                                   ValidationCache* cache = nullptr);
+                                   const TrainOptions& options, const RankPlan& plan,
+                                   Communicator& comm, ValidationCache* cache = nullptr);
 
 /// validation_scores(...).mean.
 double validation_dice(Model& net, const std::vector<ImageLabelPair>& val,
-                       const TrainOptions& options, Communicator& comm);
+                       const TrainOptions& options, const RankPlan& plan, Communicator& comm);
 
 }  // namespace volshard

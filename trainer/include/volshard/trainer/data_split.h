@@ -43,11 +43,12 @@ void check_training_config(const TrainOptions& options, int64_t world_size);
 int64_t image_channels(const DataSplit& split);
 
 /// Each validation volume's sliding-window cost, windows times voxels per
-/// window (options.roi, or the crop; overlap), over its shape as the
-/// prefix's Spacing leaves it, read from the header (CropForeground's box
-/// needs the voxels and is not counted). Throws std::invalid_argument naming
-/// an unreadable file.
+/// window (`window`: RankPlan::val_window; options' overlap), over its shape
+/// as the prefix's Spacing leaves it, read from the header (CropForeground's
+/// box needs the voxels and is not counted). Throws std::invalid_argument
+/// naming an unreadable file.
 std::vector<int64_t> validation_costs(const TrainOptions& options,
+                                      const std::array<int64_t, 3>& window,
                                       const std::vector<ImageLabelPair>& val);
 
 /// The volumes each of `world_size` ranks validates: kCost gives the costliest
