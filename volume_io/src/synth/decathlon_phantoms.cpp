@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "volshard/core/field.h"
 #include "volshard/core/seed_streams.h"
 #include "volshard/volume_io/synthetic_dataset.h"
 
@@ -128,7 +129,7 @@ SynthKind parse_synth_kind(const std::string& name) {
   for (const SynthKind k : {SynthKind::kSpheres, SynthKind::kCt, SynthKind::kMri}) {
     if (name == to_string(k)) return k;
   }
-  throw std::invalid_argument("--kind=" + name + " must be one of spheres, ct, mri");
+  throw FieldError(field_ref("kind") + "=" + name + " must be one of spheres, ct, mri");
 }
 
 int64_t default_decathlon_size(SynthKind kind) { return kind == SynthKind::kMri ? 64 : 96; }
@@ -143,9 +144,9 @@ std::array<int64_t, 3> decathlon_shape(SynthKind kind, int64_t size) {
     throw std::invalid_argument("decathlon_shape: kind=spheres has no Decathlon grid");
   const auto [lo, hi] = decathlon_size_range(kind);
   if (size < lo || size > hi) {
-    throw std::invalid_argument("--size=" + std::to_string(size) + " must be in [" +
-                                std::to_string(lo) + ", " + std::to_string(hi) +
-                                "] for --kind=" + to_string(kind));
+    throw FieldError(field_ref("size") + "=" + std::to_string(size) + " must be in [" +
+                     std::to_string(lo) + ", " + std::to_string(hi) + "] for " + field_ref("kind") +
+                     "=" + to_string(kind));
   }
   return {size, size, kind == SynthKind::kCt ? size / 4 : size * 5 / 8};
 }

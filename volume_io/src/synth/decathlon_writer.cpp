@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "leftovers.h"
+#include "volshard/core/field.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/parallel.h"
 #include "volshard/volume_io/nifti_header.h"
@@ -56,10 +57,11 @@ void write_decathlon_dataset(const DecathlonSynthOptions& o) {
   const int64_t size = o.size == 0 ? default_decathlon_size(o.kind) : o.size;
   const std::array<int64_t, 3> shape = decathlon_shape(o.kind, size);  // validates size
   if (o.count < 1 || o.count > kMaxSynthCount)
-    throw std::invalid_argument("--count=" + std::to_string(o.count) + " must be in [1, " +
-                                std::to_string(kMaxSynthCount) + "] for --kind=" + to_string(o.kind));
+    throw FieldError(field_ref("count") + "=" + std::to_string(o.count) + " must be in [1, " +
+                     std::to_string(kMaxSynthCount) + "] for " + field_ref("kind") + "=" +
+                     to_string(o.kind));
   if (o.threads < 1)
-    throw std::invalid_argument("--threads=" + std::to_string(o.threads) + " must be >= 1");
+    throw FieldError(field_ref("threads") + "=" + std::to_string(o.threads) + " must be >= 1");
   const bool ct = o.kind == SynthKind::kCt;
   const std::string prefix = ct ? "spleen" : "BRATS";
   const int64_t num_test = decathlon_test_count(o.count), total = o.count + num_test;
@@ -72,7 +74,7 @@ void write_decathlon_dataset(const DecathlonSynthOptions& o) {
     written.insert((fs::path(index < o.count ? "imagesTr" : "imagesTs") / file).string());
     if (index < o.count) written.insert((fs::path("labelsTr") / file).string());
   }
-  detail::refuse_leftovers(o.out_dir, written, "--count=" + std::to_string(o.count));
+  detail::refuse_leftovers(o.out_dir, written, field_ref("count") + "=" + std::to_string(o.count));
   for (const char* sub : {"imagesTr", "labelsTr", "imagesTs"}) {
     std::error_code ec;
     fs::create_directories(root / sub, ec);

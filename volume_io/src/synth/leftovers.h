@@ -9,6 +9,7 @@
 #include <string>
 
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 
 namespace volshard::detail {
 
@@ -33,11 +34,12 @@ inline void refuse_leftovers(const std::string& folder, const std::set<std::stri
     if (shown++ == 3) break;
     names += (names.empty() ? "" : ", ") + printable(name);
   }
-  throw std::invalid_argument("synth: --out=" + printable(folder) + " already holds " + names +
-                              (left.size() > 3 ? " and " + std::to_string(left.size() - 3) + " more" : "") +
-                              ", which " + what +
-                              " would not replace: the folder would mix two data sets; use an "
-                              "empty folder or remove them");
+  throw FieldError("synth: " + field_ref("out") + "=" + printable(folder) + " already holds " +
+                   names +
+                   (left.size() > 3 ? " and " + std::to_string(left.size() - 3) + " more" : "") +
+                   ", which " + what +
+                   " would not replace: the folder would mix two data sets; use an "
+                   "empty folder or remove them");
 }
 
 }  // namespace volshard::detail

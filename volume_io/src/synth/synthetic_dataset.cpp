@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "leftovers.h"
+#include "volshard/core/field.h"
 #include "volshard/core/parallel.h"
 #include "volshard/volume_io/nifti_header.h"
 #include "volshard/volume_io/voxel_copy.h"
@@ -45,7 +46,7 @@ void write_synthetic_dataset(const SynthOptions& o) {
     written.insert("img" + std::to_string(i) + ".nii.gz");
     written.insert("seg" + std::to_string(i) + ".nii.gz");
   }
-  detail::refuse_leftovers(o.out_dir, written, "--count=" + std::to_string(o.count));
+  detail::refuse_leftovers(o.out_dir, written, field_ref("count") + "=" + std::to_string(o.count));
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) throw std::runtime_error(o.out_dir + ": cannot create the folder: " + ec.message());
