@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "volshard/core/error.h"
+#include "volshard/core/field.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/log.h"
 
@@ -205,7 +206,8 @@ namespace {
 
 std::string held_message(const std::string& dir, const std::string& path, const FolderHolder& h) {
   return dir + " is held by a run: " + h.text() + " (" + path +
-         "). One run at a time writes a run folder; wait for it, stop it, or give another --out";
+         "). One run at a time writes a run folder; wait for it, stop it, or give another " +
+         field_ref("out");
 }
 
 }  // namespace
@@ -214,7 +216,7 @@ void FolderLock::check_free(const std::string& dir) {
   const std::string path = (fs::path(dir) / kLockName).string();
   const std::optional<FolderHolder> held = read_holder(path);
   std::string why;
-  if (held && live(*held, &why)) throw std::invalid_argument(held_message(dir, path, *held));
+  if (held && live(*held, &why)) throw FieldError(held_message(dir, path, *held));
 }
 
 FolderLock FolderLock::acquire(const std::string& dir, const std::string& command) {
@@ -258,7 +260,7 @@ FolderLock FolderLock::acquire(const std::string& dir, const std::string& comman
                                     dir);
     }
     std::string why = "it names no holder";
-    if (held && live(*held, &why)) throw std::invalid_argument(held_message(dir, impl->path, *held));
+    if (held && live(*held, &why)) throw FieldError(held_message(dir, impl->path, *held));
     // Stale: moved aside under a name of our own (of two takers, one moves
     // it); if what moved is not what was judged, it goes back.
     const std::string aside = impl->path + ".stale." + me.host + "." + std::to_string(me.pid);

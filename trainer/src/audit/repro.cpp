@@ -20,6 +20,7 @@
 
 #include "io/archive_io.h"
 #include "io/json_lines.h"
+#include "volshard/core/field.h"
 #include "volshard/core/file_io.h"
 #include "volshard/core/progress.h"
 #include "volshard/trainer/data_split.h"
@@ -35,10 +36,11 @@ using json = nlohmann::json;
 
 void ReproOptions::validate() const {
   if (steps < 2)
-    throw std::invalid_argument("repro: --steps=" + std::to_string(steps) + " must be >= 2");
+    throw FieldError("repro: " + field_ref("steps") + "=" + std::to_string(steps) +
+                     " must be >= 2");
   if (nproc_per_node < 2)
-    throw std::invalid_argument("repro: --nproc-per-node=" + std::to_string(nproc_per_node) +
-                                " must be >= 2");
+    throw FieldError("repro: " + field_ref("nproc_per_node") + "=" +
+                     std::to_string(nproc_per_node) + " must be >= 2");
 }
 
 namespace {

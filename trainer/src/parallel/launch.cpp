@@ -1,5 +1,6 @@
 #include "volshard/trainer/launch.h"
 
+#include "volshard/core/field.h"
 #include "volshard/core/file_io.h"
 
 #include <arpa/inet.h>
@@ -139,21 +140,20 @@ bool report_worker_error(const std::string& message) {
 }
 
 void LaunchOptions::validate() const {
+  const auto bad = [](const std::string& what) { throw FieldError("launcher: " + what); };
   if (nproc_per_node < 1 || nproc_per_node > 1024)
-    throw std::invalid_argument("launcher: --nproc-per-node=" + std::to_string(nproc_per_node) +
-                                " must be in [1, 1024]");
-  if (nnodes < 1)
-    throw std::invalid_argument("launcher: --nnodes=" + std::to_string(nnodes) + " must be >= 1");
+    bad(field_ref("nproc_per_node") + "=" + std::to_string(nproc_per_node) +
+        " must be in [1, 1024]");
+  if (nnodes < 1) bad(field_ref("nnodes") + "=" + std::to_string(nnodes) + " must be >= 1");
   if (node_rank < 0 || node_rank >= nnodes)
-    throw std::invalid_argument("launcher: --node-rank=" + std::to_string(node_rank) +
-                                " must be in [0, nnodes=" + std::to_string(nnodes) + ")");
+    bad(field_ref("node_rank") + "=" + std::to_string(node_rank) + " must be in [0, " +
+        field_ref("nnodes") + "=" + std::to_string(nnodes) + ")");
   if (master_port < 0 || master_port > 65535)
-    throw std::invalid_argument("launcher: --master-port=" + std::to_string(master_port) +
-                                " must be in [0, 65535]");
+    bad(field_ref("master_port") + "=" + std::to_string(master_port) + " must be in [0, 65535]");
   if (master_port == 0 && nnodes > 1)
-    throw std::invalid_argument("launcher: --master-port is required with --nnodes=" +
-                                std::to_string(nnodes));
-  if (master_addr.empty()) throw std::invalid_argument("launcher: --master-addr is empty");
+    bad(field_ref("master_port") + " is required with " + field_ref("nnodes") + "=" +
+        std::to_string(nnodes));
+  if (master_addr.empty()) bad(field_ref("master_addr") + " is empty");
   if (command.empty()) throw std::invalid_argument("launcher: no worker command");
 }
 
