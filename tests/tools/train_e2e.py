@@ -211,7 +211,7 @@ class TrainJobTest(Base):
         self.assertEqual(metrics(device), metrics(host))
         p = self.train(self.out("cuda"), "--device", "cpu", "--cache-device", "cuda", check=False)
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("--cache-device cuda: the network trains on cpu (--device)", p.stderr)
+        self.assertIn("--cache-device=cuda: the network trains on cpu (--device)", p.stderr)
 
     def test_tutorial_network_has_monais_state_dict_keys_and_shapes(self):
         out = self.out("tutorial")
@@ -371,7 +371,7 @@ class TrainJobTest(Base):
             (["--amp", "fp16", "--invariant"], "--invariant sums float32 gradients exactly: --amp=fp16"),
             (["--model", "segresnet", "--init-filters", "12"], "init_filters=12 is not a multiple of num_groups=8"),
         ]
-        cases.append((["--device", "cuda"], "--device cuda: no CUDA device here"))  # the GPUs are hidden
+        cases.append((["--device", "cuda"], "--device=cuda: no CUDA device here"))  # the GPUs are hidden
         for extra, message in cases:
             out = self.out("bad")
             args = ["--data", self.data, "--out", out, "--epochs", "1", "--val-fraction", "0.25",
@@ -1223,7 +1223,7 @@ class GpuTest(Base):
         self.assertIn("%d rank(s) over gloo on cuda:0" % ranks, p.stderr)
         p = self.train_on_gpus(self.out("nccl"), "--backend", "nccl", nproc=ranks)
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("--backend nccl: %d ranks on this machine share %d GPU(s)" % (ranks, ranks - 1), p.stderr)
+        self.assertIn("--backend=nccl: %d ranks on this machine share %d GPU(s)" % (ranks, ranks - 1), p.stderr)
 
 
 class RunFolderTest(Base):

@@ -250,7 +250,7 @@ TEST_F(TrainTest, DeviceAutoIsTheCpuWithoutCudaAndCudaIsRefusedByName) {
     backend_for(Backend::kNccl, cuda0, gpus + 1);
     FAIL() << "NCCL with two ranks on one GPU";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("--backend nccl: " + std::to_string(gpus + 1) +
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("backend=nccl: " + std::to_string(gpus + 1) +
                                                " ranks on this machine share " +
                                                std::to_string(gpus) + " GPU(s)"));
   }
@@ -267,7 +267,10 @@ TEST_F(TrainTest, DeviceAutoIsTheCpuWithoutCudaAndCudaIsRefusedByName) {
     o.validate();
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("train: --device cuda: no CUDA device here"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("train: device=cuda: no CUDA device here"));
+    EXPECT_THAT(flag_text(e),
+                ::testing::HasSubstr("train: --device=cuda: no CUDA device here (LibTorch "
+                                     "without CUDA, or no GPU visible); use --device=cpu"));
   }
   EXPECT_FALSE(fs::exists(file("cuda", "config.json")));
 }
@@ -499,8 +502,8 @@ TEST_F(TrainTest, CacheOnTheTrainingDeviceTrainsBitIdenticalToTheHostCacheOnTheC
     refused.validate();
     FAIL() << "--cache-device cuda was accepted for a network on the CPU";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("train: --cache-device cuda: the network trains on "
-                                               "cpu (--device)"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("train: cache_device=cuda: the network trains on "
+                                               "cpu (device)"));
   }
 }
 

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "volshard/core/field.h"
+
 namespace volshard {
 
 const std::vector<std::pair<std::string, DeviceKind>>& enum_names(DeviceKind) {
@@ -21,9 +23,9 @@ const std::vector<std::pair<std::string, CacheDevice>>& enum_names(CacheDevice) 
 std::optional<c10::Device> resolve_cache_device(CacheDevice kind, const c10::Device& training) {
   if (kind == CacheDevice::kHost) return std::nullopt;
   if (kind == CacheDevice::kCuda && !training.is_cuda()) {
-    throw std::invalid_argument(
-        "--cache-device cuda: the network trains on " + training.str() +
-        " (--device); use --cache-device host, or device to run the GPU path's code there");
+    throw FieldError(field_ref("cache_device") + "=cuda: the network trains on " + training.str() +
+                     " (" + field_ref("device") + "); use " + field_ref("cache_device") +
+                     "=host, or device to run the GPU path's code there");
   }
   return training;
 }
@@ -34,9 +36,9 @@ c10::Device resolve_device(DeviceKind kind, int64_t local_rank) {
   const int64_t gpus = visible_gpus();
   if (kind == DeviceKind::kCpu || (kind == DeviceKind::kAuto && gpus == 0)) return c10::kCPU;
   if (gpus == 0)
-    throw std::invalid_argument(
-        "--device cuda: no CUDA device here (LibTorch without CUDA, or no GPU visible); use "
-        "--device cpu");
+    throw FieldError(field_ref("device") +
+                     "=cuda: no CUDA device here (LibTorch without CUDA, or no GPU visible); use " +
+                     field_ref("device") + "=cpu");
   const auto index = static_cast<c10::DeviceIndex>((local_rank < 0 ? 0 : local_rank) % gpus);
   return {c10::kCUDA, index};
 }
@@ -54,11 +56,11 @@ Backend backend_for(Backend chosen, const c10::Device& device, int64_t local_wor
   const int64_t gpus = visible_gpus();
   const bool shared = device.is_cuda() && local_world_size > gpus;
   if (chosen == Backend::kNccl && shared) {
-    throw std::invalid_argument(
-        "--backend nccl: " + std::to_string(local_world_size) + " ranks on this machine share " +
-        std::to_string(gpus) +
-        " GPU(s), and NCCL runs one rank per GPU; use --backend auto (Gloo, through the host) or "
-        "--nproc-per-node " + std::to_string(gpus));
+    throw FieldError(field_ref("backend") + "=nccl: " + std::to_string(local_world_size) +
+                     " ranks on this machine share " + std::to_string(gpus) +
+                     " GPU(s), and NCCL runs one rank per GPU; use " + field_ref("backend") +
+                     "=auto (Gloo, through the host) or " + field_ref("nproc_per_node") + "=" +
+                     std::to_string(gpus));
   }
   if (chosen != Backend::kAuto) return chosen;
   return device.is_cuda() && !shared ? Backend::kNccl : Backend::kGloo;

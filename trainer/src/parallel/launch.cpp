@@ -170,8 +170,9 @@ int find_free_port() {
 
 void check_port_free(int port) {
   if (!bind_any_interface(port).is_open())
-    throw std::invalid_argument("launcher: --master-port=" + std::to_string(port) + " is busy (" +
-                                std::strerror(errno) + "); pick another or omit it for a free one");
+    throw FieldError("launcher: " + field_ref("master_port") + "=" + std::to_string(port) +
+                     " is busy (" + std::strerror(errno) +
+                     "); pick another or omit it for a free one");
 }
 
 int run_workers(const LaunchOptions& o) {
