@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/validate.h"
+#include "refusal_text.h"
 #include "run_ranks.h"
 #include "validation_plan.h"
 #include "volshard/core/file_io.h"
@@ -408,12 +409,7 @@ TEST_F(TrainTest, CrossFieldChecksNameEachFieldByKeyAndOnACommandLineByFlag) {
   const auto refusal = [this](const std::function<void(TrainOptions&)>& set) {
     TrainOptions o = options("refused");
     set(o);
-    try {
-      o.validate();
-    } catch (const std::invalid_argument& e) {
-      return std::make_pair(std::string(e.what()), flag_text(e));
-    }
-    return std::make_pair(std::string("accepted"), std::string("accepted"));
+    return testing::refusal_text(o);
   };
   using ::testing::HasSubstr;
   const auto [dropout, dropout_flags] = refusal([](TrainOptions& o) {
