@@ -4,7 +4,8 @@ with `volshard train --config configs/hippocampus.json` on 2 ranks of this
 machine's CPU, against nnU-Net's published Dice (`make bench-hippocampus`).
 
     bench/hippocampus.py --bin build/bin/volshard [--data ../shared/data/msd_hippocampus]
-                         [--out build/bench_hippocampus] [--nproc 2] [--seeds N] [-- extra train flags]
+                         [--out build/bench_hippocampus] [--nproc 2] [--seeds N] [--test-fifth]
+                         [-- extra train flags]
 
 The split: the trainer's Decathlon rule, the last fifth of dataset.json's
 `training` list validates (52 of 260 cases) and the first four fifths train;
@@ -14,6 +15,12 @@ largest process (a rank), and crops per second; then predicts one held-out
 case with the best weights and draws it (OUT/prediction.png). With --seeds N (N > 1) it trains
 seeds 0..N-1 into OUT/seed<k> and ends with the mean, standard deviation and 95 % interval of the
 final and best Dice per class over the seeds (bench/seed_interval.py).
+
+With --test-fifth (issue 44 item 4), the fifth of the cases before the validation fifth is a test
+set held out from all tuning (cases 157-208 of dataset.json's list, hippocampus_244 ..
+hippocampus_321 for Task04): the run trains on the first three fifths, validates (and keeps its
+best epoch) on the last fifth as before, and its best weights are then scored once on the test
+fifth with and without each inference option (bench/inference_options.py, OUT/test_scores.json).
 """
 import argparse
 import json
@@ -24,7 +31,7 @@ import sys
 import time
 
 import seed_interval
-from scoring import decathlon_split
+from scoring import decathlon_split, test_fifth_split
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -40,6 +47,10 @@ def main():
     ap.add_argument("--nproc", type=int, default=2, help="ranks (--nproc-per-node)")
     ap.add_argument("--seeds", type=int, default=1,
                     help="trainings with --seed 0..N-1 (OUT/seed<k>), then the seed interval of their Dice")
+    ap.add_argument("--test-fifth", action="store_true",
+                    help="hold the fifth before the validation fifth out of training and tuning, "
+                         "and score the best weights on it")
+    ap.add_argument("--module", help="the built Python module's folder (default: BIN's ../python)")
     ap.add_argument("train_flags", nargs="*", help="after --: more `volshard train` flags")
     a = ap.parse_args()
     if a.seeds < 1:
@@ -54,12 +65,22 @@ def main():
         return 2
     os.makedirs(a.out, exist_ok=True)
     val_fraction = json.load(open(a.config)).get("val_fraction", 0.2)
-    training, held_out, names = decathlon_split(a.data, val_fraction)
+    test = []
+    if a.test_fifth:
+        training, held_out, test, names = test_fifth_split(a.data, val_fraction)
+        datalist = os.path.join(a.out, "datalist.json")
+        for path, scored in ((datalist, held_out), (os.path.join(a.out, "test_datalist.json"), test)):
+            with open(path, "w") as f:
+                json.dump({"training": training, "validation": scored}, f, indent=1)
+    else:
+        training, held_out, names = decathlon_split(a.data, val_fraction)
     device = flags[flags.index("--device") + 1] if "--device" in flags[:-1] else "CPU"
     with open(os.path.join(a.out, "split.json"), "w") as f:
-        json.dump({"rule": f"the last round({val_fraction} n) of dataset.json's training list validate",
+        json.dump({"rule": f"the last round({val_fraction} n) of dataset.json's training list validate" +
+                           (", as many before them are the test set" if test else ""),
                    "training": len(training),
-                   "validation": [os.path.basename(c["image"]) for c in held_out]}, f, indent=1)
+                   "validation": [os.path.basename(c["image"]) for c in held_out],
+                   "test": [os.path.basename(c["image"]) for c in test]}, f, indent=1)
     results = []
     for seed in range(a.seeds):
         out = a.out if a.seeds == 1 else os.path.join(a.out, f"seed{seed}")
@@ -67,7 +88,7 @@ def main():
         if a.seeds > 1:
             print(f"\n## seed {seed}", flush=True)
         result = one_run(a, out, extra, datalist, device, len(training), held_out, names)
-        if result is None:
+        if result is None or (test and not score_test(a, out, len(test), result)):
             return 1
         results.append(result)
     if a.seeds > 1:
@@ -76,6 +97,9 @@ def main():
             print(f"- {label} mean foreground Dice: " + seed_interval.text(r[key]["val_dice"] for r in results))
             for c, n in enumerate(names):
                 print(f"  - {n}: " + seed_interval.text(r[key]["val_dice_per_class"][c] for r in results))
+        if test:
+            for row in ("plain", "all three"):
+                print(f"- test fifth, {row}: " + seed_interval.text(r["test"][row]["mean"] for r in results))
         print("- wall: " + seed_interval.text((r["wall"] for r in results), digits=0) + " (seconds)")
     return 0
 
@@ -137,6 +161,27 @@ def one_run(a, out, extra, datalist, device, n_training, held_out, names):
         print("hippocampus bench: the run validated no epoch (--val-every)")
         return None
     return {"final": validated[-1], "best": best, "wall": wall}
+
+
+def score_test(a, out, n_test, result):
+    """The run's best weights scored once on the test fifth, with and without each inference
+    option; the scores go into RESULT["test"]. False where the scoring failed."""
+    scores = os.path.join(out, "test_scores.json")
+    module = a.module or os.path.join(os.path.dirname(os.path.abspath(a.bin)), "..", "python")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (module, os.environ.get("PYTHONPATH")) if p))
+    cmd = [sys.executable, os.path.join(HERE, "inference_options.py"), "--run", os.path.join(out, "run"),
+           "--datalist", os.path.join(a.out, "test_datalist.json"), "--json", scores]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        print(p.stdout + p.stderr)
+        print("hippocampus bench: scoring the test fifth failed")
+        return False
+    print(f"\nThe test fifth ({n_test} cases held out from training and from choosing the epoch), "
+          "the best validation epoch's weights:")
+    print(p.stdout.strip())
+    with open(scores) as f:
+        result["test"] = json.load(f)
+    return True
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ mode="gaussian", sigma_scale 0.125), nnU-Net's test-time mirroring over the 3 ax
 the largest connected component per class (MONAI's KeepLargestConnectedComponent), all three.
 
     PYTHONPATH=build/python bench/inference_options.py --run RUN [--weights best_model.pt] [--limit N]
+                                                       [--datalist TEST.json] [--json SCORES.json]
+
+With --datalist, the volumes scored are that datalist's "validation" list instead of the run's (a
+test set held out from all tuning: bench/hippocampus.py --test-fifth); --json writes the table's
+figures.
 
 Needs the pinned environment (torch, MONAI) and the built module on PYTHONPATH (build/python); the
 run's data where its config.json says (`datalist` or `data`), split as the run split it.
@@ -26,6 +31,8 @@ def main():
     ap.add_argument("--run", required=True, help="a `volshard train` run folder (config.json, weights)")
     ap.add_argument("--weights", default="best_model.pt", help="in RUN: best_model.pt (default) or model.pt")
     ap.add_argument("--limit", type=int, default=0, help="the first N validation volumes only (a smoke run)")
+    ap.add_argument("--datalist", help="score this datalist's \"validation\" list instead of the run's")
+    ap.add_argument("--json", help="write each row's per-class and mean Dice and seconds here")
     a = ap.parse_args()
     import torch
     from monai.metrics import DiceMetric
@@ -44,7 +51,7 @@ def main():
                norm="instance" if config["norm"] == "auto" else config["norm"])  # auto: MONAI's default
     net.load_state_dict(torch.load(weights))
     net.eval()
-    data = config["datalist"] or config["data"]
+    data = a.datalist or config["datalist"] or config["data"]
     loader = volshard.ValidationLoader(data, val_fraction=config["val_fraction"], pipeline=config_path,
                                        num_replicas=1, rank=0)
     roi = config["roi"] if config["roi"][0] > 0 else config["crop"]
@@ -76,7 +83,7 @@ def main():
                 seconds[name] += time.perf_counter() - t0
                 scores[name].add(dice(y_pred=one_hot(labels[None, None], classes), y=truth)[0])
     names = config.get("label_names") or [f"class {c}" for c in range(1, classes)]
-    print(f"{a.run} ({a.weights}), {volumes} validation volumes, window {'x'.join(map(str, roi))}, "
+    print(f"{a.run} ({a.weights}), {volumes} {'test' if a.datalist else 'validation'} volumes, window {'x'.join(map(str, roi))}, "
           f"overlap {config['overlap']}:")
     print("| inference | " + " | ".join(names) + " | mean | difference | seconds |")
     print("| --- |" + " --- |" * (len(names) + 3))
@@ -86,6 +93,10 @@ def main():
         plain = mean if plain is None else plain
         print(f"| {name} | " + " | ".join(f"{v:.4f}" for v in scores[name].per_class()) +
               f" | {mean:.4f} | {mean - plain:+.4f} | {seconds[name]:.1f} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({name: {"per_class": scores[name].per_class(), "mean": scores[name].mean(),
+                              "seconds": seconds[name]} for name, *_ in variants}, f, indent=1)
     return 0
 
 

@@ -22,6 +22,19 @@ def decathlon_split(data, val_fraction=0.2):
     return cases[:len(cases) - n_val], cases[len(cases) - n_val:], names
 
 
+def test_fifth_split(data, val_fraction=0.2):
+    """A test set held out from all tuning (issue 44 item 4): the trainer's rule still validates the
+    last round(val_fraction * n) cases, and the as many cases before them are the test set, never
+    trained on and never used to choose a run or an epoch; the rest train. Returns (training,
+    validation, test, names), the cases as decathlon_split gives them."""
+    pool, validation, names = decathlon_split(data, val_fraction)
+    n_test = len(validation)
+    if len(pool) <= n_test:
+        raise ValueError(f"{os.path.join(data, 'dataset.json')}: {len(pool) + n_test} training cases leave "
+                         f"nothing to train on after {n_test} validate and {n_test} are the test set")
+    return pool[:-n_test], validation, pool[-n_test:], names
+
+
 class DiceSums:
     """Foreground Dice per class summed over volumes, a NaN (the class absent from truth and
     prediction: MONAI's DiceMetric gives NaN there) left out of both the sum and the count. The

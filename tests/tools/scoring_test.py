@@ -12,7 +12,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from scoring import DiceSums, decathlon_split  # noqa: E402
+from scoring import DiceSums, decathlon_split, test_fifth_split  # noqa: E402
 
 
 class DiceSumsTest(unittest.TestCase):
@@ -71,6 +71,23 @@ class DecathlonSplitTest(unittest.TestCase):
             self.write(d, 2)
             with self.assertRaisesRegex(ValueError, "dataset.json: 2 training cases leave no split"):
                 decathlon_split(d, 0.2)
+
+    def test_the_test_fifth_is_the_fifth_before_validation_and_disjoint_from_both(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.write(d, 260)
+            training, validation, test, _ = test_fifth_split(d, 0.2)
+            self.assertEqual((len(training), len(validation), len(test)), (156, 52, 52))
+            names = lambda cases: [os.path.basename(c["image"]) for c in cases]
+            self.assertEqual(names(validation), names(decathlon_split(d, 0.2)[1]))  # tuning's split unchanged
+            self.assertEqual(names(test)[0], "c156.nii.gz")
+            self.assertEqual(names(test)[-1], "c207.nii.gz")
+            self.assertEqual(names(training) + names(test) + names(validation), [f"c{i}.nii.gz" for i in range(260)])
+
+    def test_a_test_fifth_that_leaves_nothing_to_train_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.write(d, 2)
+            with self.assertRaisesRegex(ValueError, "2 training cases leave nothing to train on after 1 validate"):
+                test_fifth_split(d, 0.5)
 
 
 if __name__ == "__main__":
