@@ -49,7 +49,8 @@ def main():
     net = UNet(spatial_dims=3, in_channels=config["in_channels"], out_channels=config["out_channels"],
                channels=config["channels"], strides=config["strides"], num_res_units=config["res_units"],
                norm="instance" if config["norm"] == "auto" else config["norm"])  # auto: MONAI's default
-    net.load_state_dict(torch.load(weights))
+    # Deep supervision's heads (`deep_supervision.<k>`) train only: MONAI's UNet is the rest.
+    net.load_state_dict({k: v for k, v in torch.load(weights).items() if not k.startswith("deep_supervision.")})
     net.eval()
     data = a.datalist or config["datalist"] or config["data"]
     loader = volshard.ValidationLoader(data, val_fraction=config["val_fraction"], pipeline=config_path,

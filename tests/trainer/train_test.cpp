@@ -645,6 +645,42 @@ TEST_F(TrainTest, InvariantTrainingWritesTheSameModelAtWorldSizes124AndAfterAnEl
   EXPECT_EQ(first_step_grads("w1"), first_step_grads("w2"));  // --invariant: the same sums
 }
 
+// Deep supervision's heads train with the rest, and --invariant keeps the
+// same model.pt at another world size; the heads' loss moves the shared
+// weights away from a run without them (the same initial ones); the run's
+// weights load into the network its config builds, as predict builds it.
+TEST_F(TrainTest, DeepSupervisionTrainsItsHeadsAtAnyWorldSizeAndMovesTheNetwork) {
+  const auto supervised = [&](const std::string& run, int64_t levels) {
+    TrainOptions o = options(run);
+    o.model.channels = {4, 8, 16};
+    o.model.strides = {2, 2};
+    o.model.deep_supervision = levels;
+    o.invariant = true;
+    o.batch_size = 2;
+    o.val_every = 0;
+    return o;
+  };
+  run_ranks(1, [&](Communicator& comm) { train(supervised("w1", 1), comm); });
+  run_ranks(2, [&](Communicator& comm) { train(supervised("w2", 1), comm); });
+  EXPECT_EQ(bytes(file("w1", "model.pt")), bytes(file("w2", "model.pt")));
+  run_ranks(1, [&](Communicator& comm) { train(supervised("plain", 0), comm); });
+  const NamedTensors ds = load_tensor_dict(file("w1", "model.pt"));
+  const NamedTensors plain = load_tensor_dict(file("plain", "model.pt"));
+  ASSERT_EQ(ds.size(), plain.size() + 2);
+  EXPECT_EQ(ds[plain.size()].first, "deep_supervision.0.weight");
+  EXPECT_EQ(ds[plain.size() + 1].first, "deep_supervision.0.bias");
+  bool moved = false;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(ds[i].first, plain[i].first);
+    moved = moved || !at::equal(ds[i].second, plain[i].second);
+  }
+  EXPECT_TRUE(moved);
+  ModelOptions built = supervised("w1", 1).model;
+  built.in_channels = 1;  // 0: the images', which the run resolved to 1
+  Model net(built);
+  EXPECT_NO_THROW(net.load_state_dict(ds, /*strict=*/true));
+}
+
 TEST_F(TrainTest, InvariantTrainingRefusesWhatWouldMixVolumesOrRanks) {
   TrainOptions o = options("refused");
   o.invariant = true;

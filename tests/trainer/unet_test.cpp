@@ -385,6 +385,126 @@ TEST(DiceCELossTest, ClassIndicesTrainOnCudaUnderDeterministicAlgorithms) {
   EXPECT_LE((gpu.grad().cpu() - cpu.grad()).abs().max().item<double>(), 1e-6);
 }
 
+// ---- Deep supervision ------------------------------------------------------
+
+// loss_parity.json's "deep_supervision" cases: MONAI's DeepSupervisionLoss
+// (weight_mode "exp") around DiceLoss/DiceCELoss over outputs of falling
+// sizes, the target down-sampled nearest-exact: the value and every output's
+// gradient.
+TEST(DeepSupervisionTest, TheLossMatchesMonaisDeepSupervisionLossOnTheFixture) {
+  std::ifstream in(kFixtures + "/loss_parity.json");
+  ASSERT_TRUE(in) << kFixtures << "/loss_parity.json";
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  ASSERT_EQ(fixture.at("deep_supervision").size(), 3u);
+  auto tensor = [](const nlohmann::json& values, const nlohmann::json& shape) {
+    return at::tensor(values.get<std::vector<float>>()).reshape(shape.get<std::vector<int64_t>>());
+  };
+  for (const nlohmann::json& c : fixture.at("deep_supervision")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const nlohmann::json& o = c.at("options");
+    LossOptions loss;
+    loss.kind = o.at("kind") == "dice" ? LossKind::kDice : LossKind::kDiceCE;
+    loss.include_background = o.value("include_background", true);
+    const bool softmax = o.value("softmax", false);
+    std::vector<at::Tensor> outputs;
+    for (const nlohmann::json& out : c.at("outputs"))
+      outputs.push_back(tensor(out.at("logits"), out.at("shape")).set_requires_grad(true));
+    const at::Tensor value =
+        training_loss(outputs, tensor(c.at("target"), c.at("target_shape")), loss, softmax);
+    value.backward();
+    EXPECT_NEAR(value.item<double>(), c.at("loss").get<double>(), 4e-6);
+    for (size_t l = 0; l < outputs.size(); ++l) {
+      const at::Tensor expected =
+          at::tensor(c.at("outputs")[l].at("grad").get<std::vector<double>>());
+      EXPECT_LE((outputs[l].grad().to(at::kDouble).flatten() - expected).abs().max().item<double>(),
+                1e-6)
+          << "output " << l;
+    }
+  }
+}
+
+ModelOptions deeply_supervised(int64_t levels) {
+  ModelOptions o;
+  o.out_channels = 3;
+  o.channels = {4, 8, 16, 32};
+  o.strides = {2, 2, 2};
+  o.num_res_units = 1;
+  o.deep_supervision = levels;
+  return o;
+}
+
+// The heads follow MONAI's keys, leave its initial weights as they were
+// without them, and are not run in inference: the same logits as MONAI's UNet.
+TEST(DeepSupervisionTest, TheHeadsFollowMonaisTreeAndLeaveItsWeightsAndOutput) {
+  Model plain(deeply_supervised(0), 5), supervised(deeply_supervised(2), 5);
+  const NamedTensors a = plain.state_dict(), b = supervised.state_dict();
+  ASSERT_EQ(b.size(), a.size() + 4);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i].first, a[i].first);
+    EXPECT_TRUE(at::equal(b[i].second, a[i].second)) << a[i].first;
+  }
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> heads{
+      {"deep_supervision.0.weight", {3, 4, 1, 1, 1}},
+      {"deep_supervision.0.bias", {3}},
+      {"deep_supervision.1.weight", {3, 8, 1, 1, 1}},
+      {"deep_supervision.1.bias", {3}}};
+  for (size_t k = 0; k < heads.size(); ++k) {
+    EXPECT_EQ(b[a.size() + k].first, heads[k].first);
+    EXPECT_EQ(b[a.size() + k].second.sizes().vec(), heads[k].second);
+  }
+  const at::Tensor x = at::randn({1, 1, 16, 16, 16});
+  plain.train(false);
+  supervised.train(false);
+  EXPECT_TRUE(at::equal(supervised.forward(x), plain.forward(x)));
+  EXPECT_EQ(supervised.training_outputs(x).size(), 1u);  // evaluation: the output alone
+}
+
+// In training: the output, then level 1 at half and level 2 at a quarter of
+// the input's size; the loss reaches every head and the decoder through them.
+TEST(DeepSupervisionTest, TrainingOutputsAreEachLevelsSizeAndTheLossReachesEveryHead) {
+  Model net(deeply_supervised(2), 5);
+  net.train(true);
+  const at::Tensor x = at::randn({2, 1, 16, 16, 8});
+  const std::vector<at::Tensor> outputs = net.training_outputs(x);
+  ASSERT_EQ(outputs.size(), 3u);
+  EXPECT_EQ(outputs[0].sizes().vec(), (std::vector<int64_t>{2, 3, 16, 16, 8}));
+  EXPECT_EQ(outputs[1].sizes().vec(), (std::vector<int64_t>{2, 3, 8, 8, 4}));
+  EXPECT_EQ(outputs[2].sizes().vec(), (std::vector<int64_t>{2, 3, 4, 4, 2}));
+  EXPECT_EQ(net.training_outputs(x).size(), 3u);  // the taps were emptied: no stale levels
+  // Only the level-2 output's loss: its head and the layers below it get
+  // gradients, the top level's up-sampling does not.
+  const at::Tensor target = at::randint(0, 3, {2, 1, 4, 4, 2}).to(at::kFloat);
+  LossOptions loss;
+  segmentation_loss(outputs[2], target, loss, true).backward();
+  for (const auto& [key, p] : net.named_parameters()) {
+    const bool reached = p.grad().defined() && p.grad().abs().sum().item<double>() > 0;
+    if (key.rfind("deep_supervision.1.", 0) == 0 || key.rfind("model.0.", 0) == 0) {
+      EXPECT_TRUE(reached) << key;
+    }
+    if (key.rfind("deep_supervision.0.", 0) == 0 || key.rfind("model.2.", 0) == 0) {
+      EXPECT_FALSE(reached) << key;
+    }
+  }
+}
+
+TEST(DeepSupervisionTest, RefusesMoreLevelsThanTheDecoderHasAndOtherModels) {
+  try {
+    Model net(deeply_supervised(3));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("deep_supervision=3 must be at most 2"));
+  }
+  ModelOptions segresnet;
+  segresnet.kind = ModelKind::kSegResNet;
+  segresnet.deep_supervision = 1;
+  try {
+    Model net(segresnet);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("deep_supervision=1: only model=unet"));
+  }
+}
+
 TEST(DiceCELossTest, RefusesNegativeWeightsAndUnreducedLossNamingThem) {
   DiceCELossOptions o;
   o.dice.softmax = true;

@@ -346,14 +346,15 @@ int64_t Engine::start_epoch(int64_t epoch) {
 
 at::Tensor Engine::forward_backward(const at::Tensor& image, const at::Tensor& label, int64_t count,
                                     bool last, bool graphed) {
-  at::Tensor logits;
+  std::vector<at::Tensor> outputs;
   {
     const AutocastScope autocast(o.amp, plan.device.type(), /*cache=*/!graphed);
-    logits = net.forward(image);
+    outputs = net.training_outputs(image);
   }
   // The loss in float32 (autocast's float16/bfloat16 logits widened).
+  for (at::Tensor& out : outputs) out = out.to(at::kFloat);
   const at::Tensor loss =
-      segmentation_loss(logits.to(at::kFloat), label, o.loss, o.activation == Activation::kSoftmax);
+      training_loss(outputs, label, o.loss, o.activation == Activation::kSoftmax);
   const at::Tensor scaled = count > 1 ? loss / static_cast<double>(count) : loss;
   if (last) reducer.prepare();
   (scaler ? scaler->scale(scaled) : scaled).backward();
@@ -380,9 +381,8 @@ void Engine::update(StepValues& v, bool graphed) {
 
 at::Tensor Engine::volume_gradient(const DeviceBatch& batch, PendingStep& p) {
   opt->zero_grad();
-  const at::Tensor logits = net.forward(batch.image);
-  const at::Tensor loss =
-      segmentation_loss(logits, batch.label, o.loss, o.activation == Activation::kSoftmax);
+  const at::Tensor loss = training_loss(net.training_outputs(batch.image), batch.label, o.loss,
+                                        o.activation == Activation::kSoftmax);
   loss.backward();
   volume_gradients.push_back(flat_gradients(net.parameters()));
   p.loss_fixed += std::llround(loss.item<double>() * kLossScale);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -158,6 +159,22 @@ at::Tensor segmentation_loss(const at::Tensor& logits, const at::Tensor& target,
   d.lambda_dice = o.lambda_dice;
   d.lambda_ce = o.lambda_ce;
   return dice_ce_loss(logits, target, d);
+}
+
+at::Tensor training_loss(const std::vector<at::Tensor>& outputs, const at::Tensor& target,
+                         const LossOptions& o, bool softmax) {
+  if (outputs.empty()) throw std::invalid_argument("training_loss: no outputs to score");
+  at::Tensor loss = segmentation_loss(outputs[0], target, o, softmax);
+  for (size_t l = 1; l < outputs.size(); ++l) {
+    const at::Tensor& out = outputs[l];
+    at::Tensor down = target;
+    if (out.sizes().slice(2) != target.sizes().slice(2))
+      down = at::_upsample_nearest_exact3d(target, out.sizes().slice(2), std::nullopt, std::nullopt,
+                                           std::nullopt);
+    const double weight = std::max(std::pow(0.5, static_cast<double>(l)), 0.0625);
+    loss = loss + weight * segmentation_loss(out, down, o, softmax);
+  }
+  return loss;
 }
 
 double dice_score(const at::Tensor& logits_in, const at::Tensor& label_in, bool softmax) {

@@ -77,13 +77,21 @@ struct SeededDropout : Layer {
   at::Generator* generator;
 };
 
+/// The decoder's outputs a forward records for deep supervision, by level
+/// (1: the block below the top), while `on`.
+struct DecoderTaps {
+  bool on = false;
+  std::vector<std::pair<int64_t, at::Tensor>> outputs;
+};
+
 /// What a builder needs besides the options: the norm and dropout factories.
-/// Model keeps the batch norms (to hand them a communicator) and the dropout
-/// generator.
+/// Model keeps the batch norms (to hand them a communicator), the dropout
+/// generator and the taps.
 struct BuildContext {
   const ModelOptions& options;
   std::vector<std::shared_ptr<SyncBatchNorm>>* batch_norms;
   at::Generator* dropout_generator;
+  DecoderTaps* taps;
   /// MONAI's get_norm_layer(options.resolved_norm(), spatial_dims=3,
   /// channels) registered as `parent`'s child `name` (eps 1e-5).
   Forward norm(torch::nn::Module& parent, const std::string& name, int64_t channels) const;
@@ -107,6 +115,9 @@ struct Architecture {
   /// The network's root module, whose children are MONAI's (UNet's one
   /// child "model", SegResNet's "convInit", "down_layers", ...).
   LayerPtr (*build)(const BuildContext&);
+  /// Feature channels of decoder level l's output (deep supervision's heads);
+  /// nullptr where the architecture has none.
+  int64_t (*decoder_channels)(const ModelOptions&, int64_t level);
 };
 
 extern const Architecture kUNetArchitecture;

@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -67,6 +68,9 @@ void ModelOptions::validate() const {
   if (in_channels < 1)
     throw std::invalid_argument(who + "in_channels=" + std::to_string(in_channels) +
                                 " must be >= 1");
+  if (deep_supervision > 0 && architecture(kind).decoder_channels == nullptr)
+    throw std::invalid_argument(who + "deep_supervision=" + std::to_string(deep_supervision) +
+                                ": only model=unet has deep supervision here");
   architecture(kind).validate(*this);
 }
 
@@ -190,14 +194,29 @@ struct Model::Impl {
   detail::LayerPtr net;
   std::vector<std::shared_ptr<detail::SyncBatchNorm>> batch_norms;
   at::Generator dropout_generator = at::make_generator<at::CPUGeneratorImpl>(0);
+  detail::DecoderTaps taps;
+  std::vector<torch::nn::Conv3d> heads;  ///< deep supervision: level k + 1's head
 };
 
 Model::Model(ModelOptions options, uint64_t init_seed) : impl_(std::make_unique<Impl>()) {
   options.validate();
   impl_->options = std::move(options);
-  const detail::BuildContext context{impl_->options, &impl_->batch_norms,
-                                     &impl_->dropout_generator};
-  impl_->net = architecture(impl_->options.kind).build(context);
+  const detail::BuildContext context{impl_->options, &impl_->batch_norms, &impl_->dropout_generator,
+                                     &impl_->taps};
+  const detail::Architecture& arch = architecture(impl_->options.kind);
+  impl_->net = arch.build(context);
+  // Deep supervision's heads, after MONAI's tree (its keys and initial
+  // weights stay as without them): children of the root that its forward
+  // does not run.
+  if (impl_->options.deep_supervision > 0) {
+    torch::nn::ModuleList heads;
+    for (int64_t level = 1; level <= impl_->options.deep_supervision; ++level) {
+      impl_->heads.emplace_back(torch::nn::Conv3dOptions(
+          arch.decoder_channels(impl_->options, level), impl_->options.out_channels, 1));
+      heads->push_back(impl_->heads.back());
+    }
+    impl_->net->register_module("deep_supervision", heads);
+  }
 
   // PyTorch's default initialisation, from our own generator so that the
   // weights depend on init_seed only (not on torch's global generator, which
@@ -240,6 +259,29 @@ at::Tensor Model::forward(const at::Tensor& input) {
   o.check_spatial_size({input.size(2), input.size(3), input.size(4)},
                        o.name() + ": input spatial size");
   return impl_->net->forward(input);
+}
+
+std::vector<at::Tensor> Model::training_outputs(const at::Tensor& input) {
+  if (impl_->heads.empty() || !is_training()) return {forward(input)};
+  // The taps are on for this forward only, and emptied whatever it throws.
+  struct Tapping {
+    detail::DecoderTaps& taps;
+    explicit Tapping(detail::DecoderTaps& t) : taps(t) {
+      taps.outputs.clear();
+      taps.on = true;
+    }
+    ~Tapping() {
+      taps.on = false;
+      taps.outputs.clear();
+    }
+  } tapping(impl_->taps);
+  std::vector<at::Tensor> outputs{forward(input)};
+  auto tapped = impl_->taps.outputs;  // the deepest first: the recursion returns upwards
+  std::sort(tapped.begin(), tapped.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [level, features] : tapped)
+    outputs.push_back(impl_->heads.at(static_cast<size_t>(level - 1))->forward(features));
+  return outputs;
 }
 
 NamedTensors Model::state_dict() const {

@@ -182,6 +182,6 @@ int64_t segresnet_top_channels(const ModelOptions& o) { return o.init_filters; }
 const Architecture kSegResNetArchitecture{
     ModelKind::kSegResNet,   "segresnet",         "SegResNet",
     NormKind::kGroup,        &validate_segresnet, &segresnet_size_multiple,
-    &segresnet_top_channels, &build_segresnet};
+    &segresnet_top_channels, &build_segresnet,    nullptr};
 
 }  // namespace volshard::detail

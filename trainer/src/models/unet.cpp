@@ -36,6 +36,13 @@ void validate_unet(const ModelOptions& o) {
     if (o.strides[i] < 1 || o.strides[i] > 8)
       throw std::invalid_argument("UNet: strides[" + std::to_string(i) +
                                   "]=" + std::to_string(o.strides[i]) + " must be in [1, 8]");
+  const auto levels = static_cast<int64_t>(o.channels.size()) - 2;
+  if (o.deep_supervision > levels)
+    throw std::invalid_argument("UNet: deep_supervision=" + std::to_string(o.deep_supervision) +
+                                " must be at most " + std::to_string(levels) +
+                                " (the decoder levels between the output and the bottom of "
+                                "channels=" +
+                                edges_text(o.channels) + ")");
   if (o.num_res_units < 0)
     throw std::invalid_argument("UNet: num_res_units=" + std::to_string(o.num_res_units) +
                                 " must be >= 0");
@@ -131,11 +138,17 @@ struct Builder {
     return m;
   }
 
+  // MONAI's SkipConnection; with deep supervision it records its sub-block's
+  // output (decoder level `tapped`) while the taps are on.
   struct Skip : Layer {
     at::Tensor forward(const at::Tensor& x) override {
-      return torch::cat({x, submodule->forward(x)}, 1);
+      at::Tensor sub = submodule->forward(x);
+      if (taps != nullptr && taps->on) taps->outputs.emplace_back(tapped, sub);
+      return torch::cat({x, sub}, 1);
     }
     LayerPtr submodule;
+    DecoderTaps* taps = nullptr;
+    int64_t tapped = 0;
   };
 
   // MONAI's _create_block: Sequential(down, SkipConnection(subblock), up).
@@ -156,6 +169,10 @@ struct Builder {
     LayerPtr u = up(up_in, out, s, is_top);
     auto skip = std::make_shared<Skip>();
     skip->submodule = skip->register_module("submodule", sub);
+    if (static_cast<int64_t>(level) + 1 <= o.deep_supervision) {
+      skip->taps = context.taps;
+      skip->tapped = static_cast<int64_t>(level) + 1;
+    }
     auto m = std::make_shared<Seq>();
     m->add("0", d);
     m->add("1", skip);
@@ -174,10 +191,15 @@ LayerPtr build_unet(const BuildContext& context) {
 
 int64_t unet_top_channels(const ModelOptions& o) { return o.channels.front(); }
 
+// The block of level l >= 1 ends with an up-sampling to channels[l - 1].
+int64_t unet_decoder_channels(const ModelOptions& o, int64_t level) {
+  return o.channels.at(static_cast<size_t>(level - 1));
+}
+
 }  // namespace
 
 const Architecture kUNetArchitecture{ModelKind::kUNet,    "unet",         "UNet",
                                      NormKind::kInstance, &validate_unet, &unet_size_multiple,
-                                     &unet_top_channels,  &build_unet};
+                                     &unet_top_channels,  &build_unet,    &unet_decoder_channels};
 
 }  // namespace volshard::detail

@@ -71,6 +71,14 @@ struct LossOptions {
 at::Tensor segmentation_loss(const at::Tensor& logits, const at::Tensor& target,
                              const LossOptions& options, bool softmax);
 
+/// The loss of Model::training_outputs: segmentation_loss of the one output,
+/// or, with deep supervision, MONAI 1.4's DeepSupervisionLoss(weight_mode
+/// "exp") around it: the sum over levels l of max(0.5^l, 0.0625) times the
+/// loss of outputs[l] against the target down-sampled to its size
+/// (F.interpolate's nearest-exact; level 0 is at the target's size).
+at::Tensor training_loss(const std::vector<at::Tensor>& outputs, const at::Tensor& target,
+                         const LossOptions& options, bool softmax);
+
 /// MONAI's DiceMetric(include_background=True, reduction="mean",
 /// ignore_empty=True) for one volume (1 x C x spatial or C x spatial):
 /// prediction = sigmoid(logits) > 0.5 (argmax one-hot with softmax), Dice per

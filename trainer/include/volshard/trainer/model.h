@@ -45,6 +45,11 @@ struct ModelOptions {
   std::vector<int64_t> channels{16, 32, 64, 128, 256};  ///< >= 2 levels
   std::vector<int64_t> strides{2, 2, 2, 2};             ///< channels.size() - 1 entries
   int64_t num_res_units = 2;                            ///< 0: plain convolutions
+  /// Decoder levels below the output also scored in training (nnU-Net's deep
+  /// supervision): level l (1 .. this) has a 1x1x1 head to out_channels on
+  /// the output of the block that ends at 1 / (strides' product to l) of the
+  /// input's size. At most channels.size() - 2; 0: none, MONAI's UNet exactly.
+  int64_t deep_supervision = 0;
   // SegResNet
   int64_t init_filters = 8;                      ///< level k has init_filters * 2^k channels
   std::vector<int64_t> blocks_down{1, 2, 2, 4};  ///< residual blocks per level, down
@@ -95,6 +100,14 @@ void for_each_model_field(Self& m, Visit&& visit) {
             .kept_on_resume()
             .at_least(0),
         m.num_res_units);
+  visit(Field("deep_supervision",
+              "unet: decoder levels below the output also scored in training, each against the "
+              "labels down-sampled to its size (nearest-exact), weighted 1, 1/2, 1/4, ... as "
+              "MONAI's DeepSupervisionLoss (nnU-Net's deep supervision); 0: off. The heads are "
+              "`deep_supervision.<k>` in the weights, unused in inference")
+            .kept_on_resume()
+            .at_least(0),
+        m.deep_supervision);
   visit(Field("init_filters", "segresnet: channels of the first level (doubling per level)")
             .kept_on_resume()
             .at_least(1),
@@ -140,6 +153,10 @@ class Model {
 
   /// N x in_channels x X x Y x Z -> N x out_channels x X x Y x Z logits.
   at::Tensor forward(const at::Tensor& input);
+  /// What the training loss scores: {forward(input)} alone, or, in training
+  /// with deep_supervision = D, that followed by the heads' logits of levels
+  /// 1 .. D (each N x out_channels x the level's size).
+  std::vector<at::Tensor> training_outputs(const at::Tensor& input);
 
   /// MONAI's state_dict(): parameters and buffers, module by module.
   NamedTensors state_dict() const;
