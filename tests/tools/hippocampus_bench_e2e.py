@@ -3,7 +3,9 @@
 items 1-2): both scripts on the first 10 cases of the Decathlon's Task04 (../shared/data beside the
 clone), 4 epochs (validated after the 2nd and 4th), 2 seeds a side, as a user runs them. Both use the trainer's split (the last fifth
 validates), volshard's side gives the same Dice from either script (one command, deterministic), and
-the seed intervals print. Skipped (exit 77) with the reason where the data is absent.
+the seed intervals print. Then hippocampus.py --test-fifth (1 epoch: the split and the test fifth's
+scores) and hippocampus_pipeline.py on 2 cases (both sides run the augmented config's steps).
+Skipped (exit 77) with the reason where the data is absent.
 
   hippocampus_bench_e2e.py --binary build/bin/volshard --data ../shared/data/msd_hippocampus
 """
@@ -24,6 +26,7 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the CPU's figures, also on a machine 
 def bench(script, *args):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(BINARY), "..", "python")  # the built module, as the docs say
     p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script), "--bin", BINARY, *map(str, args)],
                        capture_output=True, text=True, env=env, timeout=900)
     if p.returncode != 0:
@@ -53,6 +56,11 @@ class HippocampusBenchTest(unittest.TestCase):
             cls.split = json.load(f)
         cls.side_by_side = bench("hippocampus_monai.py", "--data", cls.data, "--out", os.path.join(cls.tmp.name, "both"),
                                  "--epochs", 4, "--val-every", 2, "--seeds", 2)
+        cls.test_out = os.path.join(cls.tmp.name, "test_fifth")
+        cls.test_fifth = bench("hippocampus.py", "--data", cls.data, "--out", cls.test_out, "--test-fifth",
+                               "--", "--epochs", 1, "--val-every", 1)
+        cls.pipeline = bench("hippocampus_pipeline.py", "--data", cls.data, "--out", os.path.join(cls.tmp.name, "feed"),
+                             "--volumes", 2, "--epochs", 1, "--rounds", 1)
 
     @classmethod
     def tearDownClass(cls):
@@ -78,6 +86,29 @@ class HippocampusBenchTest(unittest.TestCase):
         for _, anterior, posterior, mean in rows:
             a, p, m = float(anterior), float(posterior), float(mean)
             self.assertTrue(0 < m < 1 and min(a, p) <= m <= max(a, p), (a, p, m))
+
+    def test_the_test_fifth_is_held_out_of_training_and_scored_once_with_the_best_weights(self):
+        with open(os.path.join(self.test_out, "split.json")) as f:
+            split = json.load(f)
+        names = [os.path.basename(c["image"]) for c in json.load(open(os.path.join(DATA, "dataset.json")))["training"][:10]]
+        self.assertEqual((split["training"], split["validation"], split["test"]), (6, names[8:], names[6:8]))
+        self.assertIn("6 training cases, 2 held out", self.test_fifth)
+        self.assertIn("/run (best_model.pt), 2 test volumes", self.test_fifth)
+        with open(os.path.join(self.test_out, "test_scores.json")) as f:
+            scores = json.load(f)
+        self.assertEqual(list(scores), ["plain", "Gaussian blending", "mirroring over x, y, z (8 passes)",
+                                        "largest component per class", "all three"])
+        for row in scores.values():
+            self.assertTrue(0 <= row["mean"] <= 1, row)
+        self.assertRegex(self.test_fifth, r"\| plain \| \S+ \| \S+ \| %.4f \| \+0\.0000 \|" % scores["plain"]["mean"])
+
+    def test_the_augmented_feed_runs_on_both_sides_with_the_same_steps(self):
+        self.assertIn("RandAffine p 0.2, RandFlip x3 p 0.5, RandGaussianNoise p 0.1, RandGaussianSmooth p 0.2, "
+                      "RandScaleIntensity p 0.15, RandAdjustContrast p 0.3", self.pipeline)
+        ratios = re.findall(r"^(files|cached) +volshard +\| .* \| +(\S+)x +(\S+)x$", self.pipeline, re.M)
+        self.assertEqual([r[0] for r in ratios], ["files", "cached"], self.pipeline)
+        for _, wall, cpu in ratios:
+            self.assertGreater(float(cpu), 0, self.pipeline)
 
     def test_the_seed_intervals_print(self):
         self.assertRegex(self.volshard, r"- final mean foreground Dice: \S+ \+- \S+ \(sd\), 95 % interval "
