@@ -13,12 +13,17 @@
 #include <thread>
 
 #include <sys/resource.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include "transforms/augmentation_test_util.h"
+#include "volshard/core/affine.h"
 #include "volshard/core/error.h"
 #include "volshard/core/large_blocks.h"
 #include "volshard/datasets/feed.h"
 #include "volshard/datasets/preview.h"
+#include "volshard/datasets/volume.h"
+#include "volume_io/nifti_test_util.h"
 
 namespace volshard {
 namespace {
@@ -346,6 +351,57 @@ TEST(PreviewTest, CaptionNamesTheFileTheCropPositionAndTheClassItsCentreWasDrawn
   m.foreground_centre = false;
   m.rot90_k = 0;
   EXPECT_EQ(preview_caption(m, 1), "img3.nii.gz patch 1 ch 1\nat 4,0,17 centre drawn from bg");
+}
+
+TEST(PreviewTest, ACaptionsThirdLineNamesTheRandomStepsAppliedInThePipelinesOrder) {
+  SampleMeta m;
+  m.source = "img0.nii.gz";
+  m.patch_index = 0;
+  m.spatial = {{"RandAffine", {0.1}}};
+  m.flipped = {true, false, true};
+  m.intensity = {
+      {"RandGaussianNoise", {0.05}}, {"RandScaleIntensity", {0.1}}, {"RandAdjustContrast", {1.2}}};
+  EXPECT_EQ(
+      preview_caption(m),
+      "img0.nii.gz patch 0\nat 0,0,0 centre drawn from bg\naffine flip x,z noise scale gamma");
+  m.spatial = {{"RandZoom", {1.1}}};
+  m.flipped = {false, true, false};
+  m.intensity = {{"RandGaussianSmooth", {1, 1, 1}}, {"RandShiftIntensity", {0.1}}};
+  EXPECT_EQ(preview_caption(m),
+            "img0.nii.gz patch 0\nat 0,0,0 centre drawn from bg\nzoom flip y smooth shift");
+}
+
+TEST(PreviewTest, ZScoredCropsAreShownBetweenTheirPercentilesNotClippedToZeroOne) {
+  // A z-scored MRI crop lies mostly outside [0, 1]: drawn as [0, 1] it was half black and a sixth
+  // white. The grey window is the shown crops' 0.5th to 99.5th percentile.
+  const std::string dir = volshard::testing::test_dir();
+  const at::Tensor image = at::arange(24 * 24 * 24, at::kFloat).reshape({24, 24, 24}) + 100;
+  at::Tensor label = at::zeros({24, 24, 24}, at::kFloat);
+  label.slice(0, 8, 16).slice(1, 8, 16).slice(2, 8, 16).fill_(1);
+  write_volume(dir + "/img0.nii.gz", image, identity_affine());
+  write_volume(dir + "/seg0.nii.gz", label, identity_affine());
+  PreviewOptions o;
+  o.data_dir = dir;
+  o.out = dir + "/crops.png";
+  o.count = 2;
+  o.feed.prefix.intensity = IntensityKind::kNormalize;
+  o.feed.crop = {16};
+  o.feed.num_samples = 2;
+  ASSERT_EQ(write_preview(o), 2);
+  const cv::Mat png = cv::imread(o.out, cv::IMREAD_COLOR);
+  ASSERT_FALSE(png.empty());
+  int64_t grey = 0, saturated = 0;
+  for (int y = 37; y < png.rows; ++y) {  // below the first row's captions
+    for (int x = 0; x < png.cols; ++x) {
+      const cv::Vec3b p = png.at<cv::Vec3b>(y, x);
+      if (p[0] != p[1] || p[1] != p[2]) continue;  // the label's outline
+      ++grey;
+      saturated += p[0] == 0 || p[0] == 255;
+    }
+  }
+  ASSERT_GT(grey, 0);
+  EXPECT_LT(static_cast<double>(saturated) / static_cast<double>(grey), 0.1)
+      << saturated << " of " << grey << " grey pixels black or white";
 }
 
 TEST(DataLoaderTest, CropsThatAllowSmallerShrankToDifferentVolumesNameBothShapes) {

@@ -25,7 +25,33 @@ namespace volshard {
 namespace {
 
 constexpr int kTile = 192;    // pixels per slice
-constexpr int kCaption = 26;  // two lines
+constexpr int kCaption = 37;  // up to three lines
+constexpr int kLine = 11;     // pixels a caption line
+
+// Grey levels from the 0.5th to the 99.5th percentile of `values` (MRI maxima
+// are outliers; z-scored crops run below 0 and above 1).
+std::pair<float, float> grey_window(const at::Tensor& values) {
+  const at::Tensor sorted = std::get<0>(values.flatten().to(at::kFloat).sort());
+  const int64_t n = sorted.numel();
+  return {sorted[n / 200].item<float>(), sorted[n - 1 - n / 200].item<float>()};
+}
+
+at::Tensor to_grey(const at::Tensor& image, std::pair<float, float> window) {
+  return (image - window.first) / std::max(window.second - window.first, 1e-6f);
+}
+
+// The short name of an applied random step in a caption (MONAI's name where
+// there is no short one).
+std::string short_step_name(const std::string& monai) {
+  static const std::pair<const char*, const char*> kShort[] = {
+      {"RandAffine", "affine"},         {"RandZoom", "zoom"},
+      {"Rand3DElastic", "elastic"},     {"RandGaussianNoise", "noise"},
+      {"RandGaussianSmooth", "smooth"}, {"RandScaleIntensity", "scale"},
+      {"RandShiftIntensity", "shift"},  {"RandAdjustContrast", "gamma"}};
+  for (const auto& [name, short_name] : kShort)
+    if (monai == name) return short_name;
+  return monai;
+}
 
 // A 2D float slice in [0, 1] as a grey tile (nearest-neighbour upscaled)
 // with the boundaries of `classes` (an integer slice, 0 background) drawn in
@@ -91,7 +117,16 @@ std::string preview_caption(const SampleMeta& m, int64_t channel) {
   const std::string line2 =
       "at " + std::to_string(m.crop_start[0]) + "," + std::to_string(m.crop_start[1]) + "," +
       std::to_string(m.crop_start[2]) + " centre drawn from " + (m.foreground_centre ? "fg" : "bg");
-  return printable(line1) + "\n" + line2;
+  // The random steps applied to this crop, in the pipeline's order.
+  std::string steps;
+  auto add = [&](const std::string& step) { steps += (steps.empty() ? "" : " ") + step; };
+  for (const auto& step : m.spatial) add(short_step_name(step.first));
+  std::string flips;
+  for (int a = 0; a < 3; ++a)
+    if (m.flipped[a]) flips += std::string(flips.empty() ? "" : ",") + "xyz"[a];
+  if (!flips.empty()) add("flip " + flips);
+  for (const auto& step : m.intensity) add(short_step_name(step.first));
+  return printable(line1) + "\n" + line2 + (steps.empty() ? "" : "\n" + steps);
 }
 
 int64_t write_preview(const PreviewOptions& o) {
@@ -124,6 +159,15 @@ int64_t write_preview(const PreviewOptions& o) {
   const int per_row = std::max(1, 4 / per_crop);
   const int columns = per_row * per_crop;
   const int rows = static_cast<int>((static_cast<int>(crops.size()) + per_row - 1) / per_row);
+  // One grey window per channel over every crop shown, so that the intensity
+  // steps' effects stay visible from crop to crop.
+  std::vector<std::pair<float, float>> windows;
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    std::vector<at::Tensor> values;
+    for (const auto& c : crops)
+      if (ch < c.image.size(0)) values.push_back(c.image[ch].flatten());
+    windows.push_back(values.empty() ? std::pair{0.0f, 1.0f} : grey_window(at::cat(values)));
+  }
   Canvas sheet(columns * kTile, rows * (kTile + kCaption));
   for (size_t k = 0; k < crops.size(); ++k) {
     const Sample& c = crops[k];
@@ -132,7 +176,7 @@ int64_t write_preview(const PreviewOptions& o) {
               y = static_cast<int>(k / static_cast<size_t>(per_row)) * (kTile + kCaption);
     for (int64_t j = 0; j < shown; ++j) {
       const int64_t ch = o.channel >= 0 ? o.channel : std::min(j, c.image.size(0) - 1);
-      const at::Tensor image = c.image[ch];
+      const at::Tensor image = to_grey(c.image[ch], windows[static_cast<size_t>(ch)]);
       sheet.paste(draw_slice(image.select(2, mid_z), c.label[0].select(2, mid_z)),
                   x + static_cast<int>(2 * j) * kTile, y + kCaption);
       sheet.paste(draw_slice(image.select(1, mid_y), c.label[0].select(1, mid_y)),
@@ -141,10 +185,15 @@ int64_t write_preview(const PreviewOptions& o) {
         sheet.text(x + static_cast<int>(2 * j) * kTile + 4, y + kCaption + 4,
                    "ch " + std::to_string(ch), {255, 255, 0});
     }
-    const std::string caption = preview_caption(c.meta, o.channel);
-    const size_t nl = caption.find('\n');
-    sheet.text(x + 4, y + 3, caption.substr(0, nl) + "  axial | coronal", {30, 30, 30});
-    sheet.text(x + 4, y + 14, caption.substr(nl + 1), {30, 30, 30});
+    const std::string caption = preview_caption(c.meta, o.channel) + "\n";
+    size_t begin = 0;
+    for (int line = 0; begin < caption.size(); ++line) {
+      const size_t end = caption.find('\n', begin);
+      sheet.text(x + 4, y + 3 + line * kLine,
+                 caption.substr(begin, end - begin) + (line == 0 ? "  axial | coronal" : ""),
+                 {30, 30, 30});
+      begin = end + 1;
+    }
   }
   write_png(o.out, sheet);
   return static_cast<int64_t>(crops.size());
@@ -165,11 +214,7 @@ std::vector<double> write_prediction_preview(const PredictionPreviewOptions& o) 
                                shape_text(t.sizes().vec()) + " but the image " +
                                printable(o.image) + " has " + shape_text(img.sizes().vec()));
   }
-  // Grey levels from the 0.5th to the 99.5th percentile (MRI maxima are outliers).
-  const at::Tensor sorted = std::get<0>(img.flatten().sort());
-  const int64_t n = sorted.numel();
-  const float lo = sorted[n / 200].item<float>(), hi = sorted[n - 1 - n / 200].item<float>();
-  const at::Tensor grey = (img - lo) / std::max(hi - lo, 1e-6f);
+  const at::Tensor grey = to_grey(img, grey_window(img));
   // Per-class Dice of the prediction against the label (NaN: class in neither).
   const int64_t classes = std::max(label.max().item<int64_t>(), prediction.max().item<int64_t>());
   std::vector<double> dice;

@@ -44,17 +44,21 @@ void for_each_preview_field(Self& o, Visit&& visit) {
         o.channel);
 }
 
-/// The two caption lines of a crop (joined by '\n'): file name, patch,
+/// The caption lines of a crop (joined by '\n'): file name, patch,
 /// channel (when one is chosen) and quarter turns; then the crop's first
 /// voxel in the volume and the class its centre was drawn from
 /// (RandCropByPosNegLabel's fg/bg draw; the centre itself may lie elsewhere
-/// once the crop is clamped into the volume).
+/// once the crop is clamped into the volume); then, where any was applied,
+/// the random steps in the pipeline's order, short names (affine, zoom,
+/// elastic, flip and its axes, noise, smooth, scale, shift, gamma).
 std::string preview_caption(const SampleMeta& meta, int64_t channel = -1);
 
 /// Loads volumes from data_dir or datalist (exactly one) as training does (feed_prefix), runs
 /// feed_augmentation(feed) with the per-sample seeds of `epoch`, and writes a PNG grid: per crop an
 /// axial and a coronal slice through its centre for every image channel (or `channel`), the label
-/// outlined in red, captioned by preview_caption. Returns the number of crops drawn. Throws
+/// outlined in red, captioned by preview_caption. Each channel's grey levels run from the 0.5th to
+/// the 99.5th percentile of that channel over every crop shown (one window for all, so that the
+/// intensity steps show; z-scored crops are not clipped to [0, 1]). Returns the number of crops drawn. Throws
 /// std::runtime_error naming bad files, std::invalid_argument for a channel a file lacks.
 int64_t write_preview(const PreviewOptions& options);
 
