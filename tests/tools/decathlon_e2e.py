@@ -285,6 +285,54 @@ class DecathlonTest(unittest.TestCase):
         self.assertIn("pixdim[2]", err)
 
 
+def available_gib():
+    with open("/proc/meminfo") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["MemAvailable"].split()[0]) / 2**20
+
+
+class BratsTutorialCropTest(unittest.TestCase):
+    """configs/brats.json as the tutorial sizes it (issue 42 item 1): 224 x 224 x 144 crops of four
+    channels, validation windows of 240 x 240 x 160, on 256 x 256 x 160 synthetic cases; the
+    SegResNet kept small (8 filters, two levels). About a minute and 7 GiB on 2 cores."""
+
+    @unittest.skipUnless(os.path.exists("/proc/meminfo") and available_gib() >= 10,
+                         "the tutorial's 224 x 224 x 144 crops need about 7 GiB free and 10 are not available")
+    def test_the_tutorials_crop_trains_validates_and_predicts(self):
+        root = tempfile.mkdtemp(prefix="volshard_brats224_")
+        self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+        data, run_dir = os.path.join(root, "Task01"), os.path.join(root, "run")
+        p = run("synth", "--kind", "mri", "--out", data, "--count", 3, "--size", 256, "--seed", 0)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        trace = os.path.join(root, "trace.jsonl")
+        p = run("train", "--config", os.path.join(CONFIGS, "brats.json"), "--datalist",
+                os.path.join(data, "dataset.json"), "--out", run_dir, "--epochs", 1, "--val-fraction", 0.34,
+                "--nproc-per-node", 1, "--init-filters", 8, "--blocks-down", "1,1", "--blocks-up", 1,
+                "--num-samples", 1, "--batch-size", 1, "--workers", 1, "--threads", 2, "--sw-batch-size", 1,
+                "--trace-samples", trace)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual((config["crop"], config["roi"], config["crop_kind"]), ([224, 224, 144], [240, 240, 160],
+                                                                                "spatial"))
+        # Each crop fed was 224 x 224 x 144: its centre is its first voxel plus half of each edge.
+        with open(trace) as f:
+            crops = [json.loads(line) for line in f]
+        self.assertEqual(len(crops), 2)
+        for c in crops:
+            self.assertEqual([m - s for m, s in zip(c["crop_centre"], c["crop_start"])], [112, 112, 72], c)
+        (line,) = epochs(run_dir)
+        self.assertEqual(len(line["val_dice_per_class"]), 3)
+        with open(os.path.join(data, "dataset.json")) as f:
+            image = os.path.normpath(os.path.join(data, json.load(f)["test"][0]))
+        pred = os.path.join(root, "pred.nii.gz")
+        p = run("predict", "--model", os.path.join(run_dir, "model.pt"), "--config", os.path.join(run_dir, "config.json"),
+                "--image", image, "--out", pred)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertIn("sliding window 240x240x160", p.stdout + p.stderr)
+        self.assertEqual(nib.load(pred).shape[:3], (256, 256, 160))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
