@@ -159,7 +159,9 @@ TEST_F(LargeBlocksTest, ForkedChildrenCanTakeBlocksWhileAThreadChurns) {
   for (int k = 0; k < 20; ++k) {
     const pid_t child = ::fork();
     if (child == 0) {
-      ::alarm(2);  // a child that deadlocks dies of SIGALRM
+      // A child that deadlocks dies of SIGALRM. Not 2 s, as it was: a child
+      // on a loaded machine (a CI run beside a 7 GiB test) took that long.
+      ::alarm(120);
       void* p = allocate_bytes(24 * kMiB);
       static_cast<char*>(p)[0] = 1;
       release_bytes(p, 24 * kMiB);
