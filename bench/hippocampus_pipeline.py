@@ -31,23 +31,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-CHILD = r"""
-import json, os, resource, sys, time
+CHILD = f"import sys\nsys.path.insert(0, {HERE!r})\n" + r"""
+import json, os, sys, time
 import torch
+from feed_timing import peak_mb, timed_epochs, volshard_epochs
 side, source, items_file, config_path, epochs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 torch.set_num_threads(1)
 items = json.load(open(items_file))
 config = json.load(open(config_path))
-
-
-def cpu():
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def peak_mb():
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (s.ru_maxrss + c.ru_maxrss) / 1024  # the process + its largest worker
 
 
 out = {}
@@ -87,26 +78,11 @@ if side == "monai":
         ds = Dataset(items, Compose(prefix + random))
     out["setup"] = time.perf_counter() - t0
     loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True, num_workers=2, collate_fn=list_data_collate)
-    t0, c0 = time.perf_counter(), cpu()
-    for _ in range(epochs):
-        for b in loader:
-            pass
-    out.update({"wall": time.perf_counter() - t0, "cpu": cpu() - c0})
+    out.update(timed_epochs(loader, epochs))
 else:
     import volshard
     volshard.tune_allocator_for_volumes()  # as python/README.md's recipe, before any loader
-    sampler = volshard.DistributedSampler(len(items), num_replicas=1, rank=0, seed=0)
-    t0 = time.perf_counter()
-    loader = volshard.Loader(items, sampler, pipeline=config_path, batch_size=2, workers=2, cache_threads=2,
-                             cache_rate=1.0 if source == "cached" else 0.0)
-    out["setup"] = time.perf_counter() - t0
-    t0, c0 = time.perf_counter(), cpu()
-    for e in range(epochs):
-        loader.set_epoch(e)
-        for b in loader:
-            pass
-    out.update({"wall": time.perf_counter() - t0, "cpu": cpu() - c0})
-    loader.close()
+    out = volshard_epochs(items, config_path, source == "cached", epochs)
 out["peak_mb"] = peak_mb()
 print(json.dumps(out))
 """

@@ -43,9 +43,10 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "..", "configs", "spleen.json")
 
-CHILD = r"""
-import json, os, resource, sys, time
+CHILD = f"import sys\nsys.path.insert(0, {HERE!r})\n" + r"""
+import json, os, sys, time
 import torch
+from feed_timing import cpu, peak_mb, timed_epochs, volshard_epochs
 side, source, datalist, config, epochs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 steps = [x for x in sys.argv[6].split(",") if x]  # augmentation steps after the crop, each prob 1
 torch.set_num_threads(1)
@@ -53,16 +54,6 @@ with open(datalist) as f:
     root = os.path.dirname(datalist)
     items = [{"image": os.path.normpath(os.path.join(root, d["image"])),
               "label": os.path.normpath(os.path.join(root, d["label"]))} for d in json.load(f)["training"]]
-
-
-def cpu():
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def peak_mb():
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (s.ru_maxrss + c.ru_maxrss) / 1024  # the process + its largest worker
 
 
 out = {}
@@ -111,11 +102,7 @@ if side.startswith("monai"):
         out["setup"] = time.perf_counter() - t0
         loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True, num_workers=2,
                                              collate_fn=list_data_collate)
-        t0, c0 = time.perf_counter(), cpu()
-        for _ in range(epochs):
-            for b in loader:
-                pass
-        out.update({"wall": time.perf_counter() - t0, "cpu": cpu() - c0})
+        out.update(timed_epochs(loader, epochs))
 else:
     import volshard
     volshard.tune_allocator_for_volumes()  # as python/README.md's recipe, before any loader
@@ -145,18 +132,7 @@ else:
             config = os.path.join(os.path.dirname(datalist), "spleen_augmented_%d.json" % os.getpid())
             with open(config, "w") as f:
                 json.dump(settings, f)
-        sampler = volshard.DistributedSampler(len(items), num_replicas=1, rank=0, seed=0)
-        t0 = time.perf_counter()
-        loader = volshard.Loader(items, sampler, pipeline=config, batch_size=2, workers=2, cache_threads=2,
-                                 cache_rate=1.0 if source == "cached" else 0.0)
-        out["setup"] = time.perf_counter() - t0
-        t0, c0 = time.perf_counter(), cpu()
-        for e in range(epochs):
-            loader.set_epoch(e)
-            for b in loader:
-                pass
-        out.update({"wall": time.perf_counter() - t0, "cpu": cpu() - c0})
-        loader.close()
+        out = volshard_epochs(items, config, source == "cached", epochs)
 out["peak_mb"] = peak_mb()
 print(json.dumps(out))
 """
