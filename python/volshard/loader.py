@@ -262,7 +262,8 @@ class Loader:
     brats, decathlon_brats), num_classes,
     crop_kind (pos_neg, spatial), flip_prob, rand_scale, rand_shift (with
     rand_scale_prob, rand_shift_prob), noise_prob/noise_std,
-    smooth_prob/smooth_sigma_x/y/z, contrast_prob/contrast_gamma, and
+    smooth_prob/smooth_sigma_x/y/z, contrast_prob/contrast_gamma,
+    bias_prob/bias_degree/bias_coeff, and
     crop, num_samples, rot90_prob, allow_smaller, which the arguments of the
     same names override when given (defaults: 96, 4, 0.5, False). ``crop``
     is one edge (a cube) or three, (x, y, z): BraTS's (224, 224, 144).

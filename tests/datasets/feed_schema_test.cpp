@@ -207,6 +207,13 @@ TEST(FeedSchemaTest, TheSchemasBoundsNameTheFieldsAndACommandLineTheirFlags) {
               HasSubstr("contrast_gamma=0.4: one value must be > 0.5"));
   EXPECT_THAT(error_of(R"({"contrast_gamma": [0.5, 1, 2]})"),
               HasSubstr("contrast_gamma=0.5,1,2"));
+  EXPECT_THAT(error_of(R"({"bias_prob": 1.5})"), HasSubstr("bias_prob=1.5 must be in [0, 1]"));
+  EXPECT_THAT(error_of(R"({"bias_degree": 0})"), HasSubstr("bias_degree=0 must be in [1, 10]"));
+  EXPECT_THAT(error_of(R"({"bias_coeff": [0.2, 0.1]})"),
+              HasSubstr("bias_coeff=0.2,0.1 must be two finite values lo,hi with lo <= hi"));
+  EXPECT_THAT(error_of(R"({"bias_coeff": 0.1})"), HasSubstr("bias_coeff=0.1 must be two"));
+  EXPECT_EQ(feed_from_json(R"({"bias_coeff": [-0.2, 0.3]})", "").bias_coeff,
+            (std::vector<double>{-0.2, 0.3}));
   EXPECT_THAT(error_of(R"({"foreground_margin": -1})"),
               HasSubstr("foreground_margin=-1 must be >= 0"));
   EXPECT_THAT(error_of(R"({"num_classes": -2})"), HasSubstr("num_classes=-2 must be >= 0"));
@@ -229,6 +236,10 @@ TEST(FeedAugmentationTest, AnIntensityStepIsInThePipelineOnlyWhenItsProbabilityI
   EXPECT_EQ(feed_augmentation(f).size(), 6u);
   f.contrast_gamma = {2.0};  // MONAI's one number: (0.5, 2)
   EXPECT_EQ(feed_augmentation(f).size(), 6u);
+  f.bias_coeff = {-0.1, 0.1};
+  EXPECT_EQ(feed_augmentation(f).size(), 6u) << "a range alone adds no step";
+  f.bias_prob = 0.3;
+  EXPECT_EQ(feed_augmentation(f).size(), 7u);  // the last (the order: every_random_step_...)
 }
 
 TEST(FeedAugmentationTest, RandZoomAndRandAffineAreOneStepAfterTheCropWithTheirRangesChecked) {
@@ -316,6 +327,8 @@ void every_random_step_gives_the_same_batches_at_any_worker_count(bool elastic) 
   feed.noise_prob = 0.5;
   feed.smooth_prob = 0.5;
   feed.contrast_prob = 0.5;
+  feed.bias_prob = 0.5;
+  feed.bias_degree = 2;
   (elastic ? feed.elastic_prob : feed.affine_prob) = 0.5;
   feed.elastic_sigma = {1.0, 2.0};
   feed.elastic_magnitude = {2.0, 6.0};
@@ -336,9 +349,9 @@ void every_random_step_gives_the_same_batches_at_any_worker_count(bool elastic) 
   ASSERT_EQ(reference.size(), 3u);
   // The documented order (docs/reproducibility.md): each crop lists the
   // steps it took in it.
-  const std::vector<std::string> order{"RandGaussianNoise", "RandGaussianSmooth",
+  const std::vector<std::string> order{"RandGaussianNoise",  "RandGaussianSmooth",
                                        "RandScaleIntensity", "RandShiftIntensity",
-                                       "RandAdjustContrast"};
+                                       "RandAdjustContrast", "RandBiasField"};
   std::map<std::string, int> applied;
   for (const Batch& b : reference) {
     for (const SampleMeta& m : b.meta) {
@@ -347,7 +360,10 @@ void every_random_step_gives_the_same_batches_at_any_worker_count(bool elastic) 
         ++applied[step];
         while (next < order.size() && order[next] != step) ++next;
         EXPECT_LT(next, order.size()) << step << " out of order";
-        EXPECT_EQ(drawn.size(), step == "RandGaussianSmooth" ? 3u : 1u) << step;
+        EXPECT_EQ(drawn.size(), step == "RandGaussianSmooth" ? 3u
+                                : step == "RandBiasField"    ? 10u
+                                                             : 1u)
+            << step;
       }
     }
   }

@@ -60,6 +60,9 @@ NON_DEFAULT = {
     "smooth_sigma_z": [0.25, 0.75],
     "contrast_prob": 0.3,
     "contrast_gamma": [0.7, 1.5],
+    "bias_prob": 0.3,
+    "bias_degree": 2,
+    "bias_coeff": [-0.1, 0.2],
 }
 # affine_prob and elastic_prob are one step (Rand3DElastic holds the affine): a pipeline sets one of them,
 # so each is fed once with the other at its default.

@@ -631,7 +631,7 @@ class ReproTest(Base):
                     os.remove(path)
                 self.train(self.out("%s_w%d" % (geometric, world)), "--trace-samples", path, "--val-every", 0,
                            "--flip-prob", 0.5, "--rand-scale", 0.1, "--noise-prob", 0.5, "--smooth-prob", 0.5,
-                           "--contrast-prob", 0.5, *flags, "--affine-rotate", 0.3, "--affine-scale", 0.1,
+                           "--contrast-prob", 0.5, "--bias-prob", 0.5, *flags, "--affine-rotate", 0.3, "--affine-scale", 0.1,
                            "--zoom-prob", 0.5, nproc=world, epochs=1)
                 rows = trace(path)
                 self.assertEqual({r["rank"] for r in rows}, set(range(world)))
@@ -641,7 +641,8 @@ class ReproTest(Base):
             names = {s["step"] for r in seen[1] for s in r["intensity"] + r["spatial"]}
             # Rand3DElastic's affine is recorded as RandAffine's draws beside its own.
             self.assertEqual(names, {"RandScaleIntensity", "RandGaussianNoise", "RandGaussianSmooth",
-                                     "RandAdjustContrast", "RandZoom", "RandAffine"} | {geometric}, geometric)
+                                     "RandAdjustContrast", "RandBiasField", "RandZoom", "RandAffine"} | {geometric},
+                             geometric)
             # --val-every 0 holds nothing out: 8 volumes x 2 crops, split evenly at W = 1, 2 and 4.
             self.assertEqual(len(seen[1]), 16)
             self.assertEqual(len(set(map(key, seen[1]))), 16)

@@ -805,7 +805,7 @@ TEST(RandIntensityTest, NotAppliedLeavesTheImageBitIdentical) {
   }
 }
 
-// ---- RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast -------------
+// ---- RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast, RandBiasField
 
 TEST(RandGaussianNoiseTest, DrawsApplyThenTheSpreadThenTheFieldsKeyAlwaysAll) {
   GaussianNoiseOptions o;
@@ -859,6 +859,62 @@ TEST(RandAdjustContrastTest, DrawsApplyThenGammaAlwaysBoth) {
   }
 }
 
+TEST(RandBiasFieldTest, DrawsApplyThenEveryCoefficientAlways) {
+  BiasFieldOptions o;
+  o.coeff = {-0.2, 0.3};
+  for (const int64_t degree : {1, 3}) {
+    o.degree = degree;
+    for (const double prob : {0.0, 0.5, 1.0}) {
+      o.prob = prob;
+      for (uint64_t seed = 0; seed < 30; ++seed) {
+        StreamRng rng(seed), replay(seed);
+        const BiasFieldParams p = sample_bias_field(o, rng);
+        EXPECT_EQ(p.apply, replay.uniform_double() < prob);
+        ASSERT_EQ(p.coeff.size(), degree == 1 ? 4u : 20u);  // (d + 1)(d + 2)(d + 3) / 6
+        for (const double c : p.coeff) EXPECT_EQ(c, -0.2 + (0.3 - -0.2) * replay.uniform_double());
+        EXPECT_EQ(rng.next_u64(), replay.next_u64()) << "every draw, applied or not";
+      }
+    }
+  }
+}
+
+// Coefficient t alone gives its term P_i(x) P_j(y) P_k(z), the terms in
+// MONAI's order (i, then j, then k), each axis's coordinates -1 .. 1.
+TEST(RandBiasFieldTest, EachCoefficientScalesItsLegendreTermInMonaisOrder) {
+  const auto legendre = [](int64_t n, double x) {
+    return n == 0 ? 1.0 : n == 1 ? x : 0.5 * (3.0 * x * x - 1.0);
+  };
+  const std::array<int64_t, 3> shape{5, 4, 3};
+  const auto coordinate = [](int64_t i, int64_t n) {
+    return static_cast<double>(
+        static_cast<float>(-1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(n - 1)));
+  };
+  int64_t t = 0;
+  for (int64_t i = 0; i <= 2; ++i) {
+    for (int64_t j = 0; j <= 2 - i; ++j) {
+      for (int64_t k = 0; k <= 2 - i - j; ++k, ++t) {
+        std::vector<double> coeff(10, 0.0);
+        coeff[static_cast<size_t>(t)] = 0.5;
+        const at::Tensor field = bias_field(shape, 2, coeff, c10::Device(c10::kCPU));
+        ASSERT_EQ(field.sizes(), at::IntArrayRef({5, 4, 3}));
+        for (int64_t a = 0; a < 5; ++a)
+          for (int64_t b = 0; b < 4; ++b)
+            for (int64_t c = 0; c < 3; ++c) {
+              const double want = 0.5 * legendre(i, coordinate(a, 5)) *
+                                  legendre(j, coordinate(b, 4)) * legendre(k, coordinate(c, 3));
+              EXPECT_NEAR(field[a][b][c].item<double>(), want, 1e-12)
+                  << "term " << t << " at " << a << b << c;
+            }
+      }
+    }
+  }
+  EXPECT_EQ(t, 10);
+  // An axis of one voxel sits at -1, as numpy's linspace(-1, 1, 1).
+  std::vector<double> x_only(10, 0.0);
+  x_only[6] = 1.0;  // (i, j, k) = (1, 0, 0): P_1(x)
+  EXPECT_EQ(bias_field({1, 2, 2}, 2, x_only, c10::Device(c10::kCPU)).max().item<double>(), -1.0);
+}
+
 TEST(RandAugmentationOptionsTest, ValidateNamesTheBadValue) {
   using ::testing::ThrowsMessage;
   GaussianNoiseOptions noise;
@@ -885,6 +941,21 @@ TEST(RandAugmentationOptionsTest, ValidateNamesTheBadValue) {
               ThrowsMessage<std::invalid_argument>(HasSubstr("gamma=(0, 1)")));
   contrast.gamma = {0.5, INFINITY};
   EXPECT_THAT([&] { contrast.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("inf")));
+  BiasFieldOptions bias;
+  bias.degree = 0;
+  EXPECT_THAT([&] { make_rand_bias_field(bias); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("degree=0 must be in [1, 10]")));
+  bias.degree = 3;
+  bias.coeff = {0.2, 0.1};
+  EXPECT_THAT([&] { bias.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr(
+                                            "coeff=(0.2, 0.1) must be finite with lo <= hi")));
+  bias.coeff = {0.0, NAN};
+  EXPECT_THAT([&] { bias.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr("nan")));
+  EXPECT_THAT(
+      [&] {
+        bias_field({4, 4, 4}, 3, std::vector<double>(10, 0.1), c10::Device(c10::kCPU));
+      },
+      ThrowsMessage<std::invalid_argument>(HasSubstr("10 coefficients for degree 3: must be 20")));
 }
 
 TEST(GaussianNoiseFieldTest, IsStandardNormalAndValueKDependsOnKeyAndKOnly) {
@@ -1055,7 +1126,7 @@ TEST(AdjustContrastTest, GammaOneKeepsTheImageAndAnyGammaKeepsItsMinAndMax) {
   }
 }
 
-// The three steps and the scale and shift: prob 0 gives the sample as it came
+// The four steps and the scale and shift: prob 0 gives the sample as it came
 // (the same tensor), prob 1 applies at every seed and records what it drew.
 std::vector<std::shared_ptr<const Transform>> intensity_steps(double prob) {
   RandIntensityOptions scale, shift;
@@ -1072,9 +1143,12 @@ std::vector<std::shared_ptr<const Transform>> intensity_steps(double prob) {
   AdjustContrastOptions contrast;
   contrast.prob = prob;
   contrast.gamma = {1.5, 3.0};
-  return {make_rand_gaussian_noise(noise), make_rand_gaussian_smooth(smooth),
-          make_rand_scale_intensity(scale), make_rand_shift_intensity(shift),
-          make_rand_adjust_contrast(contrast)};
+  BiasFieldOptions bias;
+  bias.prob = prob;
+  bias.coeff = {0.05, 0.2};  // exp(field) > 1 at the corner (1, 1, 1): never the identity
+  return {make_rand_gaussian_noise(noise),     make_rand_gaussian_smooth(smooth),
+          make_rand_scale_intensity(scale),    make_rand_shift_intensity(shift),
+          make_rand_adjust_contrast(contrast), make_rand_bias_field(bias)};
 }
 
 TEST(RandAugmentationTest, ProbZeroIsTheIdentityAndProbOneAlwaysApplies) {

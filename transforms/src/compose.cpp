@@ -112,6 +112,23 @@ class RandAdjustContrast final : public Transform {
   AdjustContrastOptions options_;
 };
 
+class RandBiasField final : public Transform {
+ public:
+  explicit RandBiasField(BiasFieldOptions o) : options_(o) { options_.validate(); }
+  std::vector<Sample> operator()(Sample sample, StreamRng& rng) const override {
+    BiasFieldParams p = sample_bias_field(options_, rng);
+    if (p.apply) {
+      sample.image = apply_bias_field(sample.image, options_.degree, p.coeff);
+      sample.meta.intensity.push_back({name(), std::move(p.coeff)});
+    }
+    return {std::move(sample)};
+  }
+  std::string name() const override { return "RandBiasField"; }
+
+ private:
+  BiasFieldOptions options_;
+};
+
 class NormalizeIntensity final : public Transform {
  public:
   explicit NormalizeIntensity(NormalizeIntensityOptions o) : options_(std::move(o)) {}
@@ -293,6 +310,9 @@ std::shared_ptr<const Transform> make_rand_gaussian_smooth(GaussianSmoothOptions
 }
 std::shared_ptr<const Transform> make_rand_adjust_contrast(AdjustContrastOptions o) {
   return std::make_shared<RandAdjustContrast>(o);
+}
+std::shared_ptr<const Transform> make_rand_bias_field(BiasFieldOptions o) {
+  return std::make_shared<RandBiasField>(o);
 }
 std::shared_ptr<const Transform> make_normalize_intensity(NormalizeIntensityOptions o) {
   return std::make_shared<NormalizeIntensity>(std::move(o));

@@ -699,4 +699,125 @@ at::Tensor adjust_contrast(const at::Tensor& image, double gamma, bool invert_im
   return ret;
 }
 
+void BiasFieldOptions::validate() const {
+  detail::check_probability("RandBiasField: prob", prob);
+  if (degree < 1 || degree > kMaxBiasFieldDegree) {
+    throw std::invalid_argument("RandBiasField: degree=" + std::to_string(degree) +
+                                " must be in [1, " + std::to_string(kMaxBiasFieldDegree) + "]");
+  }
+  if (!(std::isfinite(coeff[0]) && std::isfinite(coeff[1]) && coeff[0] <= coeff[1])) {
+    throw std::invalid_argument("RandBiasField: coeff=(" + value_text(coeff[0]) + ", " +
+                                value_text(coeff[1]) + ") must be finite with lo <= hi");
+  }
+}
+
+int64_t bias_field_terms(int64_t degree) { return (degree + 1) * (degree + 2) * (degree + 3) / 6; }
+
+BiasFieldParams sample_bias_field(const BiasFieldOptions& options, StreamRng& rng) {
+  options.validate();
+  BiasFieldParams p;
+  p.apply = rng.uniform_double() < options.prob;
+  p.coeff.resize(static_cast<size_t>(bias_field_terms(options.degree)));
+  for (double& c : p.coeff)
+    c = options.coeff[0] + (options.coeff[1] - options.coeff[0]) * rng.uniform_double();
+  return p;
+}
+
+namespace {
+
+// numpy's linspace(-1, 1, n, dtype=float32) widened back to float64: i * (2 /
+// (n - 1)) - 1 in float64, the last exactly 1, each rounded to float32.
+std::vector<double> legendre_coordinates(int64_t n) {
+  std::vector<double> x(static_cast<size_t>(n), -1.0);
+  if (n < 2) return x;
+  const double step = 2.0 / static_cast<double>(n - 1);
+  for (int64_t i = 0; i < n; ++i)
+    x[static_cast<size_t>(i)] = static_cast<float>(static_cast<double>(i) * step + -1.0);
+  x.back() = 1.0;
+  return x;
+}
+
+// numpy's legval at one point over coefficients c[0], c[stride], ... (n >= 2
+// of them): Clenshaw's recursion, operation for operation.
+double legval(const double* c, int64_t stride, int64_t n, double x) {
+  double c0 = c[(n - 2) * stride], c1 = c[(n - 1) * stride];
+  for (int64_t i = 3, nd = n; i <= n; ++i) {
+    const double tmp = c0;
+    nd -= 1;
+    c0 = c[(n - i) * stride] - (c1 * static_cast<double>(nd - 1)) / static_cast<double>(nd);
+    c1 = tmp + (c1 * x * static_cast<double>(2 * nd - 1)) / static_cast<double>(nd);
+  }
+  return c0 + c1 * x;
+}
+
+}  // namespace
+
+at::Tensor bias_field(const std::array<int64_t, 3>& shape, int64_t degree,
+                      const std::vector<double>& coeff, c10::Device device) {
+  if (degree < 1 || degree > kMaxBiasFieldDegree ||
+      static_cast<int64_t>(coeff.size()) != bias_field_terms(degree)) {
+    throw std::invalid_argument(
+        "RandBiasField: " + std::to_string(coeff.size()) + " coefficients for degree " +
+        std::to_string(degree) + ": must be " +
+        std::to_string(bias_field_terms(std::clamp<int64_t>(degree, 1, kMaxBiasFieldDegree))));
+  }
+  for (const int64_t n : shape) {
+    if (n < 1)
+      throw std::invalid_argument("RandBiasField: an empty image (" + shape_text(shape, true) +
+                                  ")");
+  }
+  const int64_t m = degree + 1;
+  // MONAI's coefficient matrix: term t at [i][j][k], i + j + k <= degree, in its order.
+  std::vector<double> c(static_cast<size_t>(m * m * m), 0.0);
+  size_t t = 0;
+  for (int64_t i = 0; i <= degree; ++i)
+    for (int64_t j = 0; j <= degree - i; ++j)
+      for (int64_t k = 0; k <= degree - i - j; ++k)
+        c[static_cast<size_t>((i * m + j) * m + k)] = coeff[t++];
+  const std::vector<double> x = legendre_coordinates(shape[0]), y = legendre_coordinates(shape[1]),
+                            z = legendre_coordinates(shape[2]);
+  // leggrid3d's first two passes on the host (small): along x, r1[j][k][a];
+  // then along y, r2[k][a][b].
+  std::vector<double> r1(static_cast<size_t>(m * m * shape[0]));
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t k = 0; k < m; ++k)
+      for (int64_t a = 0; a < shape[0]; ++a)
+        r1[static_cast<size_t>((j * m + k) * shape[0] + a)] =
+            legval(&c[static_cast<size_t>(j * m + k)], m * m, m, x[static_cast<size_t>(a)]);
+  at::Tensor r2 = at::empty({m, shape[0], shape[1], 1}, at::kDouble);
+  double* q = r2.data_ptr<double>();
+  for (int64_t k = 0; k < m; ++k)
+    for (int64_t a = 0; a < shape[0]; ++a)
+      for (int64_t b = 0; b < shape[1]; ++b)
+        q[(k * shape[0] + a) * shape[1] + b] = legval(&r1[static_cast<size_t>(k * shape[0] + a)],
+                                                      m * shape[0], m, y[static_cast<size_t>(b)]);
+  // The last pass along z over every voxel, as tensor ops on the device, in
+  // numpy's operations. Each division is by a tensor on the device, not a
+  // host scalar: CUDA multiplies by a host scalar's reciprocal, which can
+  // round differently from numpy's division.
+  const auto options = at::TensorOptions().dtype(at::kDouble).device(device);
+  r2 = r2.to(device);
+  const at::Tensor zt =
+      at::from_blob(const_cast<double*>(z.data()), {shape[2]}, at::kDouble).to(device, false, true);
+  at::Tensor c0 = r2[m - 2], c1 = r2[m - 1];
+  for (int64_t i = 3, nd = m; i <= m; ++i) {
+    const at::Tensor tmp = c0;
+    nd -= 1;
+    const at::Tensor divisor = at::scalar_tensor(static_cast<double>(nd), options);
+    c0 = r2[m - i] - (c1 * static_cast<double>(nd - 1)) / divisor;
+    c1 = tmp + (c1 * zt * static_cast<double>(2 * nd - 1)) / divisor;
+  }
+  return (c0 + c1 * zt).expand({shape[0], shape[1], shape[2]}).contiguous();
+}
+
+at::Tensor apply_bias_field(const at::Tensor& image, int64_t degree,
+                            const std::vector<double>& coeff) {
+  if (image.dim() != 4)
+    throw std::invalid_argument("RandBiasField: the image must be C x X x Y x Z, not " +
+                                std::to_string(image.dim()) + " dims");
+  const at::Tensor field =
+      bias_field({image.size(1), image.size(2), image.size(3)}, degree, coeff, image.device());
+  return (image.to(at::kDouble) * field.exp()).to(at::kFloat);
+}
+
 }  // namespace volshard

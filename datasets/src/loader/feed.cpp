@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -109,6 +110,15 @@ void FeedOptions::validate() const {
   }
   if (contrast_gamma.size() != 1)
     range("contrast_gamma", contrast_gamma, 0.0, true, std::numeric_limits<double>::max());
+  {
+    std::string text;
+    for (const double x : bias_coeff) text += (text.empty() ? "" : ",") + value_text(x);
+    if (!(bias_coeff.size() == 2 && std::isfinite(bias_coeff[0]) && std::isfinite(bias_coeff[1]) &&
+          bias_coeff[0] <= bias_coeff[1])) {
+      throw FieldError(field_ref("bias_coeff") + "=" + text +
+                       " must be two finite values lo,hi with lo <= hi");
+    }
+  }
   range("zoom_range", zoom_range, 0.0, true, kMaxZoom);
   range("elastic_sigma", elastic_sigma, 0.0, true, kMaxElasticSigma);
   range("elastic_magnitude", elastic_magnitude, 0.0, false, kMaxElasticMagnitude);
@@ -301,6 +311,14 @@ Compose feed_augmentation(const FeedOptions& o) {
                          ? std::array<double, 2>{0.5, o.contrast_gamma[0]}
                          : std::array<double, 2>{o.contrast_gamma[0], o.contrast_gamma[1]};
     steps.push_back(make_rand_adjust_contrast(contrast));
+  }
+  // After the contrast (the last step: the steps before draw as they did).
+  if (o.bias_prob > 0) {
+    BiasFieldOptions bias;
+    bias.prob = o.bias_prob;
+    bias.degree = o.bias_degree;
+    bias.coeff = {o.bias_coeff[0], o.bias_coeff[1]};
+    steps.push_back(make_rand_bias_field(bias));
   }
   return Compose(std::move(steps));
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Goldens of MONAI 1.4.0's deterministic CT/MRI transforms, and of its random intensity and
 spatial augmentations given their draws (RandGaussianNoise, RandGaussianSmooth, RandAdjustContrast,
-RandAffine, Rand3DElastic, and both about a crop's centre), for volshard's tests.
+RandBiasField, RandAffine, Rand3DElastic, and both about a crop's centre), for volshard's tests.
 
 Runs MONAI's own transforms (the pinned environment's MONAI 1.4.0 from PyPI,
 scripts/requirements.txt) on small inputs with LPS, oblique and permuted affines, anisotropic spacing and
@@ -33,6 +33,7 @@ from monai.transforms import (  # noqa: E402
     Rand3DElastic,
     RandAdjustContrast,
     RandAffine,
+    RandBiasField,
     RandGaussianNoise,
     RandGaussianSmooth,
     ScaleIntensityRange,
@@ -119,7 +120,11 @@ class Replay:
     def rand(self):
         return 0.0  # below any prob > 0: applied
 
-    def uniform(self, low=0.0, high=1.0):
+    def uniform(self, low=0.0, high=1.0, size=None):
+        if size is not None:  # RandBiasField's coefficients: an array, each low + (high - low) * u
+            values = [low + (high - low) * self.uniforms.pop(0) for _ in range(size)]
+            self.drawn.extend(values)
+            return np.array(values)
         value = low + (high - low) * self.uniforms.pop(0)
         self.drawn.append(value)
         return value
@@ -167,6 +172,25 @@ def random_intensity_cases(rng):
         add(f"rand_adjust_contrast_{name}", "RandAdjustContrast",
             {"gamma": list(gamma), "invert_image": invert, "retain_stats": retain, "u": u,
              "drawn_gamma": t.gamma_value}, x, np.eye(4), out)
+
+
+def random_bias_field_cases(rng):
+    """RandBiasField (MONAI 1.4, prob=1) given its coefficients: MONAI's default degree 3 and range
+    on one channel, degree 2 and a range below zero on four channels, degree 5, and an axis of one
+    voxel (numpy's linspace gives it -1 alone)."""
+    one = volume(rng, 1, (9, 7, 5), "mri")
+    four = volume(rng, 4, (8, 6, 5), "mri")
+    thin = volume(rng, 1, (6, 1, 4), "mri")
+    for name, x, degree, coeff in (("default", one, 3, (0.0, 0.1)),
+                                   ("degree_2_negative_four_channels", four, 2, (-0.3, 0.2)),
+                                   ("degree_5", one, 5, (0.0, 0.1)),
+                                   ("one_voxel_axis", thin, 3, (-0.1, 0.1))):
+        u = rng.random((degree + 1) * (degree + 2) * (degree + 3) // 6).tolist()
+        t = RandBiasField(degree=degree, coeff_range=coeff, prob=1.0)
+        t.R = Replay(u)
+        out = t(torch.from_numpy(x))
+        add(f"rand_bias_field_{name}", "RandBiasField",
+            {"degree": degree, "coeff_range": list(coeff), "u": u, "drawn_coeff": list(t._coeff)}, x, np.eye(4), out)
 
 
 def random_affine_cases(rng):
@@ -368,6 +392,7 @@ def main():
     random_intensity_cases(np.random.default_rng(20261126))
     random_affine_cases(np.random.default_rng(20261127))
     random_elastic_cases(np.random.default_rng(20261128))
+    random_bias_field_cases(np.random.default_rng(20261129))
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"monai": monai.__version__, "torch": torch.__version__, "cases": cases}, f, indent=1)
     print(f"wrote {len(cases)} cases to {OUT}")

@@ -65,6 +65,11 @@ struct FeedOptions {
   double contrast_prob = 0.0;  ///< RandAdjustContrast(prob, gamma); 0: none
   /// Its gamma range lo, hi; one value g > 0.5 is (0.5, g), as MONAI reads it.
   std::vector<double> contrast_gamma{0.5, 4.5};
+  /// RandBiasField(degree, coeff_range, prob), after the contrast; 0: none.
+  double bias_prob = 0.0;
+  int64_t bias_degree = 3;  ///< its polynomials' degree (MONAI's default 3)
+  /// Its coefficients' range lo, hi (MONAI's coeff_range).
+  std::vector<double> bias_coeff{0.0, 0.1};
   /// RandAffine around the crop (MONAI's RandAffine, sampled from the volume
   /// around the crop: transforms/spatial.h warp_view); 0: none.
   double affine_prob = 0.0;
@@ -287,6 +292,19 @@ void for_each_feed_field(Self& f, Visit&& visit) {
           "RandAdjustContrast gamma range lo,hi (0 < lo <= hi; one value g > 0.5: 0.5,g as MONAI)")
             .kept_on_resume(),
         f.contrast_gamma);
+  visit(F("bias_prob", "RandBiasField probability (0: none); after the contrast")
+            .kept_on_resume()
+            .at_least(0)
+            .at_most(1),
+        f.bias_prob);
+  visit(F("bias_degree", "RandBiasField polynomials' degree (MONAI's degree)")
+            .kept_on_resume()
+            .at_least(1)
+            .at_most(kMaxBiasFieldDegree),
+        f.bias_degree);
+  visit(F("bias_coeff", "RandBiasField coefficients' range lo,hi (MONAI's coeff_range)")
+            .kept_on_resume(),
+        f.bias_coeff);
 }
 
 /// The keys of for_each_feed_field, in its order.

@@ -51,6 +51,8 @@ std::shared_ptr<const Transform> make_rand_gaussian_noise(GaussianNoiseOptions o
 std::shared_ptr<const Transform> make_rand_gaussian_smooth(GaussianSmoothOptions options);
 /// MONAI's RandAdjustContrast(prob, gamma, invert_image, retain_stats) (adjust_contrast).
 std::shared_ptr<const Transform> make_rand_adjust_contrast(AdjustContrastOptions options);
+/// MONAI's RandBiasField(degree, coeff_range, prob) (apply_bias_field).
+std::shared_ptr<const Transform> make_rand_bias_field(BiasFieldOptions options);
 /// NormalizeIntensity as a step (on the crop, as MONAI's BraTS pipeline).
 std::shared_ptr<const Transform> make_normalize_intensity(NormalizeIntensityOptions options);
 

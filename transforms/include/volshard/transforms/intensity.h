@@ -1,8 +1,8 @@
 #pragma once
 // Intensity transforms: MONAI's ScaleIntensity, ScaleIntensityRange (CT
 // windows), NormalizeIntensity (MRI), RandScaleIntensity and
-// RandShiftIntensity's draws, RandGaussianNoise, RandGaussianSmooth and
-// RandAdjustContrast. (transforms/src/intensity.cpp)
+// RandShiftIntensity's draws, RandGaussianNoise, RandGaussianSmooth,
+// RandAdjustContrast and RandBiasField. (transforms/src/intensity.cpp)
 
 #include <ATen/core/Tensor.h>
 
@@ -184,5 +184,47 @@ AdjustContrastParams sample_adjust_contrast(const AdjustContrastOptions& options
 /// before and after; retain_stats restores the input's mean and (unbiased) std.
 at::Tensor adjust_contrast(const at::Tensor& image, double gamma, bool invert_image = false,
                            bool retain_stats = false);
+
+// ---- RandBiasField ----------------------------------------------------------
+
+/// RandBiasField's largest degree: its field has (d + 1)(d + 2)(d + 3) / 6 terms (286 at 10).
+inline constexpr int64_t kMaxBiasFieldDegree = 10;
+
+struct BiasFieldOptions {
+  double prob = 0.1;   ///< in [0, 1] (MONAI's default)
+  int64_t degree = 3;  ///< in [1, kMaxBiasFieldDegree] (MONAI's default)
+  /// Each coefficient uniform in [lo, hi); finite, lo <= hi (MONAI's coeff_range).
+  std::array<double, 2> coeff{0.0, 0.1};
+  void validate() const;  ///< throws std::invalid_argument naming the value
+};
+
+/// The Legendre terms of a degree: (d + 1)(d + 2)(d + 3) / 6.
+int64_t bias_field_terms(int64_t degree);
+
+struct BiasFieldParams {
+  bool apply = false;  ///< uniform_double() < prob, drawn first, as MONAI
+  /// Then bias_field_terms(degree) coefficients, each lo + (hi - lo) *
+  /// uniform_double(), drawn even when not applied; coefficient t belongs to
+  /// the t-th term P_i(x) P_j(y) P_k(z) with i + j + k <= degree in MONAI's
+  /// order (i, then j, then k ascending).
+  std::vector<double> coeff;
+};
+
+BiasFieldParams sample_bias_field(const BiasFieldOptions& options, StreamRng& rng);
+
+/// MONAI's bias field over a spatial shape, float64 on `device`: the sum over
+/// those terms of coeff_t P_i(x) P_j(y) P_k(z), where each axis's coordinates
+/// are numpy's float32 linspace(-1, 1, n) (-1 alone for n = 1), evaluated as
+/// numpy's leggrid3d (Clenshaw's recursion along x, then y, then z) operation
+/// for operation, so the same values as MONAI's on every device. Throws
+/// std::invalid_argument when `coeff` does not hold the degree's terms.
+at::Tensor bias_field(const std::array<int64_t, 3>& shape, int64_t degree,
+                      const std::vector<double>& coeff, c10::Device device);
+
+/// MONAI's RandBiasField once drawn: float32(image * exp(field)), the product
+/// in float64 as MONAI's numpy, the same field for every channel, on the
+/// image's device.
+at::Tensor apply_bias_field(const at::Tensor& image, int64_t degree,
+                            const std::vector<double>& coeff);
 
 }  // namespace volshard

@@ -32,7 +32,8 @@ struct SampleMeta {
   /// The intensity steps applied, in order, each named as MONAI names it with
   /// what it drew: RandScaleIntensity {factor}, RandShiftIntensity {offset},
   /// RandGaussianNoise {std}, RandGaussianSmooth {sigma x, y, z},
-  /// RandAdjustContrast {gamma}. Steps not applied are not listed.
+  /// RandAdjustContrast {gamma}, RandBiasField {its coefficients, MONAI's
+  /// order}. Steps not applied are not listed.
   std::vector<std::pair<std::string, std::vector<double>>> intensity{};
   /// The resampling steps applied to the crop, as MONAI names them, with what
   /// they drew: RandZoom {zoom}, RandAffine {rotate x, y, z (radians), shear
