@@ -25,8 +25,9 @@ runs the files and cached sources only (the prefix is unchanged). `--augment ela
 Rand3DElasticd(sigma 5-8, magnitude 100-200, the same rotation and scale) in RandAffined's place, and
 volshard's `elastic_prob` 1 in `affine_prob`'s.
 
-`--steps` measures instead each of those augmentations alone after the cached crops, both sides in
-fresh processes alternated: CPU ms a crop above the crop alone's, where each side's time goes.
+`--steps` measures instead each of those augmentations alone after the cached crops (and
+RandBiasFieldd with MONAI's defaults, volshard's `bias_prob` 1), both sides in fresh processes
+alternated: CPU ms a crop above the crop alone's, where each side's time goes.
 
 usage: PYTHONPATH=build/python $(scripts/pyenv.sh --path)/bin/python bench/spleen_monai.py \
            --bin build/bin/volshard [--volumes 8] [--size 384] [--cube N] [--epochs 2] [--rounds 2]
@@ -78,8 +79,9 @@ if side.startswith("monai"):
     else:
         crop = [RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(96, 96, 96), pos=1,
                                        neg=1, num_samples=4, image_key="image", image_threshold=0)]
-        from monai.transforms import (Rand3DElasticd, RandAdjustContrastd, RandAffined, RandGaussianNoised,
-                                      RandGaussianSmoothd, RandScaleIntensityd, RandShiftIntensityd)
+        from monai.transforms import (Rand3DElasticd, RandAdjustContrastd, RandAffined, RandBiasFieldd,
+                                      RandGaussianNoised, RandGaussianSmoothd, RandScaleIntensityd,
+                                      RandShiftIntensityd)
         monai_steps = {
             "affine": [RandAffined(keys=["image", "label"], prob=1.0, rotate_range=(0.26, 0.26, 0.26),
                                    scale_range=(0.1, 0.1, 0.1), mode=("bilinear", "nearest"), padding_mode="zeros")],
@@ -91,6 +93,7 @@ if side.startswith("monai"):
             "scale_shift": [RandScaleIntensityd(keys=["image"], factors=0.1, prob=1.0),
                             RandShiftIntensityd(keys=["image"], offsets=0.1, prob=1.0)],
             "contrast": [RandAdjustContrastd(keys=["image"], prob=1.0)],
+            "bias": [RandBiasFieldd(keys=["image"], prob=1.0)],
         }
         for step in steps:
             crop += monai_steps[step]
@@ -124,6 +127,7 @@ else:
                 "scale_shift": {"rand_scale": 0.1, "rand_scale_prob": 1.0, "rand_shift": 0.1,
                                 "rand_shift_prob": 1.0},
                 "contrast": {"contrast_prob": 1.0},
+                "bias": {"bias_prob": 1.0},
             }
             with open(config) as f:
                 settings = json.load(f)
@@ -166,7 +170,8 @@ INTENSITY = ("noise", "smooth", "scale_shift", "contrast")
 AUGMENT = {"affine": ("affine",) + INTENSITY, "elastic": ("elastic",) + INTENSITY}
 STEP_NAMES = {"": "the crop alone", "affine": "RandAffine", "elastic": "Rand3DElastic",
               "noise": "RandGaussianNoise", "smooth": "RandGaussianSmooth",
-              "scale_shift": "RandScaleIntensity + RandShiftIntensity", "contrast": "RandAdjustContrast"}
+              "scale_shift": "RandScaleIntensity + RandShiftIntensity", "contrast": "RandAdjustContrast",
+              "bias": "RandBiasField"}
 
 
 def run_child(side, source, datalist, epochs, steps, env=None):

@@ -915,6 +915,25 @@ TEST(RandBiasFieldTest, EachCoefficientScalesItsLegendreTermInMonaisOrder) {
   EXPECT_EQ(bias_field({1, 2, 2}, 2, x_only, c10::Device(c10::kCPU)).max().item<double>(), -1.0);
 }
 
+// The host pass and the tensor ops (the GPU's code, here on the CPU): the
+// same field and the same exp, so the same bits.
+TEST(RandBiasFieldTest, TheHostPassGivesTheTensorOpsBits) {
+  at::manual_seed(3);
+  const at::Tensor image = at::randn({3, 17, 13, 11}) * 50.0f;
+  for (const int64_t degree : {1, 4}) {
+    std::vector<double> coeff(static_cast<size_t>(bias_field_terms(degree)));
+    for (size_t t = 0; t < coeff.size(); ++t)
+      coeff[t] = 0.3 * std::sin(1.0 + static_cast<double>(t));
+    const at::Tensor host = apply_bias_field(image, degree, coeff, Gather::kAuto);
+    const at::Tensor ops = apply_bias_field(image, degree, coeff, Gather::kTensorOps);
+    EXPECT_TRUE(at::allclose(host, ops, 1.2e-7, 0.0)) << "degree " << degree;
+    const at::Tensor field = bias_field({17, 13, 11}, degree, coeff, c10::Device(c10::kCPU));
+    EXPECT_TRUE(
+        at::allclose(host, (image.to(at::kDouble) * field.exp()).to(at::kFloat), 1.2e-7, 0.0));
+    EXPECT_FALSE(at::equal(host, image)) << "degree " << degree;
+  }
+}
+
 TEST(RandAugmentationOptionsTest, ValidateNamesTheBadValue) {
   using ::testing::ThrowsMessage;
   GaussianNoiseOptions noise;

@@ -737,6 +737,12 @@ std::vector<double> legendre_coordinates(int64_t n) {
   return x;
 }
 
+// x / d: by a power of two, the product with its reciprocal, which is the
+// same value (both exact, or both the one rounding of x / d) and cheaper.
+inline double divide(double x, int64_t d) {
+  return (d & (d - 1)) == 0 ? x * (1.0 / static_cast<double>(d)) : x / static_cast<double>(d);
+}
+
 // numpy's legval at one point over coefficients c[0], c[stride], ... (n >= 2
 // of them): Clenshaw's recursion, operation for operation.
 double legval(const double* c, int64_t stride, int64_t n, double x) {
@@ -744,16 +750,26 @@ double legval(const double* c, int64_t stride, int64_t n, double x) {
   for (int64_t i = 3, nd = n; i <= n; ++i) {
     const double tmp = c0;
     nd -= 1;
-    c0 = c[(n - i) * stride] - (c1 * static_cast<double>(nd - 1)) / static_cast<double>(nd);
-    c1 = tmp + (c1 * x * static_cast<double>(2 * nd - 1)) / static_cast<double>(nd);
+    c0 = c[(n - i) * stride] - divide(c1 * static_cast<double>(nd - 1), nd);
+    c1 = tmp + divide(c1 * x * static_cast<double>(2 * nd - 1), nd);
   }
   return c0 + c1 * x;
 }
 
 }  // namespace
 
-at::Tensor bias_field(const std::array<int64_t, 3>& shape, int64_t degree,
-                      const std::vector<double>& coeff, c10::Device device) {
+namespace {
+
+// leggrid3d's first two passes (small, on the host): the coefficients along
+// z of every (x, y) column, planes[(k * nx + a) * ny + b], and the z
+// coordinates. Checks the degree, the coefficients and the shape.
+struct BiasPlanes {
+  int64_t m = 0;  ///< degree + 1
+  std::vector<double> planes, z;
+};
+
+BiasPlanes bias_planes(const std::array<int64_t, 3>& shape, int64_t degree,
+                       const std::vector<double>& coeff) {
   if (degree < 1 || degree > kMaxBiasFieldDegree ||
       static_cast<int64_t>(coeff.size()) != bias_field_terms(degree)) {
     throw std::invalid_argument(
@@ -774,31 +790,42 @@ at::Tensor bias_field(const std::array<int64_t, 3>& shape, int64_t degree,
     for (int64_t j = 0; j <= degree - i; ++j)
       for (int64_t k = 0; k <= degree - i - j; ++k)
         c[static_cast<size_t>((i * m + j) * m + k)] = coeff[t++];
-  const std::vector<double> x = legendre_coordinates(shape[0]), y = legendre_coordinates(shape[1]),
-                            z = legendre_coordinates(shape[2]);
-  // leggrid3d's first two passes on the host (small): along x, r1[j][k][a];
-  // then along y, r2[k][a][b].
+  const std::vector<double> x = legendre_coordinates(shape[0]), y = legendre_coordinates(shape[1]);
+  // Along x, r1[j][k][a]; then along y.
   std::vector<double> r1(static_cast<size_t>(m * m * shape[0]));
   for (int64_t j = 0; j < m; ++j)
     for (int64_t k = 0; k < m; ++k)
       for (int64_t a = 0; a < shape[0]; ++a)
         r1[static_cast<size_t>((j * m + k) * shape[0] + a)] =
             legval(&c[static_cast<size_t>(j * m + k)], m * m, m, x[static_cast<size_t>(a)]);
-  at::Tensor r2 = at::empty({m, shape[0], shape[1], 1}, at::kDouble);
-  double* q = r2.data_ptr<double>();
+  BiasPlanes p;
+  p.m = m;
+  p.z = legendre_coordinates(shape[2]);
+  p.planes.resize(static_cast<size_t>(m * shape[0] * shape[1]));
   for (int64_t k = 0; k < m; ++k)
     for (int64_t a = 0; a < shape[0]; ++a)
       for (int64_t b = 0; b < shape[1]; ++b)
-        q[(k * shape[0] + a) * shape[1] + b] = legval(&r1[static_cast<size_t>(k * shape[0] + a)],
-                                                      m * shape[0], m, y[static_cast<size_t>(b)]);
+        p.planes[static_cast<size_t>((k * shape[0] + a) * shape[1] + b)] = legval(
+            &r1[static_cast<size_t>(k * shape[0] + a)], m * shape[0], m, y[static_cast<size_t>(b)]);
+  return p;
+}
+
+}  // namespace
+
+at::Tensor bias_field(const std::array<int64_t, 3>& shape, int64_t degree,
+                      const std::vector<double>& coeff, c10::Device device) {
+  const BiasPlanes p = bias_planes(shape, degree, coeff);
+  const int64_t m = p.m;
   // The last pass along z over every voxel, as tensor ops on the device, in
   // numpy's operations. Each division is by a tensor on the device, not a
   // host scalar: CUDA multiplies by a host scalar's reciprocal, which can
   // round differently from numpy's division.
   const auto options = at::TensorOptions().dtype(at::kDouble).device(device);
-  r2 = r2.to(device);
-  const at::Tensor zt =
-      at::from_blob(const_cast<double*>(z.data()), {shape[2]}, at::kDouble).to(device, false, true);
+  const auto host = [](const std::vector<double>& v, at::IntArrayRef sizes) {
+    return at::from_blob(const_cast<double*>(v.data()), sizes, at::kDouble);
+  };
+  const at::Tensor r2 = host(p.planes, {m, shape[0], shape[1], 1}).to(device, false, true);
+  const at::Tensor zt = host(p.z, {shape[2]}).to(device, false, true);
   at::Tensor c0 = r2[m - 2], c1 = r2[m - 1];
   for (int64_t i = 3, nd = m; i <= m; ++i) {
     const at::Tensor tmp = c0;
@@ -811,13 +838,70 @@ at::Tensor bias_field(const std::array<int64_t, 3>& shape, int64_t degree,
 }
 
 at::Tensor apply_bias_field(const at::Tensor& image, int64_t degree,
-                            const std::vector<double>& coeff) {
+                            const std::vector<double>& coeff, Gather how) {
   if (image.dim() != 4)
     throw std::invalid_argument("RandBiasField: the image must be C x X x Y x Z, not " +
                                 std::to_string(image.dim()) + " dims");
-  const at::Tensor field =
-      bias_field({image.size(1), image.size(2), image.size(3)}, degree, coeff, image.device());
-  return (image.to(at::kDouble) * field.exp()).to(at::kFloat);
+  const std::array<int64_t, 3> shape{image.size(1), image.size(2), image.size(3)};
+  if (how == Gather::kTensorOps || !image.is_cpu()) {
+    const at::Tensor field = bias_field(shape, degree, coeff, image.device());
+    return (image.to(at::kDouble) * field.exp()).to(at::kFloat);
+  }
+  // On the host, a plane at a time: each voxel's field by the same recursion
+  // along z as the tensor ops, ATen's exp of the plane (the tensor ops' exp:
+  // the same bits), then every channel's product; no float64 volume.
+  const BiasPlanes p = bias_planes(shape, degree, coeff);
+  const at::Tensor in = image.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty_like(in);
+  const float* src = in.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const int64_t channels = image.size(0), columns = shape[0] * shape[1], ny = shape[1],
+                nz = shape[2], plane = columns * nz, m = p.m;
+  at::Tensor factor = at::empty({ny * nz}, at::kDouble);
+  double* e = factor.data_ptr<double>();
+  // legval along z for a whole row at once: each step of the recursion over
+  // the row (the same operations per voxel, in loops the compiler vectorises).
+  std::vector<double> c0v(static_cast<size_t>(nz)), c1v(static_cast<size_t>(nz));
+  double* c0 = c0v.data();
+  double* c1 = c1v.data();
+  const double* z = p.z.data();
+  for (int64_t a = 0; a < shape[0]; ++a) {
+    for (int64_t b = 0; b < ny; ++b) {
+      const auto h = [&](int64_t k) {
+        return p.planes[static_cast<size_t>(k * columns + a * ny + b)];
+      };
+      std::fill(c0, c0 + nz, h(m - 2));
+      std::fill(c1, c1 + nz, h(m - 1));
+      for (int64_t i = 3, nd = m; i <= m; ++i) {
+        nd -= 1;
+        const double hk = h(m - i), below = static_cast<double>(nd - 1),
+                     twice = static_cast<double>(2 * nd - 1), d = static_cast<double>(nd);
+        if ((nd & (nd - 1)) == 0) {  // divide's product with the reciprocal
+          const double inverse = 1.0 / d;
+          for (int64_t c = 0; c < nz; ++c) {
+            const double tmp = c0[c];
+            c0[c] = hk - (c1[c] * below) * inverse;
+            c1[c] = tmp + (c1[c] * z[c] * twice) * inverse;
+          }
+        } else {
+          for (int64_t c = 0; c < nz; ++c) {
+            const double tmp = c0[c];
+            c0[c] = hk - (c1[c] * below) / d;
+            c1[c] = tmp + (c1[c] * z[c] * twice) / d;
+          }
+        }
+      }
+      double* row = e + b * nz;
+      for (int64_t c = 0; c < nz; ++c) row[c] = c0[c] + c1[c] * z[c];
+    }
+    factor.exp_();
+    const int64_t first = a * ny * nz;
+    for (int64_t ch = 0; ch < channels; ++ch)
+      for (int64_t v = 0; v < ny * nz; ++v)
+        dst[ch * plane + first + v] =
+            static_cast<float>(static_cast<double>(src[ch * plane + first + v]) * e[v]);
+  }
+  return out;
 }
 
 }  // namespace volshard

@@ -223,8 +223,11 @@ at::Tensor bias_field(const std::array<int64_t, 3>& shape, int64_t degree,
 
 /// MONAI's RandBiasField once drawn: float32(image * exp(field)), the product
 /// in float64 as MONAI's numpy, the same field for every channel, on the
-/// image's device.
+/// image's device. On the CPU (kAuto) a host pass a plane at a time with no
+/// float64 volume, the same bits as kTensorOps (bias_field's tensor ops and
+/// ATen's exp: any other device). Another device's exp, or numpy's, may round
+/// a float64 value a step apart, which moves a float32 result by one step.
 at::Tensor apply_bias_field(const at::Tensor& image, int64_t degree,
-                            const std::vector<double>& coeff);
+                            const std::vector<double>& coeff, Gather how = Gather::kAuto);
 
 }  // namespace volshard
