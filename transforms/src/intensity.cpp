@@ -756,10 +756,6 @@ double legval(const double* c, int64_t stride, int64_t n, double x) {
   return c0 + c1 * x;
 }
 
-}  // namespace
-
-namespace {
-
 // leggrid3d's first two passes (small, on the host): the coefficients along
 // z of every (x, y) column, planes[(k * nx + a) * ny + b], and the z
 // coordinates. Checks the degree, the coefficients and the shape.
