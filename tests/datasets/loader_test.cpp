@@ -366,9 +366,11 @@ TEST(PreviewTest, ACaptionsThirdLineNamesTheRandomStepsAppliedInThePipelinesOrde
       "img0.nii.gz patch 0\nat 0,0,0 centre drawn from bg\naffine flip x,z noise scale gamma");
   m.spatial = {{"RandZoom", {1.1}}};
   m.flipped = {false, true, false};
-  m.intensity = {{"RandGaussianSmooth", {1, 1, 1}}, {"RandShiftIntensity", {0.1}}};
+  m.intensity = {{"RandGaussianSmooth", {1, 1, 1}},
+                 {"RandShiftIntensity", {0.1}},
+                 {"RandBiasField", {0.01, 0.02, 0.03, 0.04}}};
   EXPECT_EQ(preview_caption(m),
-            "img0.nii.gz patch 0\nat 0,0,0 centre drawn from bg\nzoom flip y smooth shift");
+            "img0.nii.gz patch 0\nat 0,0,0 centre drawn from bg\nzoom flip y smooth shift bias");
 }
 
 TEST(PreviewTest, ZScoredCropsAreShownBetweenTheirPercentilesNotClippedToZeroOne) {

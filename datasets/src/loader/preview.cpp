@@ -47,7 +47,8 @@ std::string short_step_name(const std::string& monai) {
       {"RandAffine", "affine"},         {"RandZoom", "zoom"},
       {"Rand3DElastic", "elastic"},     {"RandGaussianNoise", "noise"},
       {"RandGaussianSmooth", "smooth"}, {"RandScaleIntensity", "scale"},
-      {"RandShiftIntensity", "shift"},  {"RandAdjustContrast", "gamma"}};
+      {"RandShiftIntensity", "shift"},  {"RandAdjustContrast", "gamma"},
+      {"RandBiasField", "bias"}};
   for (const auto& [name, short_name] : kShort)
     if (monai == name) return short_name;
   return monai;
