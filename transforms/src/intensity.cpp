@@ -856,7 +856,8 @@ at::Tensor apply_bias_field(const at::Tensor& image, int64_t degree,
   at::Tensor factor = at::empty({ny * nz}, at::kDouble);
   double* e = factor.data_ptr<double>();
   // legval along z for a whole row at once: each step of the recursion over
-  // the row (the same operations per voxel, in loops the compiler vectorises).
+  // the row, the same operations per voxel as legval (and divide: a power of
+  // two as the product with its reciprocal), without its per-voxel loop.
   std::vector<double> c0v(static_cast<size_t>(nz)), c1v(static_cast<size_t>(nz));
   double* c0 = c0v.data();
   double* c1 = c1v.data();
