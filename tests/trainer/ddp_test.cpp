@@ -10,7 +10,10 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -32,6 +35,7 @@
 namespace volshard {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(CommunicatorTest, AllReduceBroadcastAndMaxAgreeOnEveryRank) {
@@ -77,7 +81,8 @@ TEST(CommunicatorTest, NcclAllReduceSumsAcrossGpusAsGlooDoes) {
   if (!at::hasCUDA() || at::getNumGPUs() < 2)
     GTEST_SKIP() << "needs 2 CUDA devices, one per NCCL rank (this machine has " << at::getNumGPUs()
                  << ")";
-  const int port = find_free_port();
+  const PortReservation reserved;
+  const int port = reserved.port();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(2);
   std::vector<at::Tensor> sums(2);
@@ -109,14 +114,16 @@ TEST(CommunicatorTest, NcclAllReduceSumsAcrossGpusAsGlooDoes) {
   for (const auto& s : sums) EXPECT_TRUE(at::equal(s, want));
 }
 
-TEST(CommunicatorTest, BusyPortIsRejectedNamingIt) {
-  const int port = find_free_port();
-  run_ranks(1, [](Communicator&) {});
-  // Rank 0's rendezvous store holds the port until rank 1 joins; the launcher
-  // check must then name it. The check is asked until the store is listening
-  // (no sleep that a loaded machine could outlast), then rank 1 joins and
-  // lets rank 0 return. Probing with connect(), not bind(), never takes the
-  // port from the store.
+// A reserved port (run_ranks's and the launcher's) is busy to the launcher's
+// check and to anyone else, yet rank 0's store listens on it; once only the
+// store holds it, the check names it.
+TEST(CommunicatorTest, AReservedPortTakesTheStoreAndBusyPortsAreRejectedNamingThem) {
+  std::optional<PortReservation> reserved(std::in_place);
+  const int port = reserved->port();
+  EXPECT_THROW(check_port_free(port), std::invalid_argument);
+  // The check is asked until the store is listening (no sleep that a loaded
+  // machine could outlast), then rank 1 joins and lets rank 0 return.
+  // Probing with connect(), not bind(), never takes the port from the store.
   Rendezvous rv;
   rv.port = port;
   rv.world_size = 2;
@@ -133,8 +140,9 @@ TEST(CommunicatorTest, BusyPortIsRejectedNamingIt) {
   while (!holder_failed && !accepts_connections(port)) std::this_thread::yield();
   if (holder_failed) {
     holder.join();
-    FAIL() << "rank 0 could not hold port " << port;
+    FAIL() << "rank 0 could not listen on reserved port " << port;
   }
+  reserved.reset();
   try {
     check_port_free(port);
     ADD_FAILURE() << "port " << port << " should be busy";
@@ -145,6 +153,43 @@ TEST(CommunicatorTest, BusyPortIsRejectedNamingIt) {
   rank1.rank = 1;
   Communicator c(rank1, co);
   holder.join();
+}
+
+// A rank that reaches a listener that is not rank 0's store (it accepts and
+// never answers) fails a little after the timeout, naming the address,
+// where torch's store client alone waits forever.
+TEST(CommunicatorTest, AListenerThatIsNotAStoreFailsTheRankNamingTheAddress) {
+  Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener.get(), 16), 0);  // the kernel accepts; nobody answers
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  Rendezvous rv;
+  rv.port = port;
+  rv.rank = 1;
+  rv.world_size = 2;
+  CommOptions co;
+  co.timeout = std::chrono::milliseconds(500);
+  // On a thread, so that a regression fails here instead of hanging ctest.
+  auto error = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> message = error->get_future();
+  std::thread([error, rv, co] {
+    try {
+      Communicator c(rv, co);
+      error->set_value("joined");
+    } catch (const std::exception& e) {
+      error->set_value(e.what());
+    }
+  }).detach();
+  ASSERT_EQ(message.wait_for(std::chrono::minutes(5)), std::future_status::ready)
+      << "rank 1 still waits on a listener that never answers";
+  EXPECT_THAT(message.get(),
+              AllOf(HasSubstr("rank 1 of 2"), HasSubstr("tcp://127.0.0.1:" + std::to_string(port)),
+                    HasSubstr("no rendezvous store answered")));
 }
 
 ModelOptions small_net() {

@@ -15,9 +15,11 @@
 namespace volshard {
 
 // Runs body(comm) on `world` threads, one rank each, and rethrows the first
-// rank's error after all have joined.
+// rank's error after all have joined. The port stays reserved until then:
+// ctest runs other tests' ranks beside these.
 inline void run_ranks(int64_t world, const std::function<void(Communicator&)>& body) {
-  const int port = find_free_port();
+  const PortReservation reserved;
+  const int port = reserved.port();
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   for (int64_t r = 0; r < world; ++r) {

@@ -15,6 +15,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -160,6 +162,33 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const Rendezvous& r) {
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// A client of rank 0's TCP store. torch 2.11's client waits forever, past
+// its timeout, on a listener that accepts and never answers (another
+// service, or another job's ranks, on the port), so the connection is made
+// on a thread of its own and given up on a little after the timeout that
+// torch's own errors keep to. The thread, then blocked in a read, is left
+// behind: it holds nothing but its own copies.
+c10::intrusive_ptr<c10d::Store> tcp_store_client(const std::string& host,
+                                                 const c10d::TCPStoreOptions& o) {
+  using Store = c10::intrusive_ptr<c10d::Store>;
+  auto connected = std::make_shared<std::promise<Store>>();
+  std::future<Store> store = connected->get_future();
+  std::thread([connected, host, o] {
+    try {
+      connected->set_value(c10::make_intrusive<c10d::TCPStore>(host, o));
+    } catch (...) {
+      connected->set_exception(std::current_exception());
+    }
+  }).detach();
+  const auto grace = o.timeout + std::chrono::seconds(5);
+  if (store.wait_for(grace) == std::future_status::timeout)
+    throw std::runtime_error(
+        "no rendezvous store answered there within " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) +
+        " s; something else listens on the port (another job's store or ranks?)");
+  return store.get();
+}
+
 }  // namespace
 
 Communicator::Communicator() = default;
@@ -185,7 +214,10 @@ Communicator::Communicator(const Rendezvous& r, const CommOptions& options)
       o.numWorkers = static_cast<size_t>(world_size_);
       o.waitWorkers = !r.launcher_hosts_store;
       o.timeout = options.timeout;
-      impl_->store = c10::make_intrusive<c10d::TCPStore>(r.host, o);
+      if (o.isServer)
+        impl_->store = c10::make_intrusive<c10d::TCPStore>(r.host, o);
+      else
+        impl_->store = tcp_store_client(r.host, o);
       if (!r.store_prefix.empty())
         impl_->store = c10::make_intrusive<c10d::PrefixStore>(r.store_prefix, impl_->store);
     }

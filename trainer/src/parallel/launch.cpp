@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -157,15 +158,19 @@ void LaunchOptions::validate() const {
   if (command.empty()) throw std::invalid_argument("launcher: no worker command");
 }
 
-int find_free_port() {
-  const Fd fd = bind_any_interface(0);
-  if (!fd.is_open())
+PortReservation::PortReservation() {
+  fd_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int on = 1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof addr;
+  if (!fd_.is_open() || ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+      ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
     throw std::runtime_error(std::string("launcher: cannot bind a free port: ") +
                              std::strerror(errno));
-  sockaddr_in addr{};
-  socklen_t len = sizeof addr;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-  return ntohs(addr.sin_port);
+  port_ = ntohs(addr.sin_port);
 }
 
 void check_port_free(int port) {
@@ -178,8 +183,9 @@ void check_port_free(int port) {
 int run_workers(const LaunchOptions& o) {
   o.validate();
   int port = o.master_port;
+  std::optional<PortReservation> reserved;  // held while the workers run
   if (port == 0)
-    port = find_free_port();
+    port = reserved.emplace().port();
   else if (o.node_rank == 0)
     check_port_free(port);
   const int64_t world = o.nnodes * o.nproc_per_node;

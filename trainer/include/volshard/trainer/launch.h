@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "volshard/core/file_io.h"
+
 namespace volshard {
 
 struct LaunchOptions {
@@ -23,8 +25,22 @@ struct LaunchOptions {
   void validate() const;  ///< throws std::invalid_argument naming the field
 };
 
-/// A port on 127.0.0.1 that nothing listens on now.
-int find_free_port();
+/// A free TCP port, held until this object goes: bound on every interface
+/// with SO_REUSEADDR and not listening, so that no bind to port 0 and no
+/// outgoing connection elsewhere is given it, while the rendezvous store
+/// (torch's TCPStore binds with SO_REUSEADDR) can still listen on it. A port
+/// looked up and let go before the store binds can be taken meanwhile by
+/// another process; a store client that then reaches a listener that is not
+/// the store waits on it forever (torch 2.11's TCPStore, past its timeout).
+class PortReservation {
+ public:
+  PortReservation();  ///< throws std::runtime_error when no socket can be bound
+  int port() const { return port_; }
+
+ private:
+  Fd fd_;
+  int port_ = 0;
+};
 /// Throws std::invalid_argument naming the port when something already
 /// listens on it (checked by binding it).
 void check_port_free(int port);
