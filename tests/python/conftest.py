@@ -43,3 +43,15 @@ def meta_device(monkeypatch):
     """Lets "meta" (tensors without data) stand in for a GPU: users are refused it, the GPU path's code runs on it."""
     import volshard.loader
     monkeypatch.setattr(volshard.loader, "_BATCH_DEVICE_TYPES", ("cpu", "cuda", "meta"))
+
+
+@pytest.fixture
+def reserved_port():
+    """Yields a free port (a str for MASTER_PORT) held until the test ends: bound with SO_REUSEADDR and
+    not listening, so that no other process (ctest runs tests side by side) is given it meanwhile,
+    while the ranks' rendezvous store, binding with SO_REUSEADDR, still listens on it."""
+    import socket
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", 0))
+        yield str(s.getsockname()[1])

@@ -2,21 +2,14 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_ddp.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_ranks_train_and_see_disjoint_indices(synth_data, tmp_path):
-    port = str(free_port())
+def test_two_ranks_train_and_see_disjoint_indices(synth_data, tmp_path, reserved_port):
+    port = reserved_port
     procs = []
     for rank in range(2):
         # PYTHONFAULTHANDLER: a rank that aborts (SIGABRT, SIGSEGV) prints every thread's Python stack.

@@ -223,17 +223,13 @@ dist.destroy_process_group()
 """
 
 
-def test_monais_metric_of_validation_shares_is_gathered_over_the_ranks_already(synth_data):
+def test_monais_metric_of_validation_shares_is_gathered_over_the_ranks_already(synth_data, reserved_port):
     # python/README: DiceMetric.aggregate() on each rank's ValidationLoader share is the metric of all
     # volumes, as one process computes it; an all_reduce on top would count it once per rank.
     pytest.importorskip("monai.metrics")
-    import socket
 
-    def run(world):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = str(s.getsockname()[1])
-        procs = [subprocess.Popen([sys.executable, "-c", METRIC_RANK, synth_data, str(r), str(world), port],
+    def run(world):  # one run after the other on the one reserved port
+        procs = [subprocess.Popen([sys.executable, "-c", METRIC_RANK, synth_data, str(r), str(world), reserved_port],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=dict(os.environ, OMP_NUM_THREADS="1")) for r in range(world)]
         outputs = [p.communicate(timeout=300) for p in procs]

@@ -298,7 +298,7 @@ class TrainJobTest(Base):
 
     def test_two_launchers_as_two_nodes_form_one_world(self):
         out = self.out("run")
-        port = str(free_port())
+        port = reserved_port(self)
         procs = [subprocess.Popen(
             [BINARY, "train", "--data", self.data, "--out", out, "--epochs", "1", "--val-fraction", "0.25", *SMALL,
              "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(node), "--master-addr", "127.0.0.1",
@@ -311,7 +311,7 @@ class TrainJobTest(Base):
 
     def test_torchrun_environment_contract_set_by_hand(self):
         out = self.out("run")
-        port = str(free_port())
+        port = reserved_port(self)
         procs = []
         for rank in range(2):
             env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
@@ -338,12 +338,11 @@ class TrainJobTest(Base):
         self.assertEqual([p.returncode for p in procs], [0, 0], outs)
 
     def test_configurations_that_cannot_work_are_rejected_before_any_worker_starts(self):
-        busy = free_port()
-        import socket
         holder = socket.socket()
-        holder.bind(("0.0.0.0", busy))
+        holder.bind(("0.0.0.0", 0))
         holder.listen(1)
         self.addCleanup(holder.close)
+        busy = holder.getsockname()[1]
         bad_data = os.path.join(self.root, "bad_data")
         mismatched = os.path.join(self.root, "mismatched_data")
         if not os.path.exists(bad_data):
@@ -481,13 +480,15 @@ class FrontDoorTest(Base):
         self.assertIn("repro: check 4/4: elastic resume", p.stderr)
 
 
-def free_port():
-    import socket
+def reserved_port(test):
+    """A free port (a str) held until the test ends: bound with SO_REUSEADDR and not listening, so that
+    no other process (ctest runs tests side by side) is given it meanwhile, while the ranks' rendezvous
+    store and the launcher's check, binding with SO_REUSEADDR, still take it."""
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    test.addCleanup(s.close)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 0))
+    return str(s.getsockname()[1])
 
 
 class ReproTest(Base):
@@ -721,7 +722,7 @@ class LauncherTest(Base):
         return env
 
     def launch(self, launcher, out, *extra, env=None):
-        port = str(free_port())
+        port = reserved_port(self)
         if launcher == "torch.distributed.launch":
             # It runs Python scripts only (--no-python needs --use-env, which drops --local-rank): a
             # user's script that hands its arguments to volshard, as `volshard --local-rank=N train ...`.
@@ -776,7 +777,7 @@ class LauncherTest(Base):
         out = self.out("pet")
         # Kubeflow's PyTorchJob: RANK and WORLD_SIZE count pods; PET_* are torchrun's flags.
         env = self.clean_env(PET_NPROC_PER_NODE=2, PET_NNODES=1, RANK=0, WORLD_SIZE=1,
-                             MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
+                             MASTER_ADDR="127.0.0.1", MASTER_PORT=reserved_port(self))
         p = subprocess.run([BINARY, "train", "--data", self.data, "--out", out, "--epochs", "1",
                             "--val-fraction", "0.25", *SMALL], capture_output=True, text=True, env=env, timeout=600)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)

@@ -67,10 +67,15 @@ def _parser():
     return p
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _reserve_port():
+    """A socket holding a free port while the ranks run: bound with SO_REUSEADDR and not listening, so
+    that no other process is given the port meanwhile, while rank 0's store (torch binds it with
+    SO_REUSEADDR) still listens on it. A port looked up and let go can be taken before rank 0 binds it,
+    and torch's store client waits forever on a listener that is not a store."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 0))
+    return s
 
 
 def _rank_env(rank, world, port, config, gpus):
@@ -105,7 +110,8 @@ def _done_ranks(directory):
 def run_once(script, args, world, epochs, directory, timeout, gpus, fingerprints):
     """Starts the ranks, waits, and returns (statuses, seconds, problem): problem
     is None when every rank ended well (or was stopped after recording its end)."""
-    port = _free_port()
+    reservation = _reserve_port()
+    port = reservation.getsockname()[1]
     config = {"dir": directory, "epochs": epochs, "fingerprints": fingerprints}
     procs, logs = [], []
     start = time.monotonic()
@@ -148,6 +154,7 @@ def run_once(script, args, world, epochs, directory, timeout, gpus, fingerprints
                 p.wait()
         for log in logs:
             log.close()
+        reservation.close()
     seconds = time.monotonic() - start
     done = _done_ranks(directory)
     statuses = [p.returncode for p in procs]

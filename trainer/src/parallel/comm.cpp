@@ -106,10 +106,27 @@ struct Communicator::Impl {
     }
   }
 
+  // torch 2.11's flight recorder (on by default; one per process and kind of
+  // event) files each process group's status in a map, outside its lock, as
+  // a collective is enqueued: groups of one process (ranks as threads, as the
+  // tests' run_ranks makes them) enqueuing at once can corrupt it (seen: a
+  // segfault in _Rb_tree_insert_and_rebalance under ProcessGroupGloo::enqueue,
+  // once in about 500 two-rank trainings). Gloo's enqueue never waits for a
+  // peer, so Gloo's collectives are enqueued one at a time per process.
+  // NCCL's first collective waits for its peers to build the communicator:
+  // under the lock, ranks as threads would wait for each other forever.
+  bool serialize_launches = false;
+  static std::mutex& launch_mutex() {
+    static std::mutex m;
+    return m;
+  }
+
   // Issues a collective; a failure to enqueue it is diagnosed as a failed wait.
   template <typename Launch>
   c10::intrusive_ptr<c10d::Work> start(const std::string& op, Launch&& launch) {
     try {
+      if (!serialize_launches) return launch();
+      std::lock_guard<std::mutex> lock(launch_mutex());
       return launch();
     } catch (const std::exception& e) {
       fail(op, e);
@@ -231,6 +248,7 @@ Communicator::Communicator(const Rendezvous& r, const CommOptions& options)
       throw std::invalid_argument("backend nccl: this build has no NCCL (LibTorch without CUDA)");
 #endif
     } else {
+      impl_->serialize_launches = true;
       auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
       gloo->devices.push_back(gloo_device(r));
       impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(

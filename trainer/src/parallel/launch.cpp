@@ -36,10 +36,14 @@ void on_signal(int sig) {
   g_signal_count.fetch_add(1);
 }
 
-// A socket bound to `port` on every interface; not open if the port is taken.
+// A socket bound to `port` on every interface with SO_REUSEADDR, as the
+// rendezvous store binds: not open when something listens on the port (or
+// holds it without SO_REUSEADDR); a PortReservation or a closed connection's
+// TIME_WAIT does not take it from the store, nor from this.
 Fd bind_any_interface(int port) {
   Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.is_open())
+  const int on = 1;
+  if (!fd.is_open() || ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0)
     throw std::runtime_error(std::string("launcher: socket() failed: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -158,16 +162,10 @@ void LaunchOptions::validate() const {
   if (command.empty()) throw std::invalid_argument("launcher: no worker command");
 }
 
-PortReservation::PortReservation() {
-  fd_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const int on = 1;
+PortReservation::PortReservation() : fd_(bind_any_interface(0)) {
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof addr;
-  if (!fd_.is_open() || ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
-      ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+  if (!fd_.is_open() || ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
     throw std::runtime_error(std::string("launcher: cannot bind a free port: ") +
                              std::strerror(errno));
   port_ = ntohs(addr.sin_port);

@@ -42,7 +42,8 @@ class PortReservation {
   int port_ = 0;
 };
 /// Throws std::invalid_argument naming the port when something already
-/// listens on it (checked by binding it).
+/// listens on it (checked by binding it as the store does: a
+/// PortReservation's port is free to it).
 void check_port_free(int port);
 
 /// Forks and execs the workers, forwards SIGINT, SIGTERM and SIGUSR1 to them (a second
