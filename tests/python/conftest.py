@@ -49,9 +49,8 @@ def meta_device(monkeypatch):
 def reserved_port():
     """Yields a free port (a str for MASTER_PORT) held until the test ends: bound with SO_REUSEADDR and
     not listening, so that no other process (ctest runs tests side by side) is given it meanwhile,
-    while the ranks' rendezvous store, binding with SO_REUSEADDR, still listens on it."""
-    import socket
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", 0))
+    while the ranks' rendezvous store, binding with SO_REUSEADDR, still listens on it (as `volshard audit` holds its
+    ranks' port)."""
+    from volshard.audit.launch import reserve_port
+    with reserve_port() as s:
         yield str(s.getsockname()[1])

@@ -64,15 +64,19 @@ TEST(CommunicatorTest, GroupOfOneNeedsNoNetwork) {
   EXPECT_EQ(comm.world_size(), 1);
 }
 
-bool accepts_connections(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// The IPv4 address `host` (INADDR_LOOPBACK, INADDR_ANY), port `port`.
+sockaddr_in ipv4(uint32_t host, int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
+  addr.sin_addr.s_addr = htonl(host);
+  return addr;
+}
+
+bool accepts_connections(int port) {
+  const Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const sockaddr_in addr = ipv4(INADDR_LOOPBACK, port);
+  return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
 }
 
 // NCCL reduces between GPUs, one per rank: two ranks as threads, each on its
@@ -120,11 +124,8 @@ TEST(CommunicatorTest, NcclAllReduceSumsAcrossGpusAsGlooDoes) {
 // Whether a socket without SO_REUSEADDR (another program's) can bind `port`.
 bool binds_without_reuse(int port) {
   const Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  return ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  const sockaddr_in addr = ipv4(INADDR_ANY, port);
+  return ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
 }
 
 // A reserved port (run_ranks's and the launcher's) is taken to anyone else,
@@ -179,9 +180,7 @@ TEST(CommunicatorTest, AReservedPortTakesTheStoreAndBusyPortsAreRejectedNamingTh
 // where torch's store client alone waits forever.
 TEST(CommunicatorTest, AListenerThatIsNotAStoreFailsTheRankNamingTheAddress) {
   Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in addr = ipv4(INADDR_LOOPBACK, 0);
   socklen_t len = sizeof addr;
   ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   ASSERT_EQ(::listen(listener.get(), 16), 0);  // the kernel accepts; nobody answers

@@ -67,11 +67,12 @@ def _parser():
     return p
 
 
-def _reserve_port():
-    """A socket holding a free port while the ranks run: bound with SO_REUSEADDR and not listening, so
-    that no other process is given the port meanwhile, while rank 0's store (torch binds it with
-    SO_REUSEADDR) still listens on it. A port looked up and let go can be taken before rank 0 binds it,
-    and torch's store client waits forever on a listener that is not a store."""
+def reserve_port():
+    """A socket holding a free port while ranks run (its user closes it): bound with SO_REUSEADDR and not
+    listening, so that no other process is given the port meanwhile, while rank 0's store (torch binds it
+    with SO_REUSEADDR) still listens on it. A port looked up and let go can be taken before rank 0 binds
+    it, and torch's store client waits forever on a listener that is not a store. The tests' ranks hold
+    theirs with it too (tests/python/conftest.py)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", 0))
@@ -110,7 +111,7 @@ def _done_ranks(directory):
 def run_once(script, args, world, epochs, directory, timeout, gpus, fingerprints):
     """Starts the ranks, waits, and returns (statuses, seconds, problem): problem
     is None when every rank ended well (or was stopped after recording its end)."""
-    reservation = _reserve_port()
+    reservation = reserve_port()
     port = reservation.getsockname()[1]
     config = {"dir": directory, "epochs": epochs, "fingerprints": fingerprints}
     procs, logs = [], []
