@@ -872,20 +872,11 @@ at::Tensor apply_bias_field(const at::Tensor& image, int64_t degree,
       for (int64_t i = 3, nd = m; i <= m; ++i) {
         nd -= 1;
         const double hk = h(m - i), below = static_cast<double>(nd - 1),
-                     twice = static_cast<double>(2 * nd - 1), d = static_cast<double>(nd);
-        if ((nd & (nd - 1)) == 0) {  // divide's product with the reciprocal
-          const double inverse = 1.0 / d;
-          for (int64_t c = 0; c < nz; ++c) {
-            const double tmp = c0[c];
-            c0[c] = hk - (c1[c] * below) * inverse;
-            c1[c] = tmp + (c1[c] * z[c] * twice) * inverse;
-          }
-        } else {
-          for (int64_t c = 0; c < nz; ++c) {
-            const double tmp = c0[c];
-            c0[c] = hk - (c1[c] * below) / d;
-            c1[c] = tmp + (c1[c] * z[c] * twice) / d;
-          }
+                     twice = static_cast<double>(2 * nd - 1);
+        for (int64_t c = 0; c < nz; ++c) {
+          const double tmp = c0[c];
+          c0[c] = hk - divide(c1[c] * below, nd);
+          c1[c] = tmp + divide(c1[c] * z[c] * twice, nd);
         }
       }
       double* row = e + b * nz;
